@@ -1,0 +1,1 @@
+"""CLI sub-commands: each module defines ``register(subparsers)``; see ``attntemp.cli``."""

@@ -1,0 +1,88 @@
+"""Temperature schedules give the multiplier m = 1/T; the YaRN table is printed and checked."""
+
+import math
+
+import pytest
+import torch
+
+from attntemp import schedules as S
+
+POS = torch.arange(0, 20000, 997)
+NK = POS + 1
+
+# t = 0.1 ln s + 1 for s = 2..128 (rounded to 4 places), and sqrt(t)
+YARN_T = {2: 1.0693, 4: 1.1386, 8: 1.2079, 16: 1.2773, 32: 1.3466, 64: 1.4159, 128: 1.4852}
+YARN_SQRT_T = {2: 1.0341, 128: 1.2187}
+
+
+def test_yarn_table(capsys):
+    for s, t in YARN_T.items():
+        print(f"s={s:4d} t={S.yarn_mscale(s):.4f} sqrt(t)={math.sqrt(S.yarn_mscale(s)):.4f}")
+        assert round(S.yarn_mscale(s), 4) == t
+        assert S.yarn_multiplier(s) == pytest.approx(S.yarn_mscale(s) ** 2)
+    for s, r in YARN_SQRT_T.items():
+        assert round(S.yarn_sqrt_multiplier(s), 4) == r
+    out = capsys.readouterr().out
+    assert "t=1.1386" in out and "sqrt(t)=1.2187" in out
+
+
+def test_yarn_schedule_is_squared_factor_not_sqrt():
+    m = S.yarn(4)(0, 9, POS, NK)
+    assert float(m.flatten()[0]) == pytest.approx(1.1386294 ** 2, rel=1e-6)  # 1.2965
+    assert float(S.yarn_sqrt(4)(0, 9, POS, NK).flatten()[0]) == pytest.approx(1.0670658, rel=1e-6)
+    assert S.yarn(1)(0, 1, POS, NK).item() == 1.0
+
+
+def test_constant_per_layer_per_head_shapes():
+    assert S.constant(1.3)(0, 4, POS, NK).shape == (1, 1)
+    assert float(S.per_layer([1.0, 2.0])(1, 4, POS, NK)) == 2.0
+    ph = S.per_head(torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]))
+    assert ph(1, 3, POS, NK).flatten().tolist() == [4.0, 5.0, 6.0]
+    with pytest.raises(ValueError, match="3 values; the layer has 4 heads"):
+        ph(0, 4, POS, NK)
+
+
+def test_logn_matches_qwen():
+    m = S.logn(1024)(0, 1, torch.tensor([0, 1022, 1023, 1024, 4095]), None).flatten()
+    # 1-indexed positions 1, 1023, 1024 -> 1 ; 1025 -> log_1024(1025) ; 4096 -> log_1024(4096) = 1.2
+    assert m[:3].tolist() == [1.0, 1.0, 1.0]
+    assert float(m[3]) == pytest.approx(math.log(1025) / math.log(1024))
+    assert float(m[4]) == pytest.approx(1.2)
+
+
+def test_llama4_formula():
+    pos = torch.tensor([0, 8190, 8191, 16383, 100000])
+    m = S.llama4()(0, 1, pos, None).flatten()
+    expect = [1 + 0.1 * math.log1p(math.floor((p + 1) / 8192)) for p in pos.tolist()]
+    assert m.tolist() == pytest.approx(expect)
+    assert m[1] == 1.0 and m[2] > 1.0
+
+
+def test_ssmax_formula():
+    n = torch.tensor([1, 2, 100, 10000])
+    m = S.ssmax(0.4)(0, 1, None, n).flatten()
+    assert m[1:].tolist() == pytest.approx([0.4 * math.log(v) for v in (2, 100, 10000)], rel=1e-6)
+    assert m[0] > 0
+
+
+def test_position_dependence_flags():
+    assert not S.yarn(4).position_dependent and not S.per_head([[1.0]]).position_dependent
+    assert S.logn(10).position_dependent and S.llama4().position_dependent
+    assert S.ssmax().position_dependent
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda: S.constant(0), "multiplier=0"),
+        (lambda: S.constant(float("nan")), "multiplier=nan"),
+        (lambda: S.per_layer([1.0, -2.0]), r"multipliers\[1\]=-2.0"),
+        (lambda: S.yarn(0.5), "s=0.5"),
+        (lambda: S.logn(1), "trained_len=1"),
+        (lambda: S.llama4(floor_scale=0), "floor_scale=0"),
+        (lambda: S.ssmax(-1), "s=-1"),
+    ],
+)
+def test_bad_values(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
