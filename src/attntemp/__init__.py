@@ -4,7 +4,23 @@ Temperature ``T`` divides pre-softmax logits; the multiplier ``m = 1/T`` multipl
 """
 
 from .core import entropy, tempered_softmax
+from .extend import extend_context, extended, restore_rope
+from .models import load_model
+from .patch import apply, patch, restore
+from .spec import TemperatureSpec
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "entropy", "tempered_softmax"]
+__all__ = [
+    "TemperatureSpec",
+    "__version__",
+    "apply",
+    "entropy",
+    "extend_context",
+    "extended",
+    "load_model",
+    "patch",
+    "restore",
+    "restore_rope",
+    "tempered_softmax",
+]

@@ -1,0 +1,200 @@
+"""Apply a TemperatureSpec to a transformers model through its attention function.
+
+``apply`` registers an attention function (``attntemp_sdpa`` or ``attntemp_eager``) with
+transformers' ``AttentionInterface`` and the matching mask function with
+``AttentionMaskInterface`` (without it the causal mask would be silently dropped), stores each
+layer's multipliers on its attention module, and switches the model to it. The function folds
+m = 1/T into q and calls the model's own SDPA or eager function: masks, GQA and sliding windows
+stay transformers' own. With logit soft-capping (Gemma 2) m must multiply the capped logits, so
+those layers take a materialised path (exact, O(L^2) memory). Positions come from
+``position_ids`` (absolute), so generation with a KV cache applies position schedules correctly.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
+
+from .attention import causal_mask, fold_into_q, repeat_kv
+from .extend import extend_context, restore_rope, text_config
+from .spec import TemperatureSpec
+
+SUPPORTED = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3", "gpt_neox")
+STATE = "_attntemp_state"
+_SAVED = "_attntemp_saved"
+
+
+@dataclass
+class LayerState:
+    """What one attention module needs: the spec, its layer index and head count (cached m)."""
+
+    spec: TemperatureSpec
+    layer: int
+    num_heads: int
+    batch_multiplier: torch.Tensor | None = None  # [B]: one extra m per batch row (sweeps)
+    _static: torch.Tensor | None = field(default=None, repr=False)
+
+    def multiplier(self, query: torch.Tensor, key: torch.Tensor, kwargs: dict) -> torch.Tensor | None:
+        """m broadcastable to query's ``[B, H, Lq]``, or None when it is exactly 1."""
+        if self.spec.is_identity and self.batch_multiplier is None:
+            return None
+        if self.spec.position_dependent:
+            pos = query_positions(query, key, kwargs)  # [B or 1, Lq]
+            m = self.spec.multipliers(self.layer, self.num_heads, pos, visible_keys(pos, kwargs))
+        else:
+            if self._static is None or self._static.device != query.device:
+                self._static = self.spec.static_multipliers(self.layer, self.num_heads).to(query.device)
+            m = self._static.unsqueeze(-1)  # [H, 1]
+        if self.batch_multiplier is not None:
+            m = m * self.batch_multiplier.to(query.device).reshape(-1, 1, 1)  # [B, H, Lq or 1]
+        return m
+
+
+def query_positions(query: torch.Tensor, key: torch.Tensor, kwargs: dict) -> torch.Tensor:
+    """Absolute 0-indexed query positions ``[B or 1, Lq]``: position_ids, else the cache tail."""
+    pos = kwargs.get("position_ids")
+    lq = query.shape[2]
+    if pos is not None and pos.shape[-1] == lq:
+        return pos.reshape(-1, lq)
+    return (torch.arange(lq, device=query.device) + key.shape[2] - lq).unsqueeze(0)  # [1, Lq]
+
+
+def visible_keys(pos: torch.Tensor, kwargs: dict) -> torch.Tensor:
+    """Keys a causal query at ``pos`` sees: ``pos + 1``, capped by a sliding window."""
+    n = pos + 1
+    window = kwargs.get("sliding_window")
+    return n.clamp_max(int(window)) if window else n
+
+
+def _model_eager(module: torch.nn.Module):
+    return sys.modules[type(module).__module__].eager_attention_forward
+
+
+def _softcap_attention(module, query, key, value, mask, scaling, m, softcap, dropout=0.0, **_):
+    """Eager attention with m applied to the soft-capped logits (Gemma 2): exact, O(L^2)."""
+    k = repeat_kv(key, query.shape[1] // key.shape[1])  # [B, H, Lk, D]
+    v = repeat_kv(value, query.shape[1] // value.shape[1])  # [B, H, Lk, D]
+    s = (query.float() @ k.float().transpose(2, 3)) * scaling  # [B, H, Lq, Lk]
+    s = torch.tanh(s / softcap) * softcap * m.float().unsqueeze(-1)  # [B, H, Lq, Lk]
+    if mask is None:
+        s = s.masked_fill(~causal_mask(s.shape[2], s.shape[3], s.device), float("-inf"))
+    elif mask.dtype == torch.bool:
+        s = s.masked_fill(~mask, float("-inf"))
+    else:
+        s = s + mask.float()
+    p = torch.softmax(s, dim=-1).to(query.dtype)  # [B, H, Lq, Lk]
+    p = torch.nn.functional.dropout(p, p=dropout, training=module.training)
+    return (p @ v).transpose(1, 2).contiguous(), p  # [B, Lq, H, D]
+
+
+def _make(base: str):
+    def attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+        fn = sdpa_attention_forward if base == "sdpa" else _model_eager(module)
+        state: LayerState | None = getattr(module, STATE, None)
+        m = None if state is None else state.multiplier(query, key, kwargs)
+        if m is not None and kwargs.get("softcap") is not None:
+            return _softcap_attention(module, query, key, value, attention_mask, scaling, m,
+                                      dropout=dropout, **kwargs)
+        q = fold_into_q(query, m)  # [B, H, Lq, D]
+        return fn(module, q, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
+
+    attention.__name__ = f"attntemp_{base}"
+    return attention
+
+
+AttentionInterface.register("attntemp_sdpa", _make("sdpa"))
+AttentionInterface.register("attntemp_eager", _make("eager"))
+AttentionMaskInterface.register("attntemp_sdpa", sdpa_mask)
+AttentionMaskInterface.register("attntemp_eager", eager_mask)
+
+
+def attention_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The self-attention modules, in layer order (they carry ``layer_idx``)."""
+    mods = [m for m in model.modules() if type(m).__name__.endswith("Attention") and hasattr(m, "layer_idx")]
+    return sorted(mods, key=lambda m: m.layer_idx)
+
+
+def check_supported(model: torch.nn.Module) -> None:
+    """Raise ValueError naming the model type unless the patch is known to be exact for it."""
+    cfg = text_config(model)
+    mt = getattr(cfg, "model_type", type(model).__name__)
+    if mt not in SUPPORTED:
+        raise ValueError(
+            f"model_type={mt!r} is not supported by attntemp.patch; supported: {list(SUPPORTED)}"
+        )
+    if not attention_modules(model):
+        raise ValueError(f"model_type={mt!r}: no attention modules with a layer_idx were found")
+    impl = cfg._attn_implementation
+    if impl not in ("sdpa", "eager"):
+        raise ValueError(f"model_type={mt!r} runs attn_implementation={impl!r}; attntemp wraps sdpa or eager")
+
+
+def apply(model: torch.nn.Module, spec: TemperatureSpec) -> torch.nn.Module:
+    """Patch ``model`` in place with ``spec`` (and its RoPE extension, if any); see ``restore``."""
+    if getattr(model, _SAVED, None) is not None:
+        raise ValueError("the model is already patched by attntemp; call attntemp.restore(model) first")
+    check_supported(model)
+    cfg = text_config(model)
+    mods = attention_modules(model)
+    spec.check_model(len(mods), cfg.num_attention_heads)
+    impl = cfg._attn_implementation
+    softcap = getattr(cfg, "attn_logit_softcapping", None)
+    target = "attntemp_eager" if impl == "eager" or softcap else "attntemp_sdpa"
+    object.__setattr__(model, _SAVED, impl)
+    try:
+        if spec.rope:
+            rp = dict(spec.rope)
+            extend_context(model, rp.pop("rope_type"), rp.pop("factor"), **rp)
+        for mod in mods:
+            setattr(mod, STATE, LayerState(spec, mod.layer_idx, cfg.num_attention_heads))
+        model.set_attn_implementation(target)
+    except Exception:
+        restore(model)
+        raise
+    return model
+
+
+def restore(model: torch.nn.Module) -> torch.nn.Module:
+    """Undo ``apply``: same attention implementation, rotary modules and config as before."""
+    impl = getattr(model, _SAVED, None)
+    for mod in attention_modules(model):
+        if hasattr(mod, STATE):
+            delattr(mod, STATE)
+    restore_rope(model)
+    if impl is not None:
+        if text_config(model)._attn_implementation != impl:
+            model.set_attn_implementation(impl)
+        object.__setattr__(model, _SAVED, None)
+    return model
+
+
+@contextmanager
+def patch(model: torch.nn.Module, spec: TemperatureSpec) -> Iterator[torch.nn.Module]:
+    """``with attntemp.patch(model, spec): ...``: restored on exit, also on an exception."""
+    apply(model, spec)
+    try:
+        yield model
+    finally:
+        restore(model)
+
+
+@contextmanager
+def batch_multipliers(model: torch.nn.Module, multipliers: torch.Tensor) -> Iterator[None]:
+    """Inside ``patch``: one more multiplier per batch row ``[B]`` (several m in one forward)."""
+    mods = [m for m in attention_modules(model) if hasattr(m, STATE)]
+    if not mods:
+        raise ValueError("batch_multipliers needs a model patched by attntemp.apply/patch")
+    for mod in mods:
+        getattr(mod, STATE).batch_multiplier = multipliers
+    try:
+        yield
+    finally:
+        for mod in mods:
+            getattr(mod, STATE).batch_multiplier = None

@@ -1,0 +1,207 @@
+"""TemperatureSpec: what multiplier m = 1/T each (layer, head) gets, and by position.
+
+The multiplier of head h in layer l at query position p with n visible keys is
+
+    m = multiplier * layers[l] * heads[l][h] * schedule(l, p, n)
+
+where ``layers`` and ``heads`` are optional and ``schedule`` is one of
+``attntemp.schedules.SCHEDULES`` (constant, yarn, yarn_sqrt, logn, llama4, ssmax; per_layer and
+per_head are the ``layers`` and ``heads`` fields). ``rope`` optionally names a RoPE extension
+(``{"rope_type": "yarn", "factor": 4.0, ...}``) applied together with the temperatures.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import _validate, schedules
+
+POSITION_SCHEDULES = ("constant", "yarn", "yarn_sqrt", "logn", "llama4", "ssmax")
+ROPE_TYPES = ("linear", "ntk", "dynamic", "yarn", "llama3", "longrope")
+
+
+def _freeze(params: dict[str, Any] | tuple | None) -> tuple[tuple[str, Any], ...]:
+    if params is None:
+        return ()
+    items = params.items() if isinstance(params, dict) else params
+    return tuple(sorted((str(k), tuple(v) if isinstance(v, list) else v) for k, v in items))
+
+
+@dataclass(frozen=True)
+class TemperatureSpec:
+    """Per-(layer, head) logit multipliers (m = 1/T) and a position schedule; JSON round-trips.
+
+    ``multiplier``: global m. ``layers``: one m per layer. ``heads``: one row of m per layer.
+    ``schedule`` / ``schedule_params``: a position schedule (``schedules.SCHEDULES`` name and its
+    keyword arguments). ``rope``: optional RoPE extension for ``attntemp.extend_context``.
+    """
+
+    multiplier: float = 1.0
+    layers: tuple[float, ...] | None = None
+    heads: tuple[tuple[float, ...], ...] | None = None
+    schedule: str = "constant"
+    schedule_params: tuple[tuple[str, Any], ...] = ()
+    rope: tuple[tuple[str, Any], ...] = ()
+    _schedule: schedules.Schedule = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        _validate.positive("multiplier", self.multiplier)
+        set_ = object.__setattr__
+        set_(self, "schedule_params", _freeze(self.schedule_params))
+        set_(self, "rope", _freeze(self.rope))
+        if self.layers is not None:
+            set_(self, "layers", tuple(float(m) for m in self.layers))
+            for i, m in enumerate(self.layers):
+                _validate.positive(f"layers[{i}]", m)
+        if self.heads is not None:
+            rows = self.heads.tolist() if torch.is_tensor(self.heads) else self.heads
+            set_(self, "heads", tuple(tuple(float(m) for m in row) for row in rows))
+            for i, row in enumerate(self.heads):
+                for j, m in enumerate(row):
+                    _validate.positive(f"heads[{i}][{j}]", m)
+        _validate.choice("schedule", self.schedule, POSITION_SCHEDULES)
+        try:
+            set_(self, "_schedule", schedules.SCHEDULES[self.schedule](**dict(self.schedule_params)))
+        except TypeError as exc:
+            params = dict(self.schedule_params)
+            raise ValueError(f"schedule_params={params} for {self.schedule!r}: {exc}") from None
+        if self.rope:
+            _validate.choice("rope.rope_type", dict(self.rope).get("rope_type", ""), ROPE_TYPES)
+
+    # ----------------------------------------------------------------------------- queries
+    @property
+    def position_dependent(self) -> bool:
+        return self._schedule.position_dependent
+
+    @property
+    def is_identity(self) -> bool:
+        """True when every multiplier is exactly 1 (the patch then changes nothing)."""
+        ones = self.multiplier == 1.0 and not self.position_dependent
+        ones = ones and all(m == 1.0 for m in self.layers or ())
+        ones = ones and all(m == 1.0 for row in self.heads or () for m in row)
+        return ones and float(self._schedule(0, 1, torch.zeros(1), torch.ones(1))) == 1.0
+
+    def check_model(self, num_layers: int, num_heads: int) -> None:
+        """Raise unless ``layers``/``heads`` fit a model of this size."""
+        if self.layers is not None and len(self.layers) != num_layers:
+            raise ValueError(f"layers has {len(self.layers)} values; the model has {num_layers} layers")
+        if self.heads is not None:
+            if len(self.heads) != num_layers:
+                raise ValueError(f"heads has {len(self.heads)} rows; the model has {num_layers} layers")
+            for i, row in enumerate(self.heads):
+                if len(row) != num_heads:
+                    raise ValueError(f"heads[{i}] has {len(row)} values; the model has {num_heads} heads")
+
+    def static_multipliers(self, layer: int, num_heads: int) -> torch.Tensor:
+        """The position-independent part ``multiplier * layers[l] * heads[l]`` as ``[H]`` fp32."""
+        m = torch.full((num_heads,), self.multiplier, dtype=torch.float32)  # [H]
+        if self.layers is not None:
+            m = m * self.layers[layer]
+        if self.heads is not None:
+            m = m * torch.tensor(self.heads[layer], dtype=torch.float32)  # [H]
+        if not self.position_dependent:
+            m = m * float(self._schedule(layer, num_heads, torch.zeros(1), torch.ones(1)))
+        return m
+
+    def multipliers(
+        self, layer: int, num_heads: int, positions: torch.Tensor, n_keys: torch.Tensor
+    ) -> torch.Tensor:
+        """m for each head and query: ``[H, Lq]`` (positions, n_keys ``[Lq]``) or ``[B, H, Lq]``."""
+        static = self.static_multipliers(layer, num_heads).to(positions.device)  # [H]
+        if not self.position_dependent:
+            return static.unsqueeze(-1)  # [H, 1]
+        flat_p, flat_n = positions.reshape(-1), n_keys.reshape(-1)  # [B*Lq]
+        sched = self._schedule(layer, num_heads, flat_p, flat_n)  # [1 or H, B*Lq]
+        out = static.unsqueeze(-1) * sched  # [H, B*Lq]
+        if positions.dim() == 1:
+            return out  # [H, Lq]
+        b, lq = positions.shape
+        return out.reshape(num_heads, b, lq).transpose(0, 1)  # [B, H, Lq]
+
+    # ----------------------------------------------------------------------------- JSON
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("_schedule", None)
+        d["schedule_params"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.schedule_params}
+        d["rope"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.rope} or None
+        for key in ("layers", "heads"):
+            if d[key] is not None:
+                d[key] = json.loads(json.dumps(d[key]))
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TemperatureSpec:
+        allowed = {"multiplier", "layers", "heads", "schedule", "schedule_params", "rope"}
+        unknown = set(data) - allowed - {"format"}
+        if unknown:
+            raise ValueError(f"spec has unknown field(s) {sorted(unknown)}; allowed: {sorted(allowed)}")
+        kw = {k: v for k, v in data.items() if k in allowed and v is not None}
+        if "heads" in kw:
+            kw["heads"] = tuple(tuple(r) for r in kw["heads"])
+        if "layers" in kw:
+            kw["layers"] = tuple(kw["layers"])
+        return cls(**kw)
+
+    def to_json(self) -> str:
+        return json.dumps({"format": "attntemp.TemperatureSpec/1", **self.to_dict()}, indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> TemperatureSpec:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"spec is not valid JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"spec JSON must be an object, got {type(data).__name__}")
+        return cls.from_dict(data)
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.write_text(self.to_json() + "\n")
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> TemperatureSpec:
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"spec file {str(path)!r} does not exist")
+        return cls.from_json(path.read_text())
+
+    # ----------------------------------------------------------------------------- builders
+    @classmethod
+    def per_head(cls, heads: torch.Tensor | list, **kw: Any) -> TemperatureSpec:
+        """A spec from a ``[layers, heads]`` table of multipliers."""
+        rows = heads.tolist() if torch.is_tensor(heads) else heads
+        return cls(heads=tuple(tuple(r) for r in rows), **kw)
+
+    @classmethod
+    def yarn(cls, factor: float, original_max_position_embeddings: int, **rope: Any) -> TemperatureSpec:
+        """YaRN frequencies with its temperature as a spec: m = (0.1 ln s + 1)^2 on the logits.
+
+        The rope's own attention_factor is set to 1 so the temperature is applied once, by us.
+        """
+        rope = {"rope_type": "yarn", "factor": float(factor),
+                "original_max_position_embeddings": int(original_max_position_embeddings),
+                "attention_factor": 1.0, **rope}
+        return cls(schedule="yarn", schedule_params={"s": float(factor)}, rope=rope)
+
+    def with_rope(self, rope: dict[str, Any] | None) -> TemperatureSpec:
+        d = self.to_dict()
+        d["rope"] = rope
+        return TemperatureSpec.from_dict(d)
+
+    def heads_table(self, num_layers: int, num_heads: int) -> torch.Tensor:
+        """The static multipliers as a ``[layers, heads]`` table (for plots and baking)."""
+        return torch.stack([self.static_multipliers(i, num_heads) for i in range(num_layers)])
+
+
+def log_multiplier_table(spec: TemperatureSpec, num_layers: int, num_heads: int) -> list[list[float]]:
+    """ln m per (layer, head), rounded for display."""
+    t = spec.heads_table(num_layers, num_heads)
+    return [[round(math.log(float(x)), 6) for x in row] for row in t]

@@ -1,0 +1,184 @@
+"""attntemp.patch on every supported architecture (tiny random configs built in code)."""
+
+import pytest
+import torch
+from tiny_configs import ARCHS, model
+from transformers import AttentionInterface, GPT2Config, GPT2LMHeadModel
+
+import attntemp.patch as P
+from attntemp.attention import reference_attention
+from attntemp.spec import TemperatureSpec
+
+X = torch.randint(1, 97, (2, 40), generator=torch.Generator().manual_seed(1))
+
+
+def logits(m, x=X):
+    with torch.no_grad():
+        return m(x).logits
+
+
+def per_head_spec(m):
+    cfg = m.config
+    g = torch.Generator().manual_seed(2)
+    heads = 0.6 + torch.rand(cfg.num_hidden_layers, cfg.num_attention_heads, generator=g)
+    return TemperatureSpec.per_head(heads)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_identity_patch_changes_nothing(arch):
+    m = model(arch)
+    base = logits(m)
+    with P.patch(m, TemperatureSpec()):
+        assert (logits(m) - base).abs().max() <= 1e-6
+        gen = m.generate(X[:1, :8], max_new_tokens=6, do_sample=False)
+    assert torch.equal(gen, m.generate(X[:1, :8], max_new_tokens=6, do_sample=False))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_restore_is_exact_and_multiplier_takes_effect(arch):
+    m = model(arch)
+    impl = m.config._attn_implementation
+    state = {k: v.clone() for k, v in m.state_dict().items()}
+    base = logits(m)
+    with P.patch(m, per_head_spec(m)):
+        assert (logits(m) - base).abs().max() > 1e-4
+    assert m.config._attn_implementation == impl
+    assert torch.equal(logits(m), base)
+    assert all(torch.equal(v, state[k]) for k, v in m.state_dict().items())
+    assert not any(hasattr(mod, P.STATE) for mod in m.modules())
+
+
+def test_restored_after_an_exception():
+    m = model("llama")
+    base = logits(m)
+    with pytest.raises(RuntimeError, match="boom"), P.patch(m, TemperatureSpec(multiplier=2.0)):
+        raise RuntimeError("boom")
+    assert m.config._attn_implementation == "sdpa" and torch.equal(logits(m), base)
+
+
+class Capture:
+    """Wrap the registered attention function to record what reaches it and what it returns."""
+
+    def __init__(self, name):
+        self.name, self.calls = name, []
+
+    def __enter__(self):
+        self.orig = AttentionInterface._global_mapping[self.name]
+
+        def spy(module, q, k, v, mask, **kw):
+            out = self.orig(module, q, k, v, mask, **kw)
+            self.calls.append((module.layer_idx, q, k, v, kw, out[0]))
+            return out
+
+        AttentionInterface._global_mapping[self.name] = spy
+        return self
+
+    def __exit__(self, *exc):
+        AttentionInterface._global_mapping[self.name] = self.orig
+
+
+@pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2", "qwen3", "gemma3_text", "phi3", "gpt_neox"])
+def test_per_head_patch_equals_the_tempered_reference(arch):
+    m = model(arch)
+    spec = per_head_spec(m)
+    with P.patch(m, spec), Capture("attntemp_sdpa") as cap:
+        logits(m, X[:, :30])
+    for layer, q, k, v, kw, out in cap.calls:
+        mult = spec.static_multipliers(layer, q.shape[1]).reshape(-1, 1)  # [H, 1]
+        window = kw.get("sliding_window")
+        mask = None
+        if window:  # transformers' sliding window: key j visible from i when i - window < j <= i
+            i, j = torch.arange(30).unsqueeze(1), torch.arange(30).unsqueeze(0)
+            mask = (j <= i) & (j > i - window)
+        ref = reference_attention(q, k, v, mult, is_causal=mask is None, attn_mask=mask,
+                                  scale=kw["scaling"])
+        assert (out - ref.transpose(1, 2)).abs().max() < 1e-5, (arch, layer)
+
+
+def test_softcap_layers_apply_m_after_the_cap():
+    m = model("gemma2")
+    spec = per_head_spec(m)
+    with P.patch(m, spec), Capture("attntemp_eager") as cap:
+        logits(m, X[:, :30])
+    assert m.config.attn_logit_softcapping == 5.0 and cap.calls
+    for layer, q, k, v, kw, out in cap.calls:
+        mult = spec.static_multipliers(layer, q.shape[1]).reshape(-1, 1)
+        window = kw.get("sliding_window")
+        i, j = torch.arange(30).unsqueeze(1), torch.arange(30).unsqueeze(0)
+        mask = (j <= i) & ((j > i - window) if window else True)
+        ref = reference_attention(q, k, v, mult, is_causal=False, attn_mask=mask, scale=kw["scaling"],
+                                  softcap=5.0)
+        assert (out - ref.transpose(1, 2)).abs().max() < 1e-5
+
+
+def test_whole_layer_by_hand_llama():
+    """One Llama layer computed by hand from its weights: softmax(m q.k / sqrt(d)) v, then o_proj."""
+    m = model("llama")
+    spec = per_head_spec(m)
+    attn = m.model.layers[1].self_attn
+    seen = {}
+
+    def keep(mod, args, kwargs, out):
+        seen.update(h=kwargs["hidden_states"], pe=kwargs["position_embeddings"], out=out[0])
+
+    hook = attn.register_forward_hook(keep, with_kwargs=True)
+    with P.patch(m, spec):
+        logits(m, X[:1, :25])
+    hook.remove()
+    h, (cos, sin) = seen["h"], seen["pe"]
+    d = attn.head_dim
+
+    def heads(x):
+        return x.view(1, 25, -1, d).transpose(1, 2)
+
+    def rot(x):
+        x1, x2 = x[..., : d // 2], x[..., d // 2 :]
+        return x * cos.unsqueeze(1) + torch.cat((-x2, x1), -1) * sin.unsqueeze(1)
+
+    q, k, v = rot(heads(attn.q_proj(h))), rot(heads(attn.k_proj(h))), heads(attn.v_proj(h))
+    o = reference_attention(q, k, v, spec.static_multipliers(1, 4).reshape(-1, 1))  # [1, H, L, D]
+    hand = attn.o_proj(o.transpose(1, 2).reshape(1, 25, -1))
+    assert (hand - seen["out"]).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("schedule, params", [("logn", {"trained_len": 8}), ("ssmax", {"s": 0.5}),
+                                              ("llama4", {"floor_scale": 4})])
+def test_position_schedules_follow_absolute_positions_through_the_cache(schedule, params):
+    m = model("llama")
+    x = X[:1, :30]
+    with P.patch(m, TemperatureSpec(schedule=schedule, schedule_params=params)), torch.no_grad():
+        full = m(x).logits  # [1, 30, V]
+        out = m(x[:, :20], use_cache=True)
+        steps, cache = [out.logits[:, -1]], out.cache
+        for t in range(20, 30):
+            out = m(x[:, t : t + 1], cache=cache, use_cache=True)
+            steps.append(out.logits[:, -1])
+            cache = out.cache
+    assert (torch.stack(steps[:-1], 1) - full[:, 19:29]).abs().max() < 1e-4
+    assert (full - logits(m, x)).abs().max() > 1e-4  # the schedule did something
+
+
+def test_batch_multipliers_equal_separate_runs():
+    m = model("llama")
+    x = X[:1].repeat(3, 1)
+    ms = torch.tensor([0.8, 1.0, 1.3])
+    with P.patch(m, TemperatureSpec(multiplier=1.1)):
+        with P.batch_multipliers(m, ms):
+            batched = logits(m, x)
+    for i, mi in enumerate(ms.tolist()):
+        with P.patch(m, TemperatureSpec(multiplier=1.1 * mi)):
+            assert (logits(m, x[:1]) - batched[i : i + 1]).abs().max() < 1e-5
+
+
+def test_unsupported_architecture_and_double_patch():
+    gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=50)).eval()
+    with pytest.raises(ValueError, match="model_type='gpt2' is not supported"):
+        P.apply(gpt2, TemperatureSpec())
+    m = model("llama")
+    P.apply(m, TemperatureSpec())
+    with pytest.raises(ValueError, match="already patched"):
+        P.apply(m, TemperatureSpec())
+    P.restore(m)
+    with pytest.raises(ValueError, match="heads has 1 rows; the model has 2 layers"):
+        P.apply(m, TemperatureSpec(heads=((1.0,) * 4,)))
+    assert m.config._attn_implementation == "sdpa"
