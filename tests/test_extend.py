@@ -7,7 +7,7 @@ import torch
 import transformers as tf
 from tiny_configs import model
 
-import attntemp.patch as P
+import attntemp.patching as P
 from attntemp import rope
 from attntemp.extend import extend_context, extended, restore_rope
 from attntemp.spec import TemperatureSpec

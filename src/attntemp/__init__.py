@@ -6,7 +6,7 @@ Temperature ``T`` divides pre-softmax logits; the multiplier ``m = 1/T`` multipl
 from .core import entropy, tempered_softmax
 from .extend import extend_context, extended, restore_rope
 from .models import load_model
-from .patch import apply, patch, restore
+from .patching import apply, patch, restore
 from .spec import TemperatureSpec
 
 __version__ = "0.1.0"

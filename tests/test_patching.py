@@ -5,7 +5,7 @@ import torch
 from tiny_configs import ARCHS, model
 from transformers import AttentionInterface, GPT2Config, GPT2LMHeadModel
 
-import attntemp.patch as P
+import attntemp.patching as P
 from attntemp.attention import reference_attention
 from attntemp.spec import TemperatureSpec
 
