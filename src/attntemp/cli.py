@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 # Sub-command modules under attntemp.commands, in the order `attntemp --help` lists them.
-COMMANDS = ("tables", "calibrate")
+COMMANDS = ("tables", "measure", "calibrate")
 DEFAULT_COMMAND = "tables"
 
 

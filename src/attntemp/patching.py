@@ -28,6 +28,7 @@ from .spec import TemperatureSpec
 
 SUPPORTED = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3", "gpt_neox")
 STATE = "_attntemp_state"
+PROBE = "_attntemp_probe"  # callable(module, query, key, m, scaling, kwargs): sees each attention call
 _SAVED = "_attntemp_saved"
 
 
@@ -99,6 +100,9 @@ def _make(base: str):
         fn = sdpa_attention_forward if base == "sdpa" else _model_eager(module)
         state: LayerState | None = getattr(module, STATE, None)
         m = None if state is None else state.multiplier(query, key, kwargs)
+        probe = getattr(module, PROBE, None)
+        if probe is not None:
+            probe(module, query, key, m, scaling, kwargs)
         if m is not None and kwargs.get("softcap") is not None:
             return _softcap_attention(module, query, key, value, attention_mask, scaling, m,
                                       dropout=dropout, **kwargs)

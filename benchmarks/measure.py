@@ -1,0 +1,54 @@
+"""Benchmark: attention statistics for one layer shape vs one plain SDPA call of that shape.
+
+H=9, D=64, L=16384, CPU fp32, causal (SmolLM2's head shape). Goals: stats time / SDPA time <= 3,
+peak extra memory <= 1 GiB (RSS growth in a fresh process). Timings interleaved in one run.
+
+    python benchmarks/measure.py [--length 16384] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+import torch.nn.functional as F
+from _harness import peak_extra_in_child, report_child, time_interleaved
+
+from attntemp.measure import attention_stats
+
+H, D = 9, 64
+
+
+def paths(length: int):
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, H, length, D, generator=g) for _ in range(3))  # [1, H, L, D]
+    m = torch.linspace(0.8, 1.2, H).reshape(1, H, 1)  # per-head multiplier
+    return {
+        "plain_sdpa": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+        "stats": lambda: attention_stats(q, k, m),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--length", type=int, default=16384)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--child", nargs=2, metavar=("PATH", "L"))
+    args = ap.parse_args()
+    if args.child:
+        name, length = args.child
+        report_child(lambda: paths(int(length))[name])
+        return
+    t = time_interleaved(paths(args.length), args.repeats)
+    mem = {n: peak_extra_in_child(__file__, n, str(args.length)) / 2**20 for n in t}
+    print(json.dumps({
+        "benchmark": "measure", "device": "cpu", "dtype": "float32", "H": H, "D": D, "L": args.length,
+        "threads": torch.get_num_threads(), "seconds": t, "peak_extra_MiB": mem,
+        "stats_over_sdpa": t["stats"] / t["plain_sdpa"], "weights_matrix_MiB": H * args.length**2 * 4 / 2**20,
+        "goals": {"stats_over_sdpa": "<= 3", "stats_peak_extra_MiB": "<= 1024"},
+    }, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+"""Block-wise attention statistics equal the materialised reference."""
+
+import pytest
+import torch
+
+from attntemp.measure import STATS, attention_stats, reference_stats
+
+
+def qk(b=1, hq=6, hkv=2, lq=150, lk=150, d=16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(b, hq, lq, d, generator=g) * 2, torch.randn(b, hkv, lk, d, generator=g) * 2)
+
+
+@pytest.mark.parametrize("kind", ["none", "scalar", "per_head", "per_row"])
+@pytest.mark.parametrize("window, softcap", [(None, None), (37, None), (None, 3.0)])
+def test_blockwise_equals_reference(kind, window, softcap):
+    q, k = qk()
+    m = {"none": None, "scalar": torch.tensor(1.4),
+         "per_head": torch.linspace(0.5, 2, 6).reshape(1, 6, 1),
+         "per_row": 0.5 + torch.rand(1, 6, 150, generator=torch.Generator().manual_seed(1))}[kind]
+    # a tiny budget forces many blocks of 16 queries
+    ours = attention_stats(q, k, m, softcap=softcap, window=window, sink_tokens=3, recent_tokens=10,
+                           budget_bytes=16 * 6 * 150 * 16)
+    ref = reference_stats(q, k, m, softcap=softcap, window=window, sink_tokens=3, recent_tokens=10)
+    for name in STATS:
+        a, b = ours[name], ref[name]
+        both = torch.isfinite(a) & torch.isfinite(b)
+        assert torch.equal(torch.isnan(a), torch.isnan(b)), name
+        # 1e-4, relative for the distance (tokens, up to L)
+        assert ((a[both] - b[both]).abs() / b[both].abs().clamp_min(1)).max() < 1e-4, name
+
+
+def test_decode_queries_against_longer_keys():
+    q, k = qk(lq=20, lk=90)
+    ours = attention_stats(q, k, None, budget_bytes=1)
+    ref = reference_stats(q, k, None)
+    for name in STATS:
+        assert ((ours[name] - ref[name]).abs() / ref[name].abs().clamp_min(1)).max() < 1e-4
+
+
+def test_statistics_move_the_right_way_with_temperature():
+    q, k = qk(lq=200, lk=200)
+    sharp = attention_stats(q, k, torch.tensor(2.0))
+    soft = attention_stats(q, k, torch.tensor(0.5))
+    assert (sharp["entropy"][..., 1:] <= soft["entropy"][..., 1:] + 1e-5).all()
+    assert (sharp["max_weight"] >= soft["max_weight"] - 1e-6).all()
+    flat = attention_stats(q, k, torch.tensor(1e-6))  # T -> inf: uniform over visible keys
+    assert torch.allclose(flat["norm_entropy"][..., 1:], torch.ones(1, 6, 199), atol=1e-4)
+    assert torch.allclose(flat["mean_distance"][0, 0], torch.arange(200) / 2, atol=1e-2)
