@@ -7,9 +7,9 @@ from test_patching import Capture
 from tiny_configs import model
 
 from attntemp import plots
-from attntemp.measure import STATS, reference_stats
 from attntemp.observe import AttentionStats, _bucket_means, bucket_edges, measure
 from attntemp.spec import TemperatureSpec
+from attntemp.stats import STATS, reference_stats
 
 X = torch.randint(1, 97, (2, 90), generator=torch.Generator().manual_seed(4))
 

@@ -53,8 +53,9 @@ def fold_into_q(q: torch.Tensor, multiplier: torch.Tensor | None) -> torch.Tenso
     """``q * m`` with m [.., Hq, Lq] broadcast over the head dimension D (computed in fp32)."""
     if multiplier is None:
         return q
-    m = multiplier.to(device=q.device, dtype=torch.float32).unsqueeze(-1)  # [B?, Hq?, Lq?, 1]
-    return (q.float() * m).to(q.dtype)  # [B, Hq, Lq, D]
+    dtype = torch.promote_types(q.dtype, torch.float32)  # fp32 for half types, fp64 kept
+    m = multiplier.to(device=q.device, dtype=dtype).unsqueeze(-1)  # [B?, Hq?, Lq?, 1]
+    return (q.to(dtype) * m).to(q.dtype)  # [B, Hq, Lq, D]
 
 
 def _is_fold_safe_mask(mask: torch.Tensor) -> bool:

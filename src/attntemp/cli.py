@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 # Sub-command modules under attntemp.commands, in the order `attntemp --help` lists them.
-COMMANDS = ("tables", "measure", "calibrate")
+COMMANDS = ("tables", "measure", "sweep", "tune", "report", "bake", "export", "calibrate")
 DEFAULT_COMMAND = "tables"
 
 

@@ -1,7 +1,7 @@
 """``measure``: attention statistics per layer, head and query-position bucket, in one forward.
 
 A probe rides on attntemp's attention function: each layer's q (after RoPE and any QK-norm), k
-and multiplier go to :func:`attntemp.measure.attention_stats`, block by block, while the forward
+and multiplier go to :func:`attntemp.stats.attention_stats`, block by block, while the forward
 itself runs through SDPA. Nothing of size L x L per layer is kept; memory is bounded by the block
 budget. Inputs are one unpadded sequence per batch row.
 """
@@ -21,9 +21,9 @@ from tqdm.auto import tqdm
 
 from . import _validate
 from .extend import text_config
-from .measure import STATS, attention_stats
 from .patching import PROBE, attention_modules, patch
 from .spec import TemperatureSpec
+from .stats import STATS, attention_stats
 
 
 def bucket_edges(length: int, positions: str | Sequence[int] = "buckets", n_buckets: int = 16) -> list[int]:
@@ -46,7 +46,7 @@ def _bucket_means(values: torch.Tensor, edges: list[int]) -> np.ndarray:
 
 @dataclass
 class AttentionStats:
-    """Statistics ``[layers, heads, buckets]`` per name in ``attntemp.measure.STATS``."""
+    """Statistics ``[layers, heads, buckets]`` per name in ``attntemp.stats.STATS``."""
 
     stats: dict[str, np.ndarray]
     bucket_edges: list[int]
@@ -155,7 +155,7 @@ def measure(
 ) -> AttentionStats:
     """Attention statistics of ``model`` on ``input_ids`` ``[B, L]`` (patched with ``spec``, if any):
     entropy, normalised entropy, largest weight, sink and recent mass, mean distance, per layer,
-    head and query-position bucket. See :mod:`attntemp.measure` for the definitions."""
+    head and query-position bucket. See :mod:`attntemp.stats` for the definitions."""
     _validate.positive_int("sink_tokens", sink_tokens)
     _validate.positive_int("recent_tokens", recent_tokens)
     length = int(input_ids.shape[-1])

@@ -13,7 +13,7 @@ those layers take a materialised path (exact, O(L^2) memory). Positions come fro
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -40,10 +40,21 @@ class LayerState:
     layer: int
     num_heads: int
     batch_multiplier: torch.Tensor | None = None  # [B]: one extra m per batch row (sweeps)
+    # extra(layer, positions [B|1, Lq], n_keys [B|1, Lq]) -> m broadcastable to [B, H, Lq];
+    # multiplied in (e.g. learnable temperatures; gradients flow through it)
+    extra: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor] | None = None
     _static: torch.Tensor | None = field(default=None, repr=False)
 
     def multiplier(self, query: torch.Tensor, key: torch.Tensor, kwargs: dict) -> torch.Tensor | None:
         """m broadcastable to query's ``[B, H, Lq]``, or None when it is exactly 1."""
+        m = self._spec_and_batch(query, key, kwargs)
+        if self.extra is None:
+            return m
+        pos = query_positions(query, key, kwargs)  # [B|1, Lq]
+        e = self.extra(self.layer, pos, visible_keys(pos, kwargs))
+        return e if m is None else m * e
+
+    def _spec_and_batch(self, query, key, kwargs) -> torch.Tensor | None:
         if self.spec.is_identity and self.batch_multiplier is None:
             return None
         if self.spec.position_dependent:

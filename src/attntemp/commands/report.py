@@ -1,0 +1,20 @@
+"""``attntemp report DIR``: markdown + HTML report with plots from a sweep and tuning evidence."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..report import build_report
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("report", help="report.md and report.html from sweep.db and evidence in DIR")
+    p.add_argument("dir")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    md, page = build_report(args.dir)
+    print(md.read_text())
+    print(f"report: {page}")
+    return 0

@@ -1,0 +1,151 @@
+"""``run_tune``: tune a TemperatureSpec for one model and length, then check it on held-out
+documents against the untuned model (and YaRN's own temperature when the RoPE method is yarn).
+
+Writes ``spec.json`` (the TemperatureSpec), ``evidence.json`` and ``evidence.md`` (before/after per
+task), and for entropy matching ``entropy.json`` (reference, before and after per head).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import _validate
+from .extend import text_config
+from .models import load_model
+from .patching import patch
+from .schedules import yarn_multiplier
+from .spec import TemperatureSpec
+from .sweep import ROPES, eval_context, rope_for
+from .tasks import TASKS, get_task
+from .tune import GRANULARITIES, OBJECTIVES, split_windows, tune_entropy, tune_global
+
+METHODS = ("search", "gradient")
+
+
+@dataclass(frozen=True)
+class TuneConfig:
+    """One configuration for ``attntemp tune`` and :func:`run_tune`."""
+
+    out: str
+    model: str = "tiny"
+    text: str = "stdlib"
+    length: int = 1024
+    granularity: str = "global"
+    objective: str = "perplexity"
+    rope: str = "none"
+    method: str = "search"
+    tasks: tuple[str, ...] = ("perplexity", "passkey")
+    n_docs: int = 4
+    trials: int = 20
+    steps: int = 60
+    seed: int = 0
+    batch_size: int = 16
+    gutenberg: str | None = None
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        _validate.positive_int("length", self.length)
+        _validate.choice("granularity", self.granularity, GRANULARITIES)
+        _validate.choice("objective", self.objective, OBJECTIVES)
+        _validate.choice("rope", self.rope, ROPES)
+        _validate.choice("method", self.method, METHODS)
+        for t in self.tasks:
+            _validate.choice("task", t, TASKS)
+        if self.method == "search" and self.granularity != "global" and self.objective != "entropy":
+            raise ValueError(f"granularity={self.granularity!r} with method='search' tunes by entropy "
+                             f"matching; use objective='entropy' (got {self.objective!r}) or method='gradient'")
+
+
+def candidates(cfg: TuneConfig, tuned: TemperatureSpec, trained: int) -> dict[str, TemperatureSpec]:
+    """The specs compared in the evidence: untuned (m = 1), YaRN's temperature, the tuned one."""
+    rope = rope_for(cfg.rope, cfg.length, trained)
+    out = {"m=1": TemperatureSpec(rope=rope)}
+    if cfg.rope == "yarn" and rope and rope["factor"] > 1:
+        out["yarn (0.1 ln s + 1)^2"] = TemperatureSpec(multiplier=yarn_multiplier(rope["factor"]), rope=rope)
+    out["tuned"] = tuned
+    return out
+
+
+def evaluate_specs(model, tok, length: int, specs: dict[str, TemperatureSpec], tasks, ctx) -> dict:
+    """``{spec name: {task: metrics}}`` on the evaluation documents."""
+    result: dict[str, dict[str, Any]] = {}
+    for name, spec in specs.items():
+        for task_name in tasks:
+            with patch(model, spec):
+                result.setdefault(name, {})[task_name] = get_task(task_name).evaluate(
+                    model, tok, length, [1.0], ctx)[0]
+    return result
+
+
+def _tune(cfg: TuneConfig, model, tok, trained: int, ctx, out: Path) -> tuple[TemperatureSpec, dict]:
+    rope = rope_for(cfg.rope, cfg.length, trained)
+    if cfg.method == "gradient":
+        from .learn import run_gradient_tuning
+
+        return run_gradient_tuning(model, tok, cfg.length, cfg.steps, out, granularity=cfg.granularity,
+                                   rope=rope, docs=ctx.docs)
+    if cfg.objective == "entropy":
+        tun, _ = split_windows(tok, cfg.length, cfg.n_docs, ctx.docs)
+        match = tune_entropy(model, tun, trained, cfg.granularity, rope, progress=cfg.progress)
+        info = {"passes": match.passes, "reference": match.reference.tolist(),
+                "before": match.before.tolist(), "after": match.after.tolist()}
+        (out / "entropy.json").write_text(json.dumps(info))
+        return match.spec, {"entropy_passes": match.passes}
+    tctx = replace(ctx, skip_docs=ctx.n_docs, seed=ctx.seed + 1000)  # other documents, keys, depths
+    found = tune_global(model, tok, cfg.length, cfg.objective, tctx, rope)
+    return TemperatureSpec(multiplier=found["multiplier"], rope=rope), {"search": found}
+
+
+def run_tune(cfg: TuneConfig, model=None, tok=None) -> dict[str, Any]:
+    """Tune, save the spec and the evidence under ``cfg.out``; returns the evidence."""
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if model is None:
+        model, tok = load_model(cfg.model)
+    trained = text_config(model).max_position_embeddings
+    ctx = eval_context(_sweep_like(cfg), trained)
+    t0 = time.perf_counter()
+    spec, info = _tune(cfg, model, tok, trained, ctx, out)
+    seconds = time.perf_counter() - t0
+    spec.save(out / "spec.json")
+    results = evaluate_specs(model, tok, cfg.length, candidates(cfg, spec, trained), cfg.tasks, ctx)
+    evidence = {"config": asdict(cfg), "trained_length": trained, "tune_seconds": seconds, "info": info,
+                "results": results, "spec": spec.to_dict()}
+    (out / "evidence.json").write_text(json.dumps(evidence, indent=1, default=float))
+    (out / "evidence.md").write_text(evidence_markdown(evidence))
+    return evidence
+
+
+def _sweep_like(cfg: TuneConfig):
+    from .sweep import SweepConfig
+
+    return SweepConfig(out=cfg.out, model=cfg.model, text=cfg.text, n_docs=cfg.n_docs, trials=cfg.trials,
+                       seed=cfg.seed, batch_size=cfg.batch_size, gutenberg=cfg.gutenberg)
+
+
+KEY_METRICS = {"perplexity": ("tail_ppl", "ppl"), "passkey": ("acc", "logp"), "needle": ("acc", "logp")}
+
+
+def evidence_markdown(ev: dict[str, Any]) -> str:
+    """A before/after table of the evidence."""
+    cfg = ev["config"]
+    cols = [(t, m) for t in cfg["tasks"] for m in KEY_METRICS[t]]
+    lines = [f"# tuning evidence: {cfg['model']}, length {cfg['length']}, rope {cfg['rope']}, "
+             f"{cfg['granularity']} by {cfg['method']} ({cfg['objective']})", "",
+             "| spec | " + " | ".join(f"{t} {m}" for t, m in cols) + " |",
+             "|---|" + "---|" * len(cols)]
+    for name, res in ev["results"].items():
+        lines.append(f"| {name} | " + " | ".join(f"{res[t][m]:.4g}" for t, m in cols) + " |")
+    spec = TemperatureSpec.from_dict(ev["spec"])
+    if spec.heads:
+        table = np.asarray(spec.heads)
+        lines += ["", f"tuned multipliers: mean {table.mean():.3f}, min {table.min():.3f}, max {table.max():.3f}"]
+    elif spec.multiplier != 1.0:
+        lines += ["", f"tuned global multiplier m = {spec.multiplier:.4f} (T = {1 / spec.multiplier:.4f})"]
+    return "\n".join(lines) + "\n"

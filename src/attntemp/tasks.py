@@ -1,0 +1,231 @@
+"""Registered evaluation tasks (lm-evaluation-harness style): each declares its metrics and
+whether higher is better, and scores several logit multipliers m at once (one batch row per m,
+folded into q by ``attntemp.patching.batch_multipliers``).
+
+- ``perplexity``: token-weighted perplexity by query-position bucket on held-out documents; the
+  ``tail`` is the predictions made at positions >= the trained length (the last quarter when the
+  length is within it).
+- ``passkey``: the YaRN paper's passkey prompt; exact match of the greedy key, plus the mean
+  log-probability of the key's tokens (a graded signal for small models).
+- ``needle``: a fact hidden at several depths in real text (Gutenberg or stdlib), scored the
+  same two ways, per depth.
+"""
+
+from __future__ import annotations
+
+import abc
+import itertools
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from . import _validate, data
+from .patching import batch_multipliers
+from .tiny_eval import first_integer, greedy, heldout_windows
+
+NEEDLE = "The special magic number is {key}."
+NEEDLE_QUESTION = "What is the special magic number? The special magic number is"
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    higher_is_better: bool
+
+
+@dataclass(frozen=True)
+class EvalContext:
+    """What every task needs besides the model: trained length, text and sizes."""
+
+    trained_length: int
+    docs: Sequence[data.Document] = field(default=(), repr=False)
+    n_docs: int = 4
+    trials: int = 20
+    seed: int = 0
+    depths: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
+    batch_size: int = 16
+    haystack: Sequence[data.Document] = field(default=(), repr=False)
+    skip_docs: int = 0  # documents passed over first: tuning uses others than the evaluation
+
+    def __post_init__(self) -> None:
+        _validate.positive_int("trained_length", self.trained_length)
+        _validate.positive_int("n_docs", self.n_docs)
+        _validate.positive_int("trials", self.trials)
+
+
+TASKS: dict[str, type[Task]] = {}
+
+
+def register(cls: type[Task]) -> type[Task]:
+    TASKS[cls.name] = cls
+    return cls
+
+
+def get_task(name: str) -> Task:
+    return TASKS[_validate.choice("task", name, TASKS)]()
+
+
+class Task(abc.ABC):
+    name: str = ""
+    metrics: tuple[Metric, ...] = ()
+    objective: str = ""  # the metric tuning optimises
+
+    @abc.abstractmethod
+    def evaluate(self, model, tok, length: int, multipliers: Sequence[float], ctx: EvalContext
+                 ) -> list[dict[str, Any]]:
+        """One metrics dict per multiplier (model already patched with the base spec)."""
+
+    def higher_is_better(self, metric: str) -> bool:
+        return next(m.higher_is_better for m in self.metrics if m.name == metric)
+
+
+def _rows(ids: torch.Tensor, multipliers: Sequence[float]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every row of ``ids`` once per multiplier: ``[k*n, L]`` and the matching ``[k*n]`` m."""
+    k, n = len(multipliers), ids.shape[0]
+    m = torch.tensor(list(multipliers), dtype=torch.float32).repeat_interleave(n)  # [k*n]
+    return ids.repeat(k, 1), m  # [k*n, L]
+
+
+@torch.no_grad()
+def token_nll(model, ids: torch.Tensor, multipliers: Sequence[float], batch_size: int) -> torch.Tensor:
+    """``[k, n, L-1]`` next-token NLL of ``ids`` ``[n, L]`` under each multiplier."""
+    rows, m = _rows(ids, multipliers)
+    out = []
+    for a in range(0, rows.shape[0], batch_size):
+        chunk, mc = rows[a : a + batch_size], m[a : a + batch_size]
+        with batch_multipliers(model, mc):
+            logits = model(input_ids=chunk.to(model.device), use_cache=False).logits[:, :-1].float()
+        nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), chunk[:, 1:].to(logits.device),
+                                                reduction="none")  # [b, L-1]
+        out.append(nll.cpu())
+    return torch.cat(out).reshape(len(multipliers), ids.shape[0], -1)
+
+
+def tail_start(length: int, trained_length: int) -> int:
+    """First query position of the tail: the trained length, or 3/4 of a shorter length."""
+    return trained_length if length > trained_length else (3 * length) // 4
+
+
+@register
+class Perplexity(Task):
+    name = "perplexity"
+    metrics = (Metric("ppl", False), Metric("tail_ppl", False))
+    objective = "tail_ppl"
+
+    def evaluate(self, model, tok, length, multipliers, ctx):
+        ids = heldout_windows(tok, length, n=ctx.n_docs + ctx.skip_docs, docs=ctx.docs)[ctx.skip_docs :]
+        nll = token_nll(model, ids, multipliers, ctx.batch_size)  # [k, n, L-1]
+        start = tail_start(length, ctx.trained_length)
+        edges = sorted({round(i * (length - 1) / 8) for i in range(9)})
+        out = []
+        for row in nll:  # [n, L-1]
+            buckets = [math.exp(float(row[:, a:b].mean())) for a, b in itertools.pairwise(edges)]
+            out.append({"ppl": math.exp(float(row.mean())), "tail_ppl": math.exp(float(row[:, start:].mean())),
+                        "tail_start": start, "bucket_edges": edges, "bucket_ppl": buckets})
+        return out
+
+
+def _grouped(prompts: list[tuple[list[int], list[int], int]]):
+    """Group ``(prompt ids, answer ids, key)`` triples by prompt length (no padding needed)."""
+    groups: dict[tuple[int, int], list] = {}
+    for p in prompts:
+        groups.setdefault((len(p[0]), len(p[1])), []).append(p)
+    return list(groups.values())
+
+
+@torch.no_grad()
+def score_prompts(model, tok, prompts, multipliers, batch_size) -> list[dict[str, float]]:
+    """Exact match of the greedy key and mean log-probability of the answer tokens, per m.
+
+    Greedy decoding runs for the answer's length plus 2 tokens: enough to read the first integer
+    (and see that it ends where the key ends)."""
+    k = len(multipliers)
+    hits, logp, count = torch.zeros(k), torch.zeros(k), 0
+    for group in _grouped(prompts):
+        for a in range(0, len(group), max(1, batch_size // k)):
+            part = group[a : a + max(1, batch_size // k)]
+            full = torch.tensor([p + ans for p, ans, _ in part])  # [n, P + A]
+            rows, m = _rows(full, multipliers)  # [k*n, P + A]
+            plen = len(part[0][0])
+            with batch_multipliers(model, m):
+                logits = model(input_ids=rows.to(model.device), use_cache=False).logits.float()
+                lp = torch.log_softmax(logits[:, plen - 1 : -1], -1)  # [k*n, A, V]
+                ans_lp = lp.gather(-1, rows[:, plen:, None].to(lp.device)).squeeze(-1).mean(-1)  # [k*n]
+                gen = greedy(model, rows[:, :plen].to(model.device), rows.shape[1] - plen + 2)  # [k*n, A+2]
+            texts = tok.batch_decode(gen, skip_special_tokens=True)
+            keys = [key for _, _, key in part] * k
+            ok = torch.tensor([first_integer(t) == key for t, key in zip(texts, keys, strict=True)]).float()
+            hits += ok.reshape(k, -1).sum(-1)
+            logp += ans_lp.cpu().reshape(k, -1).sum(-1)
+            count += len(part)
+    return [{"acc": float(h / count), "logp": float(lp / count)} for h, lp in zip(hits, logp, strict=True)]
+
+
+def _encode(tok, text: str) -> list[int]:
+    return tok(text, add_special_tokens=False)["input_ids"]
+
+
+@register
+class Passkey(Task):
+    name = "passkey"
+    metrics = (Metric("acc", True), Metric("logp", True))
+    objective = "logp"
+
+    def evaluate(self, model, tok, length, multipliers, ctx):
+        rng = random.Random(ctx.seed)
+        prompts = []
+        for _ in range(ctx.trials):
+            key = rng.randint(*data.KEY_RANGE)
+            text = data.passkey_prompt(key, length - 10, rng.random(), tok)
+            prompts.append((_encode(tok, text), _encode(tok, f" {key}"), key))
+        return score_prompts(model, tok, prompts, multipliers, ctx.batch_size)
+
+
+def needle_prompt(tok, haystack: str, key: int, n_tokens: int, depth: float) -> str:
+    """``haystack`` cut to fit ``n_tokens`` with the needle sentence at ``depth`` (at a line
+    break near it), then the question."""
+    fixed = len(_encode(tok, "\n" + NEEDLE.format(key=key) + "\n\n" + NEEDLE_QUESTION))
+    budget = n_tokens - fixed
+    if budget < 8:
+        raise ValueError(f"n_tokens={n_tokens} is too short for a needle prompt (needs > {fixed + 8})")
+    ids = _encode(tok, haystack)[:budget]
+    text = tok.decode(ids)
+    while len(_encode(tok, text)) > budget:  # decode/encode may not round-trip at the cut
+        text = text[: int(len(text) * 0.98)]
+    cut = round(depth * len(text))
+    nl = text.rfind("\n", 0, cut) if 0 < cut < len(text) else cut
+    cut = nl if nl > 0 else cut
+    return text[:cut] + "\n" + NEEDLE.format(key=key) + "\n" + text[cut:] + "\n" + NEEDLE_QUESTION
+
+
+@register
+class Needle(Task):
+    name = "needle"
+    metrics = (Metric("acc", True), Metric("logp", True))
+    objective = "logp"
+
+    def evaluate(self, model, tok, length, multipliers, ctx):
+        hay = list(ctx.haystack) or data.split(list(ctx.docs), "heldout")
+        hay = [d for d in hay if len(d.text) > 2 * length][ctx.skip_docs :][: max(1, ctx.n_docs)]
+        if not hay:
+            raise ValueError(f"no haystack document is long enough for length={length}")
+        rng = random.Random(ctx.seed)
+        per_depth = []
+        for depth in ctx.depths:
+            prompts = []
+            for t in range(ctx.trials):
+                key = rng.randint(*data.KEY_RANGE)
+                text = needle_prompt(tok, hay[t % len(hay)].text, key, length - 10, depth)
+                prompts.append((_encode(tok, text), _encode(tok, f" {key}"), key))
+            per_depth.append(score_prompts(model, tok, prompts, multipliers, ctx.batch_size))
+        out = []
+        for i in range(len(multipliers)):
+            accs = [d[i]["acc"] for d in per_depth]
+            lps = [d[i]["logp"] for d in per_depth]
+            out.append({"acc": sum(accs) / len(accs), "logp": sum(lps) / len(lps),
+                        "depths": list(ctx.depths), "acc_by_depth": accs, "logp_by_depth": lps})
+        return out

@@ -1,0 +1,179 @@
+"""Tuning: a global multiplier by bracketed 1-D search, per-layer or per-head multipliers by
+label-free entropy matching, then the evidence on held-out documents.
+
+Entropy matching: attention entropy falls monotonically as m = 1/T grows, so for each head the m
+that brings its mean entropy over the tail queries [L0, N) at length N back to its mean entropy
+over queries [L0/2, L0) at the trained length L0 is found by bisection on ln m. Layers are done
+in order, each from q and k captured with the layers below already tuned (a layer's inputs depend
+only on the layers below it); passes repeat until no multiplier moves by more than ``tol``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from . import _validate
+from .observe import measure
+from .patching import PROBE, attention_modules, patch
+from .spec import TemperatureSpec
+from .stats import attention_stats
+from .tasks import EvalContext, get_task
+from .tiny_eval import heldout_windows
+
+GRANULARITIES = ("global", "layer", "head")
+OBJECTIVES = ("perplexity", "passkey", "entropy")
+
+
+def split_windows(tok, length: int, n: int, docs) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(tuning, evaluation)`` windows ``[n, L]`` each, from different held-out documents."""
+    ids = heldout_windows(tok, length, n=2 * n, docs=docs)  # [2n, L]
+    return ids[n:], ids[:n]
+
+
+# ----------------------------------------------------------------------------------- global
+def golden_section(f: Callable[[float], float], lo: float, hi: float, iters: int = 12) -> float:
+    """Minimise a unimodal ``f`` on ``[lo, hi]`` (golden-section search)."""
+    g = (math.sqrt(5) - 1) / 2
+    a, b = lo, hi
+    c, d = b - g * (b - a), a + g * (b - a)
+    fc, fd = f(c), f(d)
+    for _ in range(iters):
+        if fc <= fd:
+            b, d, fd = d, c, fc
+            c = b - g * (b - a)
+            fc = f(c)
+        else:
+            a, c, fc = c, d, fd
+            d = a + g * (b - a)
+            fd = f(d)
+    return c if fc <= fd else d
+
+
+def tune_global(model, tok, length: int, objective: str, ctx: EvalContext, rope: dict | None = None,
+                bracket: tuple[float, float] = (0.5, 2.5), grid: int = 9, iters: int = 8) -> dict[str, Any]:
+    """Best global m for ``objective``'s metric: a log-spaced grid (one batched pass) brackets
+    the optimum, then golden-section search in ln m refines it inside the bracket."""
+    task = get_task(_validate.choice("objective", objective, ("perplexity", "passkey")))
+    sign = -1.0 if task.higher_is_better(task.objective) else 1.0
+    spec = TemperatureSpec(rope=rope)
+    cache: dict[float, float] = {}
+
+    def loss(ms: Sequence[float]) -> list[float]:
+        todo = [m for m in ms if round(m, 6) not in cache]
+        if todo:
+            with patch(model, spec):
+                for m, r in zip(todo, task.evaluate(model, tok, length, todo, ctx), strict=True):
+                    cache[round(m, 6)] = sign * r[task.objective]
+        return [cache[round(m, 6)] for m in ms]
+
+    pts = np.exp(np.linspace(math.log(bracket[0]), math.log(bracket[1]), grid)).tolist()
+    vals = loss(pts)
+    i = int(np.argmin(vals))
+    lo, hi = pts[max(0, i - 1)], pts[min(grid - 1, i + 1)]
+    best = math.exp(golden_section(lambda x: loss([math.exp(x)])[0], math.log(lo), math.log(hi), iters))
+    if loss([best])[0] > vals[i]:
+        best = pts[i]
+    curve = sorted((m, sign * v) for m, v in cache.items())
+    return {"multiplier": best, "metric": task.objective, "value": sign * loss([best])[0], "curve": curve}
+
+
+# ----------------------------------------------------------------------------------- entropy
+class _Stop(Exception):
+    pass
+
+
+@torch.no_grad()
+def capture_qk(model, ids: torch.Tensor, spec: TemperatureSpec, layer: int):
+    """q, k, scaling and kwargs reaching ``layer``'s attention under ``spec`` (forward stopped there)."""
+    mod = attention_modules(model)[layer]
+    seen = {}
+
+    def probe(module, query, key, m, scaling, kwargs):
+        seen.update(q=query, k=key, scaling=scaling, softcap=kwargs.get("softcap"),
+                    window=kwargs.get("sliding_window"))
+        raise _Stop
+
+    with patch(model, spec):
+        setattr(mod, PROBE, probe)
+        try:
+            model(input_ids=ids.to(model.device), use_cache=False)
+        except _Stop:
+            pass
+        finally:
+            delattr(mod, PROBE)
+    return seen
+
+
+def head_entropy(seen: dict, m: torch.Tensor, start: int) -> torch.Tensor:
+    """Mean entropy ``[H]`` of queries at positions >= ``start`` under per-head multipliers m."""
+    q = seen["q"][:, :, start:]  # [B, H, Lq', D]
+    st = attention_stats(q, seen["k"], m.reshape(1, -1, 1), seen["scaling"], seen["softcap"], seen["window"])
+    return st["entropy"].mean(dim=(0, 2))  # [H]
+
+
+def bisect_log_m(f: Callable[[torch.Tensor], torch.Tensor], target: torch.Tensor,
+                 bounds: tuple[float, float] = (0.2, 5.0), iters: int = 22) -> torch.Tensor:
+    """Per entry, the m in ``bounds`` with ``f(m) = target`` for ``f`` decreasing in m (bisection
+    on ln m; clamped to a bound when the target lies outside ``f``'s range there)."""
+    lo = torch.full_like(target, math.log(bounds[0]))
+    hi = torch.full_like(target, math.log(bounds[1]))
+    for _ in range(iters):
+        mid = (lo + hi) / 2
+        too_flat = f(mid.exp()) > target  # entropy too high: sharpen (raise m)
+        lo = torch.where(too_flat, mid, lo)
+        hi = torch.where(too_flat, hi, mid)
+    return ((lo + hi) / 2).exp()
+
+
+@dataclass(frozen=True)
+class EntropyMatch:
+    spec: TemperatureSpec
+    reference: np.ndarray  # [L, H] entropy at the trained length
+    before: np.ndarray  # [L, H] entropy at length N, multipliers 1 (with the rope)
+    after: np.ndarray  # [L, H] entropy at length N with the tuned multipliers
+    passes: int
+
+
+def tune_entropy(model, ids: torch.Tensor, trained_length: int, granularity: str = "head",
+                 rope: dict | None = None, max_passes: int = 3, tol: float = 1e-3,
+                 progress: bool = True) -> EntropyMatch:
+    """Per-head (or per-layer, or global) multipliers matching tail entropy at ``ids``' length to
+    the entropy at the trained length. ``ids`` ``[B, N]`` with N > trained length."""
+    _validate.choice("granularity", granularity, GRANULARITIES)
+    n_layers = len(attention_modules(model))
+    ref_stats = measure(model, ids[:, :trained_length], positions=[trained_length // 2], progress=False)
+    ref = torch.tensor(ref_stats.per_head("entropy", start=trained_length // 2), dtype=torch.float32)
+    n_heads = ref.shape[1]
+    table = torch.ones(n_layers, n_heads)
+    passes = 0
+    for passes in range(1, max_passes + 1):
+        old = table.clone()
+        for layer in tqdm(range(n_layers), desc=f"entropy match pass {passes}", disable=not progress):
+            spec = TemperatureSpec(heads=table.tolist(), rope=rope)
+            seen = capture_qk(model, ids, spec, layer)
+            table[layer] = _match_layer(seen, ref[layer], trained_length, granularity)
+        if granularity == "global":
+            table[:] = table.mean()  # one value: the mean of the per-layer matches
+        if (table.log() - old.log()).abs().max() < tol:
+            break
+    spec = TemperatureSpec(heads=table.tolist(), rope=rope)
+    before = measure(model, ids, TemperatureSpec(rope=rope), positions=[trained_length], progress=False)
+    after = measure(model, ids, spec, positions=[trained_length], progress=False)
+    return EntropyMatch(spec, ref.numpy(), before.per_head("entropy", start=trained_length),
+                        after.per_head("entropy", start=trained_length), passes)
+
+
+def _match_layer(seen: dict, ref: torch.Tensor, start: int, granularity: str) -> torch.Tensor:
+    h = ref.shape[0]
+    if granularity == "head":
+        return bisect_log_m(lambda m: head_entropy(seen, m, start), ref)
+    target = ref.mean().reshape(1)
+    m = bisect_log_m(lambda m: head_entropy(seen, m.expand(h), start).mean().reshape(1), target)
+    return m.expand(h)

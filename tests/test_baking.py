@@ -1,0 +1,152 @@
+"""attntemp.baking: baked checkpoints reload with plain transformers and equal the patched model."""
+
+import json
+
+import pytest
+import torch
+from tiny_configs import config, model
+from transformers import AutoModelForCausalLM
+
+import attntemp.baking as B
+from attntemp.patching import patch
+from attntemp.spec import TemperatureSpec
+
+X = torch.randint(1, 97, (2, 48), generator=torch.Generator().manual_seed(1))  # [2, 48]
+TOL = 1e-4
+
+
+def sharp(m):
+    """Random weights x4 so attention is peaked and a temperature moves the logits by >> TOL."""
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if p.dim() == 2 and "embed" not in name:
+                p.mul_(4)
+    return m
+
+
+def logits(m, x=X):
+    with torch.no_grad():
+        return m(x).logits
+
+
+def per_head_spec(m, seed=2):
+    cfg = m.config
+    g = torch.Generator().manual_seed(seed)
+    return TemperatureSpec.per_head(0.5 + 1.5 * torch.rand(cfg.num_hidden_layers, cfg.num_attention_heads,
+                                                            generator=g))
+
+
+def reload(path):
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+
+
+def patched_and_base(m, spec):
+    base = logits(m)
+    with patch(m, spec):
+        want = logits(m)
+    assert (want - base).abs().max() > 100 * TOL  # the spec matters here, so the check can fail
+    return want, base
+
+
+CASES = [("llama", "head", "q_proj"), ("mistral", "head", "q_proj"), ("qwen2", "head", "q_proj"),
+         ("phi3", "head", "qkv_proj"), ("gpt_neox", "head", "query_key_value"),
+         ("qwen3", "layer", "q_norm"), ("gemma3_text", "layer", "q_norm")]
+
+
+@pytest.mark.parametrize(("arch", "kind", "target"), CASES)
+def test_baked_checkpoint_equals_patched_model(arch, kind, target, tmp_path):
+    m = sharp(model(arch))
+    spec = per_head_spec(m) if kind == "head" else TemperatureSpec(layers=(0.7, 1.6))
+    want, _ = patched_and_base(m, spec)
+    result = B.save_baked(m, None, spec, tmp_path / "baked")
+    assert result.path == tmp_path / "baked" and result.max_abs_diff <= TOL and result.tokens == 64
+    assert {step.target for step in result.layers} == {target}
+    got = logits(reload(tmp_path / "baked"))  # plain transformers, no attntemp patch
+    assert (got - want).abs().max() <= TOL
+    record = json.loads((tmp_path / "baked" / B.SPEC_FILE).read_text())
+    assert record["format"] == B.FORMAT and TemperatureSpec.from_dict(record["spec"]) == spec
+    assert record["check"]["max_abs_diff"] == result.max_abs_diff
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["baked"]  # no temporary folder left
+
+
+def test_yarn_spec_writes_the_rope_into_the_saved_config(tmp_path):
+    cfg = config("llama")
+    cfg.max_position_embeddings = 32
+    torch.manual_seed(0)
+    m = sharp(AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa").eval())
+    spec = TemperatureSpec.yarn(4, 32)
+    want, _ = patched_and_base(m, spec)
+    with patch(m, TemperatureSpec(schedule="yarn", schedule_params={"s": 4.0})):
+        temperature_only = logits(m)
+    assert (want - temperature_only).abs().max() > 100 * TOL  # 48 tokens > 32: the rope matters
+    B.save_baked(m, None, spec, tmp_path / "yarn")
+    fresh = reload(tmp_path / "yarn")
+    assert fresh.config.rope_parameters["rope_type"] == "yarn"
+    assert fresh.config.rope_parameters["attention_factor"] == 1.0
+    assert (logits(fresh) - want).abs().max() <= TOL
+
+
+def test_per_head_multipliers_under_qk_norm_are_refused():
+    m = model("qwen3")
+    state = {k: v.clone() for k, v in m.state_dict().items()}
+    with pytest.raises(ValueError, match=r"q_norm normalises each head after q_proj.*shared by all heads"):
+        B.bake(m, per_head_spec(m))
+    assert all(torch.equal(v, state[k]) for k, v in m.state_dict().items())  # nothing changed
+
+
+def test_softcapped_gemma2_is_refused_unless_m_is_one():
+    m = model("gemma2")
+    with pytest.raises(ValueError, match=r"soft-caps attention logits.*attn_logit_softcapping=5.0"):
+        B.plan(m, TemperatureSpec(multiplier=1.3))
+    assert all(step.multipliers == (1.0,) * 4 for step in B.plan(m, TemperatureSpec()))
+
+
+POSITION_SPECS = [("logn", {"trained_len": 16}), ("llama4", {}), ("ssmax", {})]
+
+
+@pytest.mark.parametrize(("schedule", "params"), POSITION_SPECS)
+def test_position_dependent_schedules_are_refused(schedule, params):
+    spec = TemperatureSpec(schedule=schedule, schedule_params=params)
+    with pytest.raises(ValueError, match=f"schedule='{schedule}' is position-dependent.*attntemp.patch"):
+        B.bake(model("llama"), spec)
+
+
+def test_interrupted_save_leaves_nothing(tmp_path, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(B, "reload_logits", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        B.save_baked(model("llama"), None, TemperatureSpec(multiplier=1.5), tmp_path / "out")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_failed_check_raises_and_leaves_nothing(tmp_path, monkeypatch):
+    real = B.reload_logits
+    monkeypatch.setattr(B, "reload_logits", lambda *a: real(*a) + 1e-3)
+    with pytest.raises(ValueError, match=r"max abs diff 0.001 > 0.0001 on 64 tokens; nothing was written"):
+        B.save_baked(model("llama"), None, TemperatureSpec(multiplier=1.5), tmp_path / "out")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_existing_output_folder_needs_overwrite(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "old.txt").write_text("x")
+    with pytest.raises(ValueError, match=r"exists and is not empty; pass overwrite=True"):
+        B.save_baked(model("llama"), None, TemperatureSpec(multiplier=1.5), out)
+    B.save_baked(model("llama"), None, TemperatureSpec(multiplier=1.5), out, overwrite=True)
+    assert not (out / "old.txt").exists() and (out / B.SPEC_FILE).is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_bake_refuses_a_second_bake_a_patched_model_and_non_fp32(tmp_path):
+    m = B.bake(model("llama"), TemperatureSpec(multiplier=1.5))
+    with pytest.raises(ValueError, match=r"already baked"):
+        B.bake(m, TemperatureSpec(multiplier=1.5))
+    other = model("llama")
+    with patch(other, TemperatureSpec(multiplier=1.5)):
+        with pytest.raises(ValueError, match=r"patched by attntemp"):
+            B.bake(other, TemperatureSpec(multiplier=1.5))
+    with pytest.raises(ValueError, match=r"\['torch.bfloat16'\] parameters.*float32"):
+        B.save_baked(model("llama").to(torch.bfloat16), None, TemperatureSpec(), tmp_path / "bf16")

@@ -1,0 +1,52 @@
+"""The report: tables and plots from a sweep database and tuning evidence."""
+
+import json
+
+import pytest
+
+from attntemp.report import build_report, markdown_to_html
+from attntemp.sweep import Store
+
+
+def fake_sweep(folder):
+    store = Store(folder / "sweep.db")
+    for rope in ("none", "yarn"):
+        for length in (512, 1024):
+            for m in (0.8, 1.0, 1.2, 1.4):
+                best = 1.3 if rope == "yarn" else 1.0
+                ppl = 4 + (m - best) ** 2 * length / 256
+                store.add("tiny", length, rope, m, "perplexity",
+                          {"ppl": ppl, "tail_ppl": ppl + 1, "tail_start": 256}, 0.1, True)
+                store.add("tiny", length, rope, m, "passkey", {"acc": 1 - abs(m - best), "logp": -abs(m - best)},
+                          0.1, True)
+                store.add("tiny", length, rope, m, "needle", {"acc": 0.5, "logp": -1.0, "depths": [0, 0.5, 1],
+                                                              "acc_by_depth": [0, 0.5, 1]}, 0.1, True)
+    store.close()
+
+
+def test_report_from_sweep_and_evidence(tmp_path):
+    fake_sweep(tmp_path)
+    tune = tmp_path / "tune"
+    tune.mkdir()
+    (tune / "evidence.md").write_text("# tuning evidence: x\n\n| spec | a |\n|---|---|\n| tuned | 1 |\n")
+    (tune / "entropy.json").write_text(json.dumps({"reference": [[1, 2]], "before": [[2, 3]], "after": [[1, 2]]}))
+    md, page = build_report(tmp_path)
+    text = md.read_text()
+    assert "| perplexity | tail_ppl | 1024 | yarn | 5.36 | 1.2 | 5.04 | 1.296 |" in text
+    assert "| perplexity | tail_ppl | 512 | none | 5 | 1 | 5 | 1.143 |" in text
+    for png in ("ppl_vs_multiplier.png", "passkey_heatmap.png", "needle_heatmap.png", "tune/entropy_shift.png"):
+        assert (tmp_path / png).stat().st_size > 2000
+        assert f'src="{png}"' in page.read_text()
+    assert "## tuning evidence: x" in text
+
+
+def test_report_refuses_an_empty_or_missing_folder(tmp_path):
+    with pytest.raises(ValueError, match=r"no sweep\.db and no evidence\.md"):
+        build_report(tmp_path)
+    with pytest.raises(FileNotFoundError):
+        build_report(tmp_path / "missing")
+
+
+def test_markdown_to_html_escapes():
+    page = markdown_to_html("# a <b>\n\n| x | y |\n|---|---|\n| <1> | 2 |\n", "t")
+    assert "<h1>a &lt;b&gt;</h1>" in page and "<td>&lt;1&gt;</td>" in page
