@@ -11,10 +11,12 @@ documents. Deterministic for a given ``--seed`` and thread count (unless ``--min
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import math
 import pathlib
+import string
 import sys
 import time
 
@@ -29,27 +31,27 @@ from attntemp import data, tiny_eval
 BOS, EOS = "<bos>", "<eos>"
 BOS_ID, EOS_ID = 256, 257
 IGNORE = -100
-COPY_ALPHABET = torch.tensor(list(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"))
+COPY_ALPHABET = torch.tensor(list(string.ascii_letters.encode() + string.digits.encode()))
 NEWLINE = torch.tensor([10])
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="output folder (weights, tokenizer, card)")
-    p.add_argument("--steps", type=int, default=2500, help="optimizer steps")
+    p.add_argument("--steps", type=int, default=1600, help="optimizer steps on the main mixture")
+    p.add_argument("--copy-steps", type=int, default=900, help="first steps: copy rows only")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     p.add_argument("--minutes", type=float, default=25.0, help="stop training after this time")
     p.add_argument("--context", type=int, default=256, help="trained context (tokens)")
     p.add_argument("--batch", type=int, default=32, help="rows per batch")
-    p.add_argument("--passkey-share", type=float, default=0.1875, help="passkey rows per batch")
-    p.add_argument("--copy-share", type=float, default=0.1875, help="repeated-string rows per batch")
-    p.add_argument("--lr", type=float, default=3e-3, help="peak learning rate")
-    p.add_argument("--warmup", type=int, default=100, help="linear warmup steps")
+    p.add_argument("--passkey-share", type=float, default=0.25, help="passkey rows per batch")
+    p.add_argument("--copy-share", type=float, default=0.125, help="copy rows per batch")
+    p.add_argument("--lr", type=float, default=2e-3, help="peak learning rate")
+    p.add_argument("--warmup", type=int, default=50, help="linear warmup steps")
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--answer-weight", type=float, default=1.0, help="weight of the answer loss")
-    p.add_argument("--init", default=None, help="start from this saved model instead of scratch")
     p.add_argument("--smoke", action="store_true", help="3 steps, light evaluation")
     return p.parse_args(argv)
 
@@ -63,7 +65,7 @@ def bytes_to_unicode() -> dict[int, str]:
     return chars
 
 
-def build_tokenizer(context: int) -> PreTrainedTokenizerFast:
+def build_tokenizer() -> PreTrainedTokenizerFast:
     """Exact byte tokenizer: token id == byte value (0..255), then <bos> = 256, <eos> = 257."""
     vocab = {ch: b for b, ch in bytes_to_unicode().items()}
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
@@ -81,8 +83,8 @@ def build_tokenizer(context: int) -> PreTrainedTokenizerFast:
 
 
 def build_model(args: argparse.Namespace) -> LlamaForCausalLM:
-    """Llama-format RoPE model: head_dim 32, GQA with 2 key/value heads, SwiGLU of 3x width."""
-    heads = args.hidden // 32
+    """Llama-format RoPE model: head_dim 16, GQA (2 query heads per key/value head), SwiGLU 3x."""
+    heads = args.hidden // 16
     config = LlamaConfig(
         vocab_size=258,
         hidden_size=args.hidden,
@@ -119,7 +121,7 @@ def passkey_rows(tokenizer, context: int, seed: int):
     for i in itertools.count():
         (text,) = data.passkey_documents(1, tokenizer, low, context - 10, seed * 1_000_003 + i)
         ids = [*tokenizer(text, add_special_tokens=False)["input_ids"], EOS_ID]
-        asked = data.count_tokens(tokenizer, text[: text.rindex(data.QUESTION) + len(data.QUESTION)])
+        asked = data.count_tokens(tokenizer, text[: text.rindex(" ")])  # the prompt
         row = torch.full((context,), EOS_ID, dtype=torch.long)  # [context]
         row[: len(ids)] = torch.tensor(ids)
         labels = row.clone()
@@ -129,15 +131,15 @@ def passkey_rows(tokenizer, context: int, seed: int):
         yield row, labels, answer
 
 
-def copy_row(gen: torch.Generator, context: int) -> torch.Tensor:
-    """``[context]`` bytes of ``S\nS\n`` pairs, S a random string of 8..64 letters and digits.
+def copy_row(gen: torch.Generator, context: int, longest: int) -> torch.Tensor:
+    """``[context]`` bytes of ``S\nS\n`` pairs, S a random string of 4..longest letters and digits.
 
     The second copy of each S is predictable only by looking back: it teaches induction (copying),
     which passkey retrieval needs and which the stdlib text alone grows too slowly.
     """
     parts, size = [], 0
     while size < context:
-        n = int(torch.randint(8, 65, (1,), generator=gen))
+        n = int(torch.randint(4, longest + 1, (1,), generator=gen))
         s = COPY_ALPHABET[torch.randint(0, len(COPY_ALPHABET), (n,), generator=gen)]  # [n]
         parts += [s, NEWLINE, s, NEWLINE]
         size += 2 * n + 2
@@ -145,11 +147,11 @@ def copy_row(gen: torch.Generator, context: int) -> torch.Tensor:
 
 
 def sample_batch(stream, gen, passkeys, rows: int, mix: tuple[int, int], context: int):
-    """``(ids, labels)`` ``[rows, context]``: stdlib windows, then ``mix`` = (copy, passkey) rows."""
+    """``(ids, labels, answer)`` ``[rows, context]``: stdlib windows, then (copy, passkey) rows."""
     n_copy, n_passkey = mix
     starts = torch.randint(0, len(stream) - context, (rows - n_copy - n_passkey,), generator=gen)
     text = [stream[s : s + context] for s in starts.tolist()]
-    text += [copy_row(gen, context) for _ in range(n_copy)]
+    text += [copy_row(gen, context, 32) for _ in range(n_copy)]
     pk = [next(passkeys) for _ in range(n_passkey)]
     ids = torch.stack([*text, *[r for r, _, _ in pk]])  # [rows, context]
     labels = torch.stack([*text, *[lab for _, lab, _ in pk]])  # [rows, context]
@@ -175,49 +177,70 @@ def batch_loss(model, ids, labels, answer, weight: float) -> tuple[torch.Tensor,
     return lm + weight * ans, lm.item(), ans.item()
 
 
-def lr_factor(step: int, warmup: int, total: int) -> float:
-    """Linear warmup to 1, then cosine down to 0.1."""
+def lr_factor(step: int, warmup: int, flat: int, total: int) -> float:
+    """Linear warmup to 1, flat until step ``flat``, then cosine down to 0.1 at ``total``."""
     if step < warmup:
         return (step + 1) / warmup
-    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    progress = min(1.0, max(0, step - max(flat, warmup)) / max(1, total - max(flat, warmup)))
     return 0.1 + 0.45 * (1.0 + math.cos(math.pi * progress))
 
 
-def train(model, stream, tokenizer, args) -> dict:
-    """AdamW + warmup/cosine; returns steps run, tokens seen, minutes and the final loss."""
+def copy_batch(gen: torch.Generator, rows: int) -> tuple[torch.Tensor, ...]:
+    """Phase 1: ``[rows, 64]`` copy rows of short strings (4..16), where induction forms fast."""
+    ids = torch.stack([copy_row(gen, 64, 16) for _ in range(rows)])  # [rows, 64]
+    return ids, ids, torch.zeros_like(ids, dtype=torch.bool)
+
+
+def optimizer(model, args) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+    """AdamW; warmup, flat through the copy phase, cosine over the main steps."""
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, args.warmup, args.steps))
+    total = args.copy_steps + args.steps
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: lr_factor(s, args.warmup, args.copy_steps, total)
+    )
+    return opt, sched
+
+
+def update(model, opt, sched, batch, answer_weight: float) -> tuple[float, float]:
+    """One clipped AdamW step on ``batch``; returns its (next-token, answer) losses."""
+    loss, lm, ans = batch_loss(model, *batch, answer_weight)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    sched.step()
+    return lm, ans
+
+
+def train(model, stream, tokenizer, args) -> dict:
+    """Copy phase, then the main mixture; returns steps, tokens seen, minutes and the final loss."""
+    opt, sched = optimizer(model, args)
     gen = torch.Generator().manual_seed(args.seed)
     passkeys = passkey_rows(tokenizer, args.context, args.seed)
     mix = (round(args.batch * args.copy_share), round(args.batch * args.passkey_share))
+    mixed = functools.partial(sample_batch, stream, gen, passkeys, args.batch, mix, args.context)
     start, losses, tokens, step = time.time(), [], 0, 0
     model.train()
-    bar = tqdm(range(args.steps), desc="train", mininterval=5.0, file=sys.stdout)
-    for step in bar:
-        ids, labels, answer = sample_batch(stream, gen, passkeys, args.batch, mix, args.context)
-        loss, lm, ans = batch_loss(model, ids, labels, answer, args.answer_weight)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        losses.append(lm)
-        tokens += int((labels != IGNORE).sum())
-        if step % 100 == 0 or step == args.steps - 1:
-            lr = sched.get_last_lr()[0]
-            print(f"step {step} loss {lm:.4f} answer loss {ans:.4f} lr {lr:.2e}", flush=True)
+    for step in tqdm(range(args.copy_steps + args.steps), "train", mininterval=10, file=sys.stdout):
+        copying = step < args.copy_steps
+        batch = copy_batch(gen, args.batch) if copying else mixed()
+        lm, ans = update(model, opt, sched, batch, args.answer_weight)
+        losses += [] if copying else [lm]
+        tokens += int((batch[1] != IGNORE).sum())
+        if step % 100 == 0:
+            print(f"step {step} loss {lm:.4f} answer {ans:.4f} lr {sched.get_last_lr()[0]:.2e}")
         if time.time() - start > 60 * args.minutes:
             print(f"stopping at step {step}: --minutes {args.minutes} reached", flush=True)
             break
     model.eval()
-    tail = losses[-50:]
+    tail = losses[-50:] or [float("nan")]
     return {
         "steps": step + 1,
         "tokens_seen": tokens,
         "train_minutes": round((time.time() - start) / 60, 2),
         "final_train_loss": round(sum(tail) / len(tail), 4),
-        "final_train_loss_definition": f"mean loss (nats/token) of the last {len(tail)} steps, "
-        "answer tokens excluded",
+        "final_train_loss_definition": f"mean loss (nats/token) of the last {len(tail)} main "
+        "steps, answer tokens excluded",
     }
 
 
@@ -269,10 +292,11 @@ by `scripts/train_tiny.py` so that the long-context story of attntemp runs offli
 | data | standard library of Python {python} (.py files, test folders skipped, train split: \
 sha256 of the relative path mod 100 >= 10); of each batch's rows {share:.0%} are synthetic passkey \
 documents and {copy_share:.0%} repeated random strings (`S\\nS\\n`, to grow copying heads) |
-| steps / batch | {steps} / {batch} rows of {context} tokens |
+| steps / batch | {steps}: {copy_steps} on copy rows only ({batch} rows of 64 tokens, strings of \
+4..16), then {steps_arg} on the mixture ({batch} rows of {context} tokens) |
 | tokens seen (with a loss) | {tokens_seen:,} |
-| training time | {train_minutes} min on {threads} CPU threads |
-| final train loss | {final_train_loss} nats/token (mean of the last 50 steps) |
+| training time | {train_minutes} min, torch threads: {threads} |
+| final train loss | {final_train_loss} ({final_train_loss_definition}) |
 | passkey accuracy at {context} tokens | {passkey_accuracy:.0%} of {passkey_trials} trials |
 | held-out perplexity at {context} tokens | {heldout_ppl} |
 
@@ -294,8 +318,11 @@ over the last {context} / 4 - 1 of them):
 {extrapolation_rows}
 
 Tokenizer: exact bytes (token id = byte value), `<bos>` = 256, `<eos>` = 257 (also padding).
-Reproduce:
-`python scripts/train_tiny.py --out DIR --seed {seed} --steps {steps_arg} --threads {threads}`.
+Training loss: next-token loss of the mixture plus {answer_weight} x the mean loss of the passkey
+answer tokens (` {{key}}.<eos>`), which are too few to be learnt otherwise. Reproduce with
+
+    python scripts/train_tiny.py --out DIR --seed {seed} \\
+        --copy-steps {copy_steps} --steps {steps_arg} --threads {threads}
 """
 
 
@@ -310,25 +337,10 @@ def write_card(out: pathlib.Path, figures: dict) -> None:
     (out / "README.md").write_text(text, encoding="utf-8")
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.smoke:
-        args.steps, args.batch, args.warmup = 3, 8, 2
-    torch.set_num_threads(args.threads)
-    out = pathlib.Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tokenizer(args.context)
-    model = build_model(args) if args.init is None else LlamaForCausalLM.from_pretrained(args.init)
-    params = sum(p.numel() for p in model.parameters())
-    docs = data.load_text("stdlib")
-    train_docs = data.split(docs, "train")
-    stream = byte_stream(train_docs)  # [N]
-    print(f"{params:,} parameters; {len(train_docs)} train documents, {len(stream):,} tokens")
-    figures = train(model, stream, tokenizer, args)
-    figures.update(evaluate(model, tokenizer, docs, args))
+def describe(model, args: argparse.Namespace) -> dict:
+    """The run's settings for eval.json and the card."""
     cfg = model.config
-    figures.update(
-        params=params,
+    return dict(
         layers=cfg.num_hidden_layers,
         hidden=cfg.hidden_size,
         heads=cfg.num_attention_heads,
@@ -341,8 +353,29 @@ def main(argv: list[str] | None = None) -> int:
         threads=args.threads,
         seed=args.seed,
         steps_arg=args.steps,
+        copy_steps=args.copy_steps,
+        answer_weight=args.answer_weight,
         smoke=args.smoke,
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.smoke:
+        args.steps, args.copy_steps, args.batch, args.warmup = 3, 2, 8, 2
+    torch.set_num_threads(args.threads)
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_tokenizer()
+    model = build_model(args)
+    params = sum(p.numel() for p in model.parameters())
+    docs = data.load_text("stdlib")
+    train_docs = data.split(docs, "train")
+    stream = byte_stream(train_docs)  # [N]
+    print(f"{params:,} parameters; {len(train_docs)} train documents, {len(stream):,} tokens")
+    figures = train(model, stream, tokenizer, args)
+    figures.update(evaluate(model, tokenizer, docs, args))
+    figures.update(describe(model, args), params=params)
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
     (out / "eval.json").write_text(json.dumps(figures, indent=1) + "\n", encoding="utf-8")

@@ -16,14 +16,7 @@ from attntemp.calibration import (
     reliability_diagram,
 )
 
-
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """Small tensors: one intra-op thread is faster than two fighting over a shared 2-core box."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @functools.lru_cache

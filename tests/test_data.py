@@ -66,6 +66,8 @@ def test_gutenberg_crlf_and_latin1(monkeypatch):
     (caesar,) = data.load_text("gutenberg:shakespeare-caesar")  # Latin-1 on disk
     assert "\ufffd" not in caesar.text and "Caesar" in caesar.text
     assert any(ord(c) > 127 for c in caesar.text)
+    monkeypatch.delenv(data.GUTENBERG_ENV)
+    assert data.gutenberg_dir() == pathlib.Path.cwd().parent / "shared" / "data" / "gutenberg"
 
 
 @pytest.mark.parametrize("source", ["no-such-source", "/no/such/folder", ""])

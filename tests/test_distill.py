@@ -8,14 +8,7 @@ import torch.nn.functional as F
 
 from attntemp.distill import kd_loss, soft_kl
 
-
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """Small tensors: one intra-op thread is faster than two fighting over a shared 2-core box."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _pair(shape, seed=0, dtype=torch.float64):

@@ -16,13 +16,7 @@ from attntemp.sampling import TemperatureTopKTopP, sample
 V = 12
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """Small tensors: one intra-op thread is faster than two fighting over a shared 2-core box."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def transformers_chain(temperature, top_k, top_p, min_tokens_to_keep=1):

@@ -8,7 +8,8 @@ import torch
 from tiny_configs import model as tiny_random
 
 from attntemp.evidence import TuneConfig, run_tune
-from attntemp.tune import bisect_log_m, golden_section, tune_entropy
+from attntemp.search1d import golden_section
+from attntemp.tune import bisect_log_m, tune_entropy
 
 
 def test_golden_section_finds_the_minimum():

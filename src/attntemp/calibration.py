@@ -21,12 +21,12 @@ import torch
 import torch.nn.functional as F
 
 from . import _validate
+from .search1d import golden_section
 
 LOG_T_BOUNDS = (math.log(1e-2), math.log(1e2))  # the bracket of the fallback search, in ln T
 METHODS = ("newton", "golden-section")
 NORMS = ("l1", "l2", "max")
 GRAD_TOL = 1e-5  # |dNLL/d ln T| below this counts as a stationary point
-_INV_PHI = (math.sqrt(5.0) - 1.0) / 2.0
 
 
 def flatten_labelled(
@@ -158,23 +158,7 @@ def _golden_log_t(z: torch.Tensor, y: torch.Tensor, tol: float = 1e-8) -> float:
 
     The NLL is convex in ``m = 1/T``, hence unimodal in ``ln T``, so the bracket cannot be fooled.
     """
-    a, b = LOG_T_BOUNDS
-
-    def f(s: float) -> float:
-        return float(_nll(z, y, math.exp(-s)))
-
-    c, d = b - _INV_PHI * (b - a), a + _INV_PHI * (b - a)
-    fc, fd = f(c), f(d)
-    while b - a > tol:
-        if fc < fd:
-            b, d, fd = d, c, fc
-            c = b - _INV_PHI * (b - a)
-            fc = f(c)
-        else:
-            a, c, fc = c, d, fd
-            d = a + _INV_PHI * (b - a)
-            fd = f(d)
-    return (a + b) / 2.0
+    return golden_section(lambda s: float(_nll(z, y, math.exp(-s))), *LOG_T_BOUNDS, tol=tol)
 
 
 def _stationary(z: torch.Tensor, y: torch.Tensor, log_t: float) -> bool:

@@ -13,8 +13,8 @@ import sys
 from collections.abc import Sequence
 
 # Sub-command modules under attntemp.commands, in the order `attntemp --help` lists them.
-COMMANDS = ("tables", "measure", "sweep", "tune", "report", "bake", "export", "calibrate")
-DEFAULT_COMMAND = "tables"
+COMMANDS = ("demo", "tables", "measure", "sweep", "tune", "report", "bake", "export", "calibrate")
+DEFAULT_COMMAND = "demo"
 
 
 def build_parser() -> argparse.ArgumentParser:

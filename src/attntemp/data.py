@@ -191,7 +191,7 @@ def passkey_prompt(key: int, n_tokens: int, depth: float, tokenizer: Any) -> str
         over = count_tokens(tokenizer, text) - n_tokens
         if over <= 0:
             return text
-        chars -= max(1, int(over * per_char))
+        chars = max(0, chars - max(1, int(over * per_char)))
 
 
 def draw_keys(n: int, seed: int) -> list[int]:

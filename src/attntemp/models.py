@@ -82,7 +82,7 @@ def smollm2_path(cache: Path | None = None) -> Path:
 def resolve(name_or_path: str) -> Path | str:
     """``tiny`` / ``smollm2`` to their folders; anything else is returned as given."""
     if name_or_path == "tiny":
-        path = tiny_path()
+        path = Path(os.environ.get("ATTNTEMP_TINY_DIR") or tiny_path())  # env: another tiny checkpoint
         if not (path / "config.json").is_file():
             raise FileNotFoundError(f"the shipped tiny model is missing at {path}")
         return path

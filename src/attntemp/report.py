@@ -219,4 +219,13 @@ def markdown_to_html(md: str, title: str) -> str:
     style = "body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse}" \
             "td,th{border:1px solid #ccc;padding:2px 6px;font-size:13px}img{max-width:100%}"
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{style}</style></head><body>\n" + "\n".join(out) + "\n</body></html>\n")
+            f"<style>{style}</style></head><body>\n" + "\n".join(out) + f"\n{_IMAGE_CHECK}\n</body></html>\n")
+
+
+# After load, a hidden element says how many images decoded: read by the browser test.
+_IMAGE_CHECK = (
+    "<script>window.addEventListener('load',()=>{const i=[...document.images];"
+    "const ok=i.filter(x=>x.complete&&x.naturalWidth>0).length;const d=document.createElement('div');"
+    "d.id='attntemp-images';d.hidden=true;d.textContent='images '+ok+'/'+i.length;"
+    "document.body.appendChild(d);});</script>"
+)

@@ -90,6 +90,22 @@ def _rows(ids: torch.Tensor, multipliers: Sequence[float]) -> tuple[torch.Tensor
     return ids.repeat(k, 1), m  # [k*n, L]
 
 
+def chunked_nll(model, ids: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
+    """``[b, L-1]`` next-token NLL without the ``[b, L, V]`` logits: the decoder's hidden states
+    go through the LM head ``chunk`` positions at a time (final soft-capping applied if any)."""
+    hidden = model.get_decoder()(input_ids=ids, use_cache=False).last_hidden_state  # [b, L, d]
+    head = model.get_output_embeddings()
+    cap = getattr(model.config, "final_logit_softcapping", None)
+    out = []
+    for a in range(0, ids.shape[1] - 1, chunk):
+        logits = head(hidden[:, a : min(a + chunk, ids.shape[1] - 1)]).float()  # [b, c, V]
+        if cap:
+            logits = torch.tanh(logits / cap) * cap
+        target = ids[:, a + 1 : a + 1 + logits.shape[1]]  # [b, c]
+        out.append(torch.nn.functional.cross_entropy(logits.transpose(1, 2), target, reduction="none"))
+    return torch.cat(out, dim=1)  # [b, L-1]
+
+
 @torch.no_grad()
 def token_nll(model, ids: torch.Tensor, multipliers: Sequence[float], batch_size: int) -> torch.Tensor:
     """``[k, n, L-1]`` next-token NLL of ``ids`` ``[n, L]`` under each multiplier."""
@@ -98,10 +114,7 @@ def token_nll(model, ids: torch.Tensor, multipliers: Sequence[float], batch_size
     for a in range(0, rows.shape[0], batch_size):
         chunk, mc = rows[a : a + batch_size], m[a : a + batch_size]
         with batch_multipliers(model, mc):
-            logits = model(input_ids=chunk.to(model.device), use_cache=False).logits[:, :-1].float()
-        nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), chunk[:, 1:].to(logits.device),
-                                                reduction="none")  # [b, L-1]
-        out.append(nll.cpu())
+            out.append(chunked_nll(model, chunk.to(model.device)).cpu())  # [b, L-1]
     return torch.cat(out).reshape(len(multipliers), ids.shape[0], -1)
 
 

@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 from . import _validate
 from .observe import measure
 from .patching import PROBE, attention_modules, patch
+from .search1d import golden_section
 from .spec import TemperatureSpec
 from .stats import attention_stats
 from .tasks import EvalContext, get_task
@@ -38,24 +39,6 @@ def split_windows(tok, length: int, n: int, docs) -> tuple[torch.Tensor, torch.T
 
 
 # ----------------------------------------------------------------------------------- global
-def golden_section(f: Callable[[float], float], lo: float, hi: float, iters: int = 12) -> float:
-    """Minimise a unimodal ``f`` on ``[lo, hi]`` (golden-section search)."""
-    g = (math.sqrt(5) - 1) / 2
-    a, b = lo, hi
-    c, d = b - g * (b - a), a + g * (b - a)
-    fc, fd = f(c), f(d)
-    for _ in range(iters):
-        if fc <= fd:
-            b, d, fd = d, c, fc
-            c = b - g * (b - a)
-            fc = f(c)
-        else:
-            a, c, fc = c, d, fd
-            d = a + g * (b - a)
-            fd = f(d)
-    return c if fc <= fd else d
-
-
 def tune_global(model, tok, length: int, objective: str, ctx: EvalContext, rope: dict | None = None,
                 bracket: tuple[float, float] = (0.5, 2.5), grid: int = 9, iters: int = 8) -> dict[str, Any]:
     """Best global m for ``objective``'s metric: a log-spaced grid (one batched pass) brackets

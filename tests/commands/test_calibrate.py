@@ -9,14 +9,7 @@ import torch
 from attntemp.calibration import fit_temperature
 from attntemp.cli import main
 
-
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """Small tensors: one intra-op thread is faster than two fighting over a shared 2-core box."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _synthetic(n=3000, c=8, t_true=2.0, seed=0):

@@ -5,8 +5,8 @@ import json
 from attntemp.cli import main
 
 
-def test_default_command_prints_tables(capsys):
-    assert main([]) == 0
+def test_tables_command_prints_tables(capsys):
+    assert main(["tables"]) == 0
     out = capsys.readouterr().out
     assert "| 4 | 1.1386 | 1.2965 |" in out  # s = 4: t and m = t^2
     assert "| 2 | 0.5 | 12.182 |" in out  # T = 2: gap of 5 -> ratio e^2.5

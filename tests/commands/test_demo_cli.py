@@ -1,0 +1,23 @@
+"""`attntemp demo` end to end on the shipped tiny model (small sizes), and the default command."""
+
+from attntemp import cli
+from attntemp.cli import main
+
+
+def test_demo_writes_the_report(tmp_path, capsys):
+    out = tmp_path / "demo"
+    assert main(["demo", "--out", str(out), "--scales", "2", "--docs", "1", "--trials", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert "## 1. Attention entropy past the trained length" in printed and "report: " in printed
+    page = (out / "report.html").read_text()
+    for png in ("entropy_by_position.png", "ppl_vs_multiplier.png", "entropy_shift.png"):
+        assert (out / png).stat().st_size > 2000 and png in page
+    assert (out / "baked" / "model.safetensors").is_file()
+    assert "Reloaded without attntemp" in (out / "report.md").read_text()
+
+
+def test_no_arguments_runs_the_demo(monkeypatch):
+    seen = []
+    monkeypatch.setattr("attntemp.commands.demo.run", lambda args: seen.append(args.out) or 0)
+    assert cli.DEFAULT_COMMAND == "demo"
+    assert main([]) == 0 and seen == ["attntemp-demo"]
