@@ -18,9 +18,10 @@ def heatmap(table: np.ndarray, path: str | Path, title: str, cbar: str, cmap: st
     """A layer x head heatmap of ``table`` ``[layers, heads]``."""
     fig, ax = plt.subplots(figsize=(1.2 + 0.45 * table.shape[1], 1.0 + 0.25 * table.shape[0]))
     kw = {}
-    if center is not None:
-        span = float(np.nanmax(np.abs(table - center))) or 1.0
-        kw = {"vmin": center - span, "vmax": center + span}
+    if center is not None:  # diverging colours around ``center``, the bar spanning the data only
+        lo, hi = float(np.nanmin(table)), float(np.nanmax(table))
+        eps = 1e-6 * max(1.0, abs(center))
+        kw = {"norm": matplotlib.colors.TwoSlopeNorm(center, min(lo, center - eps), max(hi, center + eps))}
     im = ax.imshow(table, aspect="auto", cmap=cmap, origin="lower", **kw)
     ax.set_xlabel("head")
     ax.set_ylabel("layer")

@@ -59,6 +59,8 @@ def plot_metric_vs_multiplier(rows, task, metric, trained: int | None, path: Pat
             ax.axvline(yarn_multiplier(s), color="k", ls="--", lw=0.8, label="(0.1 ln s + 1)^2")
             ax.axvline(yarn_sqrt_multiplier(s), color="grey", ls=":", lw=0.8, label="sqrt variant")
         ax.set_title(f"L = {length}", fontsize=9)
+        if "ppl" in metric:
+            ax.set_yscale("log")
         ax.set_xlabel("logit multiplier m = 1/T")
         ax.set_ylabel(f"{task} {metric}")
         ax.legend(fontsize=7)
