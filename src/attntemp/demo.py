@@ -40,7 +40,7 @@ from .tiny_eval import heldout_windows
 class DemoConfig:
     out: str = "attntemp-demo"
     model: str = "tiny"
-    scales: tuple[int, ...] = (4, 8)  # lengths as multiples of the trained length
+    scales: tuple[float, ...] = (4, 8)  # lengths as multiples of the trained length (smollm2: 1.5, 2)
     multipliers: tuple[float, ...] = (0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6)
     n_docs: int = 4
     trials: int = 20
@@ -65,11 +65,11 @@ def _entropy_plot(runs: dict[str, Any], trained: int, path: Path) -> Path:
 
 
 def step_entropy(model, tok, cfg: DemoConfig, trained: int, docs, out: Path) -> tuple[list[str], dict]:
-    longest = trained * max(cfg.scales)
+    longest = int(trained * max(cfg.scales))
     ids = heldout_windows(tok, longest, n=cfg.n_docs, docs=docs)  # [n, 8 L0]
     runs, rows = {}, []
     for s in (1, *cfg.scales):
-        n = trained * s
+        n = int(trained * s)
         for rope in ("none", "yarn") if s > 1 else ("none",):
             st = measure(model, ids[:, :n], TemperatureSpec(rope=rope_for(rope, n, trained)),
                          n_buckets=12, progress=False)
@@ -84,7 +84,7 @@ def step_entropy(model, tok, cfg: DemoConfig, trained: int, docs, out: Path) -> 
 
 
 def step_sweep(model, tok, cfg: DemoConfig, trained: int, out: Path) -> tuple[list[str], list]:
-    lengths = tuple(trained * s for s in cfg.scales)
+    lengths = tuple(int(trained * s) for s in cfg.scales)
     sweep = SweepConfig(out=str(out), lengths=lengths, rope=("none", "yarn"), multipliers=cfg.multipliers,
                         tasks=("perplexity",), n_docs=cfg.n_docs, progress=cfg.progress)
     store = run_sweep(sweep, model, tok)
@@ -99,7 +99,7 @@ def step_sweep(model, tok, cfg: DemoConfig, trained: int, out: Path) -> tuple[li
 
 
 def step_tune_and_passkey(model, tok, cfg: DemoConfig, trained: int, docs, out: Path) -> tuple[list[str], Any]:
-    n = trained * cfg.scales[0]
+    n = int(trained * cfg.scales[0])
     tcfg = TuneConfig(out=str(out / "tune"), model=cfg.model, length=n, rope="yarn", granularity="head",
                       objective="entropy", tasks=("perplexity", "passkey"), n_docs=cfg.n_docs,
                       trials=cfg.trials, progress=cfg.progress)
@@ -110,7 +110,7 @@ def step_tune_and_passkey(model, tok, cfg: DemoConfig, trained: int, docs, out: 
     ctx = EvalContext(trained, docs, cfg.n_docs, cfg.trials)
     lines = ["| length | spec | passkey acc | key log-prob | tail ppl |", "|---|---|---|---|---|"]
     for s in (1, *cfg.scales):
-        length = trained * s
+        length = int(trained * s)
         specs = candidates(TuneConfig(out="-", length=length, rope="yarn"),
                            spec if s == cfg.scales[0] else TemperatureSpec(rope=rope_for("yarn", length, trained)),
                            trained)
@@ -148,7 +148,7 @@ def run_demo(cfg: DemoConfig) -> Path:
     docs = data.load_text("stdlib")
     md = [f"# attntemp demo: {cfg.model}", "",
           f"Trained length L0 = {trained}; lengths {trained}, "
-          + ", ".join(str(trained * s) for s in cfg.scales) + f"; {cfg.n_docs} held-out stdlib documents.", ""]
+          + ", ".join(str(int(trained * s)) for s in cfg.scales) + f"; {cfg.n_docs} held-out stdlib documents.", ""]
     with torch.no_grad():
         part, _ = step_entropy(model, tok, cfg, trained, docs, out)
         md += part
