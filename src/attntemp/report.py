@@ -70,55 +70,51 @@ def plot_metric_vs_multiplier(rows, task, metric, trained: int | None, path: Pat
     return path
 
 
+def _panels(path: Path, panels: list[tuple[str, np.ndarray, list[str], list[str], str, str]],
+            vmax: float | None) -> Path:
+    """One heatmap per panel ``(title, grid [rows, cols], col labels, row labels, xlabel, ylabel)``."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.2), squeeze=False)
+    for ax, (title, grid, xt, yt, xlabel, ylabel) in zip(axes[0], panels, strict=True):
+        im = ax.imshow(grid, aspect="auto", origin="lower", cmap="magma", vmin=0, vmax=vmax)
+        ax.set_xticks(range(len(xt)), xt, fontsize=6, rotation=90)
+        ax.set_yticks(range(len(yt)), yt, fontsize=7)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title, fontsize=9)
+        fig.colorbar(im, ax=ax)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def plot_heatmap_grid(rows, task, metric, path: Path) -> Path | None:
     """Per RoPE method: metric over length (rows) x multiplier (columns)."""
     data = curves(rows, task, metric)
-    ropes = sorted({k[1] for k in data})
-    if not ropes:
-        return None
-    fig, axes = plt.subplots(1, len(ropes), figsize=(4.5 * len(ropes), 3.2), squeeze=False)
-    for ax, rope in zip(axes[0], ropes, strict=True):
+    panels = []
+    for rope in sorted({k[1] for k in data}):
         lengths = sorted({k[0] for k in data if k[1] == rope})
         ms = sorted({m for k, v in data.items() if k[1] == rope for m, _ in v})
         grid = np.full((len(lengths), len(ms)), np.nan)
         for (length, r), pts in data.items():
-            if r == rope:
-                for m, v in pts:
-                    grid[lengths.index(length), ms.index(m)] = v
-        im = ax.imshow(grid, aspect="auto", origin="lower", cmap="magma", vmin=0, vmax=1 if metric == "acc" else None)
-        ax.set_xticks(range(len(ms)), [f"{m:g}" for m in ms], fontsize=6, rotation=90)
-        ax.set_yticks(range(len(lengths)), [str(x) for x in lengths], fontsize=7)
-        ax.set_xlabel("m = 1/T")
-        ax.set_ylabel("length")
-        ax.set_title(f"{task} {metric}, rope {rope}", fontsize=9)
-        fig.colorbar(im, ax=ax)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+            for m, v in pts if r == rope else ():
+                grid[lengths.index(length), ms.index(m)] = v
+        panels.append((f"{task} {metric}, rope {rope}", grid, [f"{m:g}" for m in ms], [str(x) for x in lengths],
+                       "m = 1/T", "length"))
+    return _panels(path, panels, 1 if metric == "acc" else None) if panels else None
 
 
 def plot_needle_depths(rows, path: Path, multiplier: float = 1.0) -> Path | None:
+    """Per RoPE method: needle accuracy over depth (rows) x length (columns) at one multiplier."""
     pts = [r for r in rows if r["task"] == "needle" and abs(r["multiplier"] - multiplier) < 1e-9]
-    ropes = sorted({r["rope"] for r in pts})
-    if not ropes:
-        return None
-    fig, axes = plt.subplots(1, len(ropes), figsize=(4.5 * len(ropes), 3.2), squeeze=False)
-    for ax, rope in zip(axes[0], ropes, strict=True):
+    panels = []
+    for rope in sorted({r["rope"] for r in pts}):
         sel = sorted((r for r in pts if r["rope"] == rope), key=lambda r: r["length"])
         grid = np.array([r["metrics"]["acc_by_depth"] for r in sel]).T  # [depths, lengths]
-        im = ax.imshow(grid, aspect="auto", origin="lower", cmap="magma", vmin=0, vmax=1)
-        ax.set_xticks(range(len(sel)), [str(r["length"]) for r in sel], fontsize=7)
-        depths = sel[0]["metrics"]["depths"]
-        ax.set_yticks(range(len(depths)), [f"{d:g}" for d in depths], fontsize=7)
-        ax.set_xlabel("length")
-        ax.set_ylabel("needle depth")
-        ax.set_title(f"needle accuracy, rope {rope}, m = {multiplier:g}", fontsize=9)
-        fig.colorbar(im, ax=ax)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+        depths = [f"{d:g}" for d in sel[0]["metrics"]["depths"]]
+        panels.append((f"needle accuracy, rope {rope}, m = {multiplier:g}", grid, [str(r["length"]) for r in sel],
+                       depths, "length", "needle depth"))
+    return _panels(path, panels, 1) if panels else None
 
 
 def plot_entropy_shift(info: dict, path: Path, title: str) -> Path:

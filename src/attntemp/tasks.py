@@ -182,6 +182,12 @@ def _encode(tok, text: str) -> list[int]:
     return tok(text, add_special_tokens=False)["input_ids"]
 
 
+def _keyed(tok, rng: random.Random, prompt_for) -> tuple[list[int], list[int], int]:
+    """A random key, its prompt's ids and the answer's ids (" {key}")."""
+    key = rng.randint(*data.KEY_RANGE)
+    return _encode(tok, prompt_for(key)), _encode(tok, f" {key}"), key
+
+
 @register
 class Passkey(Task):
     name = "passkey"
@@ -190,11 +196,8 @@ class Passkey(Task):
 
     def evaluate(self, model, tok, length, multipliers, ctx):
         rng = random.Random(ctx.seed)
-        prompts = []
-        for _ in range(ctx.trials):
-            key = rng.randint(*data.KEY_RANGE)
-            text = data.passkey_prompt(key, length - 10, rng.random(), tok)
-            prompts.append((_encode(tok, text), _encode(tok, f" {key}"), key))
+        prompts = [_keyed(tok, rng, lambda key: data.passkey_prompt(key, length - 10, rng.random(), tok))
+                   for _ in range(ctx.trials)]
         return score_prompts(model, tok, prompts, multipliers, ctx.batch_size)
 
 
@@ -229,11 +232,9 @@ class Needle(Task):
         rng = random.Random(ctx.seed)
         per_depth = []
         for depth in ctx.depths:
-            prompts = []
-            for t in range(ctx.trials):
-                key = rng.randint(*data.KEY_RANGE)
-                text = needle_prompt(tok, hay[t % len(hay)].text, key, length - 10, depth)
-                prompts.append((_encode(tok, text), _encode(tok, f" {key}"), key))
+            prompts = [_keyed(tok, rng, lambda key, t=t, d=depth: needle_prompt(tok, hay[t % len(hay)].text, key,
+                                                                           length - 10, d))
+                       for t in range(ctx.trials)]
             per_depth.append(score_prompts(model, tok, prompts, multipliers, ctx.batch_size))
         out = []
         for i in range(len(multipliers)):
