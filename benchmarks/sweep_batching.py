@@ -1,0 +1,51 @@
+"""Benchmark: several multipliers in one batched forward (one batch row per m) vs one forward each.
+
+Tiny model, perplexity task on 4 held-out documents, k multipliers; interleaved timings in one
+run; also checks that both give the same perplexities.
+
+    python benchmarks/sweep_batching.py [--length 1024] [--k 6] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+from _harness import time_interleaved
+
+import attntemp
+from attntemp import data
+from attntemp.tasks import EvalContext, get_task
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="tiny")
+    ap.add_argument("--length", type=int, default=1024)
+    ap.add_argument("--k", type=int, default=6)
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+    model, tok = attntemp.load_model(args.model)
+    ctx = EvalContext(model.config.max_position_embeddings, data.load_text("stdlib"), n_docs=4)
+    ms = torch.linspace(0.8, 1.3, args.k).tolist()
+    task = get_task("perplexity")
+    out = {}
+
+    def batched():
+        out["batched"] = task.evaluate(model, tok, args.length, ms, ctx)
+
+    def sequential():
+        out["sequential"] = [task.evaluate(model, tok, args.length, [m], ctx)[0] for m in ms]
+
+    with attntemp.patch(model, attntemp.TemperatureSpec()):
+        t = time_interleaved({"batched": batched, "sequential": sequential}, args.repeats)
+    diff = max(abs(a["tail_ppl"] - b["tail_ppl"]) for a, b in zip(out["batched"], out["sequential"], strict=True))
+    print(json.dumps({"benchmark": "sweep_batching", "model": args.model, "length": args.length, "k": args.k,
+                      "docs": 4, "threads": torch.get_num_threads(), "seconds": t,
+                      "sequential_over_batched": t["sequential"] / t["batched"],
+                      "max_abs_tail_ppl_diff": diff}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
