@@ -12,6 +12,7 @@ per_head are the ``layers`` and ``heads`` fields). ``rope`` optionally names a R
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import asdict, dataclass, field
@@ -79,7 +80,7 @@ class TemperatureSpec:
     def position_dependent(self) -> bool:
         return self._schedule.position_dependent
 
-    @property
+    @functools.cached_property
     def is_identity(self) -> bool:
         """True when every multiplier is exactly 1 (the patch then changes nothing)."""
         ones = self.multiplier == 1.0 and not self.position_dependent
