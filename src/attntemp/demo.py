@@ -111,11 +111,7 @@ def step_tune_and_passkey(model, tok, cfg: DemoConfig, trained: int, docs, out: 
     lines = ["| length | spec | passkey acc | key log-prob | tail ppl |", "|---|---|---|---|---|"]
     for s in (1, *cfg.scales):
         length = int(trained * s)
-        specs = candidates(TuneConfig(out="-", length=length, rope="yarn"),
-                           spec if s == cfg.scales[0] else TemperatureSpec(rope=rope_for("yarn", length, trained)),
-                           trained)
-        if s != cfg.scales[0]:
-            specs.pop("tuned")
+        specs = candidates("yarn", length, trained, spec if s == cfg.scales[0] else None)
         res = evaluate_specs(model, tok, length, specs, ("passkey", "perplexity"), ctx)
         for name, r in res.items():
             lines.append(f"| {length} | {name} | {r['passkey']['acc']:.2f} | {r['passkey']['logp']:.3f} | "

@@ -62,13 +62,15 @@ class TuneConfig:
                              f"matching; use objective='entropy' (got {self.objective!r}) or method='gradient'")
 
 
-def candidates(cfg: TuneConfig, tuned: TemperatureSpec, trained: int) -> dict[str, TemperatureSpec]:
+def candidates(rope_method: str, length: int, trained: int, tuned: TemperatureSpec | None
+               ) -> dict[str, TemperatureSpec]:
     """The specs compared in the evidence: untuned (m = 1), YaRN's temperature, the tuned one."""
-    rope = rope_for(cfg.rope, cfg.length, trained)
+    rope = rope_for(rope_method, length, trained)
     out = {"m=1": TemperatureSpec(rope=rope)}
-    if cfg.rope == "yarn" and rope and rope["factor"] > 1:
+    if rope_method == "yarn" and rope and rope["factor"] > 1:
         out["yarn (0.1 ln s + 1)^2"] = TemperatureSpec(multiplier=yarn_multiplier(rope["factor"]), rope=rope)
-    out["tuned"] = tuned
+    if tuned is not None:
+        out["tuned"] = tuned
     return out
 
 
@@ -76,10 +78,8 @@ def evaluate_specs(model, tok, length: int, specs: dict[str, TemperatureSpec], t
     """``{spec name: {task: metrics}}`` on the evaluation documents."""
     result: dict[str, dict[str, Any]] = {}
     for name, spec in specs.items():
-        for task_name in tasks:
-            with patch(model, spec):
-                result.setdefault(name, {})[task_name] = get_task(task_name).evaluate(
-                    model, tok, length, [1.0], ctx)[0]
+        with patch(model, spec):
+            result[name] = {t: get_task(t).evaluate(model, tok, length, [1.0], ctx)[0] for t in tasks}
     return result
 
 
@@ -109,24 +109,17 @@ def run_tune(cfg: TuneConfig, model=None, tok=None) -> dict[str, Any]:
     if model is None:
         model, tok = load_model(cfg.model)
     trained = text_config(model).max_position_embeddings
-    ctx = eval_context(_sweep_like(cfg), trained)
+    ctx = eval_context(cfg, trained)
     t0 = time.perf_counter()
     spec, info = _tune(cfg, model, tok, trained, ctx, out)
     seconds = time.perf_counter() - t0
     spec.save(out / "spec.json")
-    results = evaluate_specs(model, tok, cfg.length, candidates(cfg, spec, trained), cfg.tasks, ctx)
+    results = evaluate_specs(model, tok, cfg.length, candidates(cfg.rope, cfg.length, trained, spec), cfg.tasks, ctx)
     evidence = {"config": asdict(cfg), "trained_length": trained, "tune_seconds": seconds, "info": info,
                 "results": results, "spec": spec.to_dict()}
     (out / "evidence.json").write_text(json.dumps(evidence, indent=1, default=float))
     (out / "evidence.md").write_text(evidence_markdown(evidence))
     return evidence
-
-
-def _sweep_like(cfg: TuneConfig):
-    from .sweep import SweepConfig
-
-    return SweepConfig(out=cfg.out, model=cfg.model, text=cfg.text, n_docs=cfg.n_docs, trials=cfg.trials,
-                       seed=cfg.seed, batch_size=cfg.batch_size, gutenberg=cfg.gutenberg)
 
 
 KEY_METRICS = {"perplexity": ("tail_ppl", "ppl"), "passkey": ("acc", "logp"), "needle": ("acc", "logp")}

@@ -22,7 +22,7 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
 
-from .attention import causal_mask, fold_into_q, repeat_kv
+from .attention import fold_into_q, reference_scores, repeat_kv
 from .extend import extend_context, restore_rope, text_config
 from .spec import TemperatureSpec
 
@@ -90,17 +90,12 @@ def _model_eager(module: torch.nn.Module):
 
 
 def _softcap_attention(module, query, key, value, mask, scaling, m, softcap, dropout=0.0, **_):
-    """Eager attention with m applied to the soft-capped logits (Gemma 2): exact, O(L^2)."""
-    k = repeat_kv(key, query.shape[1] // key.shape[1])  # [B, H, Lk, D]
+    """Eager attention with m applied to the soft-capped logits (Gemma 2): exact, O(L^2).
+
+    transformers' mask (or, when it is None, a causal one) is applied by ``reference_scores``."""
+    s = reference_scores(query, key, m, is_causal=mask is None, attn_mask=mask, scale=scaling,
+                         softcap=softcap)  # [B, H, Lq, Lk]
     v = repeat_kv(value, query.shape[1] // value.shape[1])  # [B, H, Lk, D]
-    s = (query.float() @ k.float().transpose(2, 3)) * scaling  # [B, H, Lq, Lk]
-    s = torch.tanh(s / softcap) * softcap * m.float().unsqueeze(-1)  # [B, H, Lq, Lk]
-    if mask is None:
-        s = s.masked_fill(~causal_mask(s.shape[2], s.shape[3], s.device), float("-inf"))
-    elif mask.dtype == torch.bool:
-        s = s.masked_fill(~mask, float("-inf"))
-    else:
-        s = s + mask.float()
     p = torch.softmax(s, dim=-1).to(query.dtype)  # [B, H, Lq, Lk]
     p = torch.nn.functional.dropout(p, p=dropout, training=module.training)
     return (p @ v).transpose(1, 2).contiguous(), p  # [B, Lq, H, D]

@@ -142,7 +142,9 @@ class Store:
         self.db.close()
 
 
-def eval_context(cfg: SweepConfig, trained_length: int) -> EvalContext:
+def eval_context(cfg: Any, trained_length: int) -> EvalContext:
+    """The task context of a SweepConfig or TuneConfig (text, gutenberg, n_docs, trials, seed,
+    batch_size)."""
     docs = data.load_text(cfg.text)
     hay = data.load_text(cfg.gutenberg) if cfg.gutenberg else ()
     return EvalContext(trained_length, docs, cfg.n_docs, cfg.trials, cfg.seed, batch_size=cfg.batch_size,
