@@ -56,6 +56,19 @@ def test_restored_after_an_exception():
     assert m.config._attn_implementation == "sdpa" and torch.equal(logits(m), base)
 
 
+def test_a_probe_can_set_the_multiplier_and_is_removed_even_on_error():
+    m = model("llama")
+    base = logits(m)
+    with P.patch(m, TemperatureSpec(multiplier=1.7)):
+        wanted = logits(m)
+    with P.probing(m, TemperatureSpec(), lambda mod, q, k, mult, sc, kw: torch.tensor(1.7)):
+        assert torch.allclose(logits(m), wanted, atol=1e-6)
+    with pytest.raises(RuntimeError, match="probe"), P.probing(m, TemperatureSpec(), lambda *a: None):
+        raise RuntimeError("probe")
+    assert not any(hasattr(mod, P.PROBE) or hasattr(mod, P.STATE) for mod in m.modules())
+    assert torch.equal(logits(m), base)
+
+
 class Capture:
     """Wrap the registered attention function to record what reaches it and what it returns."""
 

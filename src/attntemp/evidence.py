@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from . import _validate
 from .extend import text_config
@@ -74,12 +75,18 @@ def candidates(rope_method: str, length: int, trained: int, tuned: TemperatureSp
     return out
 
 
-def evaluate_specs(model, tok, length: int, specs: dict[str, TemperatureSpec], tasks, ctx) -> dict:
+def evaluate_specs(model, tok, length: int, specs: dict[str, TemperatureSpec], tasks, ctx,
+                   progress: bool = False) -> dict:
     """``{spec name: {task: metrics}}`` on the evaluation documents."""
     result: dict[str, dict[str, Any]] = {}
-    for name, spec in specs.items():
-        with patch(model, spec):
-            result[name] = {t: get_task(t).evaluate(model, tok, length, [1.0], ctx)[0] for t in tasks}
+    with tqdm(total=len(specs) * len(tasks), desc=f"evaluate L={length}", disable=not progress, leave=False) as bar:
+        for name, spec in specs.items():
+            result[name] = {}
+            with patch(model, spec):
+                for t in tasks:
+                    bar.set_postfix(spec=name, task=t)
+                    result[name][t] = get_task(t).evaluate(model, tok, length, [1.0], ctx)[0]
+                    bar.update(1)
     return result
 
 
@@ -114,7 +121,8 @@ def run_tune(cfg: TuneConfig, model=None, tok=None) -> dict[str, Any]:
     spec, info = _tune(cfg, model, tok, trained, ctx, out)
     seconds = time.perf_counter() - t0
     spec.save(out / "spec.json")
-    results = evaluate_specs(model, tok, cfg.length, candidates(cfg.rope, cfg.length, trained, spec), cfg.tasks, ctx)
+    results = evaluate_specs(model, tok, cfg.length, candidates(cfg.rope, cfg.length, trained, spec), cfg.tasks, ctx,
+                             cfg.progress)
     evidence = {"config": asdict(cfg), "trained_length": trained, "tune_seconds": seconds, "info": info,
                 "results": results, "spec": spec.to_dict()}
     (out / "evidence.json").write_text(json.dumps(evidence, indent=1, default=float))

@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 from . import _validate
 from .extend import text_config
-from .patching import PROBE, attention_modules, patch
+from .patching import attention_modules, probing, run_decoder
 from .spec import TemperatureSpec
 from .stats import STATS, attention_stats
 
@@ -163,14 +163,8 @@ def measure(
     mods = attention_modules(model)
     with tqdm(total=len(mods), desc=f"measure L={length}", disable=not progress, leave=False) as bar:
         probe = _Probe(edges, sink_tokens, recent_tokens, budget_bytes, bar)
-        with patch(model, spec or TemperatureSpec()):
-            for mod in mods:
-                setattr(mod, PROBE, probe)
-            try:
-                model(input_ids=input_ids.to(model.device), use_cache=False)
-            finally:
-                for mod in mods:
-                    delattr(mod, PROBE)
+        with probing(model, spec or TemperatureSpec(), probe):
+            run_decoder(model, input_ids)
     stats = {k: np.stack([probe.layers[i][k] for i in sorted(probe.layers)]) for k in STATS}
     cfg = text_config(model)
     meta = {"model_type": cfg.model_type, "trained_length": getattr(cfg, "max_position_embeddings", None),

@@ -28,7 +28,7 @@ from .spec import TemperatureSpec
 
 SUPPORTED = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3", "gpt_neox")
 STATE = "_attntemp_state"
-PROBE = "_attntemp_probe"  # callable(module, query, key, m, scaling, kwargs): sees each attention call
+PROBE = "_attntemp_probe"  # callable(module, query, key, m, scaling, kwargs) -> new m or None
 _SAVED = "_attntemp_saved"
 
 
@@ -108,7 +108,8 @@ def _make(base: str):
         m = None if state is None else state.multiplier(query, key, kwargs)
         probe = getattr(module, PROBE, None)
         if probe is not None:
-            probe(module, query, key, m, scaling, kwargs)
+            replaced = probe(module, query, key, m, scaling, kwargs)
+            m = m if replaced is None else replaced  # a probe may set this call's multiplier
         if m is not None and kwargs.get("softcap") is not None:
             return _softcap_attention(module, query, key, value, attention_mask, scaling, m,
                                       dropout=dropout, **kwargs)
@@ -208,3 +209,26 @@ def batch_multipliers(model: torch.nn.Module, multipliers: torch.Tensor) -> Iter
     finally:
         for mod in mods:
             getattr(mod, STATE).batch_multiplier = None
+
+
+@contextmanager
+def probing(model: torch.nn.Module, spec: TemperatureSpec, probe: Callable) -> Iterator[torch.nn.Module]:
+    """``patch(model, spec)`` with ``probe(module, query, key, m, scaling, kwargs)`` called by every
+    attention module before its kernel; a tensor it returns replaces that call's m (broadcastable
+    to ``[B, H, Lq]``). Probes and patch are removed on exit, also on an exception."""
+    mods = attention_modules(model)
+    with patch(model, spec):
+        for mod in mods:
+            setattr(mod, PROBE, probe)
+        try:
+            yield model
+        finally:
+            for mod in mods:
+                if hasattr(mod, PROBE):
+                    delattr(mod, PROBE)
+
+
+def run_decoder(model: torch.nn.Module, input_ids: torch.Tensor) -> None:
+    """One forward of the decoder stack without the LM head (no ``[L, vocab]`` logits), no cache."""
+    base = getattr(model, "base_model", model)
+    base(input_ids=input_ids.to(model.device), use_cache=False)

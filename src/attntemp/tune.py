@@ -5,7 +5,11 @@ Entropy matching: attention entropy falls monotonically as m = 1/T grows, so for
 that brings its mean entropy over the tail queries [L0, N) at length N back to its mean entropy
 over queries [L0/2, L0) at the trained length L0 is found by bisection on ln m. Layers are done
 in order, each from q and k captured with the layers below already tuned (a layer's inputs depend
-only on the layers below it); passes repeat until no multiplier moves by more than ``tol``.
+only on the layers below it). That order needs one forward per pass: each layer's probe matches
+its heads on the q and k it receives and hands the matched m to that layer's own kernel, so the
+layers above see the tuned layers below. Per head and per layer one pass is the answer (a second
+would reproduce it). The global match is a fixed point: run every layer at m, match each layer,
+set m to the mean of the matches, and repeat until m moves by less than ``tol`` (in ln m).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from tqdm.auto import tqdm
 
 from . import _validate
 from .observe import measure
-from .patching import PROBE, attention_modules, patch
+from .patching import attention_modules, patch, probing, run_decoder
 from .search1d import golden_section
 from .spec import TemperatureSpec
 from .stats import attention_stats
@@ -75,23 +79,24 @@ class _Stop(Exception):
 @torch.no_grad()
 def capture_qk(model, ids: torch.Tensor, spec: TemperatureSpec, layer: int):
     """q, k, scaling and kwargs reaching ``layer``'s attention under ``spec`` (forward stopped there)."""
-    mod = attention_modules(model)[layer]
     seen = {}
 
     def probe(module, query, key, m, scaling, kwargs):
-        seen.update(q=query, k=key, scaling=scaling, softcap=kwargs.get("softcap"),
-                    window=kwargs.get("sliding_window"))
-        raise _Stop
+        if module.layer_idx == layer:
+            seen.update(_seen(query, key, scaling, kwargs))
+            raise _Stop
 
-    with patch(model, spec):
-        setattr(mod, PROBE, probe)
+    with probing(model, spec, probe):
         try:
-            model(input_ids=ids.to(model.device), use_cache=False)
+            run_decoder(model, ids)
         except _Stop:
             pass
-        finally:
-            delattr(mod, PROBE)
     return seen
+
+
+def _seen(query: torch.Tensor, key: torch.Tensor, scaling: float, kwargs: dict) -> dict:
+    return {"q": query, "k": key, "scaling": scaling, "softcap": kwargs.get("softcap"),
+            "window": kwargs.get("sliding_window")}
 
 
 def head_entropy(seen: dict, m: torch.Tensor, start: int) -> torch.Tensor:
@@ -102,9 +107,10 @@ def head_entropy(seen: dict, m: torch.Tensor, start: int) -> torch.Tensor:
 
 
 def bisect_log_m(f: Callable[[torch.Tensor], torch.Tensor], target: torch.Tensor,
-                 bounds: tuple[float, float] = (0.2, 5.0), iters: int = 22) -> torch.Tensor:
+                 bounds: tuple[float, float] = (0.2, 5.0), iters: int = 16) -> torch.Tensor:
     """Per entry, the m in ``bounds`` with ``f(m) = target`` for ``f`` decreasing in m (bisection
-    on ln m; clamped to a bound when the target lies outside ``f``'s range there)."""
+    on ln m, 16 halvings: m to 5e-5 relative; clamped to a bound when the target lies outside
+    ``f``'s range there)."""
     lo = torch.full_like(target, math.log(bounds[0]))
     hi = torch.full_like(target, math.log(bounds[1]))
     for _ in range(iters):
@@ -124,6 +130,7 @@ class EntropyMatch:
     passes: int
 
 
+@torch.no_grad()
 def tune_entropy(model, ids: torch.Tensor, trained_length: int, granularity: str = "head",
                  rope: dict | None = None, max_passes: int = 3, tol: float = 1e-3,
                  progress: bool = True) -> EntropyMatch:
@@ -133,17 +140,15 @@ def tune_entropy(model, ids: torch.Tensor, trained_length: int, granularity: str
     n_layers = len(attention_modules(model))
     ref_stats = measure(model, ids[:, :trained_length], positions=[trained_length // 2], progress=False)
     ref = torch.tensor(ref_stats.per_head("entropy", start=trained_length // 2), dtype=torch.float32)
-    n_heads = ref.shape[1]
-    table = torch.ones(n_layers, n_heads)
+    table = torch.ones(n_layers, ref.shape[1])  # [layers, H]
     passes = 0
     for passes in range(1, max_passes + 1):
         old = table.clone()
-        for layer in tqdm(range(n_layers), desc=f"entropy match pass {passes}", disable=not progress):
-            spec = TemperatureSpec(heads=table.tolist(), rope=rope)
-            seen = capture_qk(model, ids, spec, layer)
-            table[layer] = _match_layer(seen, ref[layer], trained_length, granularity)
-        if granularity == "global":
-            table[:] = table.mean()  # one value: the mean of the per-layer matches
+        with tqdm(total=n_layers, desc=f"entropy match pass {passes}", disable=not progress, leave=False) as bar:
+            _match_pass(model, ids, rope, ref, table, trained_length, granularity, bar)
+        if granularity != "global":
+            break  # exact after one ordered pass: layer l saw the matched layers below it
+        table[:] = table.mean()  # one value: the mean of the per-layer matches, the next pass's m
         if (table.log() - old.log()).abs().max() < tol:
             break
     spec = TemperatureSpec(heads=table.tolist(), rope=rope)
@@ -160,3 +165,20 @@ def _match_layer(seen: dict, ref: torch.Tensor, start: int, granularity: str) ->
     target = ref.mean().reshape(1)
     m = bisect_log_m(lambda m: head_entropy(seen, m.expand(h), start).mean().reshape(1), target)
     return m.expand(h)
+
+
+def _match_pass(model, ids: torch.Tensor, rope: dict | None, ref: torch.Tensor, table: torch.Tensor,
+                start: int, granularity: str, bar: tqdm) -> None:
+    """One forward: each layer's probe writes its matched multipliers into ``table`` ``[layers, H]``
+    and runs its own attention with them, so every layer sees the matched layers below it. For the
+    global match every layer runs at the current global m (the mean of ``table``) instead."""
+    glob = granularity == "global"
+
+    def probe(module, query, key, m, scaling, kwargs):
+        i = module.layer_idx
+        table[i] = _match_layer(_seen(query, key, scaling, kwargs), ref[i], start, granularity)  # [H]
+        bar.update(1)
+        return None if glob else table[i].to(query.device).reshape(-1, 1)  # [H, 1]
+
+    with probing(model, TemperatureSpec(multiplier=float(table.mean()) if glob else 1.0, rope=rope), probe):
+        run_decoder(model, ids)

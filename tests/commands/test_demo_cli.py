@@ -21,3 +21,18 @@ def test_no_arguments_runs_the_demo(monkeypatch):
     monkeypatch.setattr("attntemp.commands.demo.run", lambda args: seen.append(args.out) or 0)
     assert cli.DEFAULT_COMMAND == "demo"
     assert main([]) == 0 and seen == ["attntemp-demo"]
+
+
+def test_model_defaults_then_flags(monkeypatch):
+    seen = []
+    monkeypatch.setattr("attntemp.commands.demo.run_demo", lambda cfg: seen.append(cfg) or 1 / 0)
+    for argv in (["demo", "--model", "smollm2"], ["demo", "--model", "smollm2", "--trials", "7", "--scales", "3"],
+                 ["demo"]):
+        try:
+            main(argv)
+        except ZeroDivisionError:
+            pass
+    small, flagged, tiny = seen
+    assert (small.scales, small.n_docs, small.trials) == ((1.5, 2.0), 1, 3)
+    assert (flagged.scales, flagged.trials, flagged.n_docs) == ((3.0,), 7, 1)
+    assert (tiny.scales, tiny.n_docs, tiny.trials) == ((4, 8), 4, 20) and len(tiny.multipliers) == 9

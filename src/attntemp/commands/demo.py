@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from .. import _validate
-from ..demo import DemoConfig, run_demo
+from ..demo import demo_config, run_demo
 from ..sweep import parse_multipliers
 
 
@@ -14,26 +14,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="the whole story on one model, as report.html (the default command)")
     p.add_argument("--model", default="tiny", help="tiny (default), smollm2, or a folder")
     p.add_argument("--out", default="attntemp-demo")
-    p.add_argument("--docs", type=int, default=4)
-    p.add_argument("--trials", type=int, default=20)
+    p.add_argument("--docs", type=int, default=None, help="held-out documents (default 4; 1 for smollm2)")
+    p.add_argument("--trials", type=int, default=None, help="passkey trials (default 20; 3 for smollm2)")
     p.add_argument("--scales", default=None, help="lengths as multiples of the trained length "
                    "(default 4,8; 1.5,2 for smollm2)")
-    p.add_argument("--multipliers", default=None, help="m = 1/T to sweep (default 0.8:1.6:0.1)")
+    p.add_argument("--multipliers", default=None, help="m = 1/T to sweep (default 0.8:1.6:0.1; "
+                   "0.9,1,1.15,1.3 for smollm2)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    default = "1.5,2" if args.model == "smollm2" else "4,8"
-    text = args.scales or default
-    try:
-        scales = tuple(float(x) for x in text.split(","))
-    except ValueError:
-        raise ValueError(f"scales={text!r} is not allowed; expected comma-separated numbers") from None
-    for i, s in enumerate(scales):
-        _validate.at_least(f"scales[{i}]", s, 1.0)
-    extra = {"multipliers": parse_multipliers(args.multipliers)} if args.multipliers else {}
-    page = run_demo(DemoConfig(out=args.out, model=args.model, scales=scales, n_docs=args.docs,
-                               trials=args.trials, **extra))
+    scales = None
+    if args.scales is not None:
+        try:
+            scales = tuple(float(x) for x in args.scales.split(","))
+        except ValueError:
+            raise ValueError(f"scales={args.scales!r} is not allowed; expected comma-separated numbers") from None
+        for i, s in enumerate(scales):
+            _validate.at_least(f"scales[{i}]", s, 1.0)
+    multipliers = parse_multipliers(args.multipliers) if args.multipliers else None
+    cfg = demo_config(args.model, out=args.out, scales=scales, n_docs=args.docs, trials=args.trials,
+                      multipliers=multipliers)
+    page = run_demo(cfg)
     text = (Path(args.out) / "report.md").read_text()
     print(text)
     print(f"report: {page.resolve()}")
