@@ -78,7 +78,10 @@ class _Stop(Exception):
 
 @torch.no_grad()
 def capture_qk(model, ids: torch.Tensor, spec: TemperatureSpec, layer: int):
-    """q, k, scaling and kwargs reaching ``layer``'s attention under ``spec`` (forward stopped there)."""
+    """q, k, scaling and kwargs reaching ``layer``'s attention under ``spec`` (forward stopped there).
+
+    The slow reference path: matching layer by layer on these is what the one-forward pass
+    (:func:`_match_pass`) must reproduce, and the tests hold it to that."""
     seen = {}
 
     def probe(module, query, key, m, scaling, kwargs):
