@@ -54,17 +54,24 @@ def test_kill_9_then_resume_loses_nothing_and_counts_nothing_twice(tmp_path):
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     db = out / "sweep.db"
     deadline = time.time() + 240
-    while time.time() < deadline:
-        if db.is_file():
+    killed = False
+    while time.time() < deadline and not killed:
+        if db.is_file():  # count under an exclusive lock: the sweep cannot commit between count and kill
+            con = sqlite3.connect(db, timeout=30, isolation_level=None)
             try:
-                n = sqlite3.connect(db).execute("SELECT COUNT(*) FROM points").fetchone()[0]
-            except sqlite3.OperationalError:
-                n = 0
-            if n >= 3:
-                break
-        time.sleep(0.2)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+                con.execute("BEGIN EXCLUSIVE")
+                killed = con.execute("SELECT COUNT(*) FROM points").fetchone()[0] >= 3
+                if killed:
+                    os.kill(proc.pid, signal.SIGKILL)
+                    proc.wait()
+            except sqlite3.OperationalError:  # schema not written yet
+                pass
+            finally:
+                con.close()
+        time.sleep(0.02)
+    if not killed:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
     store = Store(db)
     killed_at = len(store.rows())
     store.close()
