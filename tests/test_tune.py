@@ -3,11 +3,13 @@
 import json
 import math
 
+import numpy as np
 import pytest
 import torch
 from tiny_configs import model as tiny_random
 
 from attntemp.evidence import TuneConfig, run_tune
+from attntemp.observe import measure
 from attntemp.search1d import golden_section
 from attntemp.spec import TemperatureSpec
 from attntemp.tune import _match_layer, bisect_log_m, capture_qk, tune_entropy
@@ -116,3 +118,15 @@ def test_entropy_matching_builds_no_autograd_graph():
         for h in hooks:
             h.remove()
     assert grad_seen and not any(grad_seen)
+
+
+@pytest.mark.parametrize("granularity", ["head", "layer"])
+def test_after_entropy_from_the_matching_pass_equals_a_fresh_measure(granularity):
+    """``after`` is read inside the matching pass (no extra forward); it must equal measuring the
+    tuned spec from scratch."""
+    m, ids = _peaky()
+    match = tune_entropy(m, ids, trained_length=32, granularity=granularity, progress=False)
+    fresh = measure(m, ids, match.spec, positions=[32], progress=False).per_head("entropy", start=32)
+    assert np.isfinite(match.after).all()
+    np.testing.assert_allclose(match.after, fresh, rtol=1e-4, atol=1e-5)
+    assert abs(match.after - match.before).max() > 0.01  # the spec moved entropy: the comparison can fail

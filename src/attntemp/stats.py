@@ -119,7 +119,8 @@ def attention_stats(
     lk = k.shape[2]
     off = lk - lq
     if multiplier is not None:
-        multiplier = multiplier.float().expand(b, h, lq) if multiplier.dim() else multiplier.reshape(1, 1, 1)
+        multiplier = multiplier.to(q.device, torch.float32)  # m may live on the CPU (a tuner's table)
+        multiplier = multiplier.expand(b, h, lq) if multiplier.dim() else multiplier.reshape(1, 1, 1)
     blk = block_size(b, h, lk, budget_bytes)
     parts: dict[str, list[torch.Tensor]] = {name: [] for name in STATS}
     for start in range(0, lq, blk):

@@ -106,7 +106,7 @@ def head_entropy(seen: dict, m: torch.Tensor, start: int) -> torch.Tensor:
     """Mean entropy ``[H]`` of queries at positions >= ``start`` under per-head multipliers m."""
     q = seen["q"][:, :, start:]  # [B, H, Lq', D]
     st = attention_stats(q, seen["k"], m.reshape(1, -1, 1), seen["scaling"], seen["softcap"], seen["window"])
-    return st["entropy"].mean(dim=(0, 2))  # [H]
+    return st["entropy"].mean(dim=(0, 2)).float().cpu()  # [H], on the CPU beside the tuner's tables
 
 
 def bisect_log_m(f: Callable[[torch.Tensor], torch.Tensor], target: torch.Tensor,
@@ -144,11 +144,12 @@ def tune_entropy(model, ids: torch.Tensor, trained_length: int, granularity: str
     ref_stats = measure(model, ids[:, :trained_length], positions=[trained_length // 2], progress=False)
     ref = torch.tensor(ref_stats.per_head("entropy", start=trained_length // 2), dtype=torch.float32)
     table = torch.ones(n_layers, ref.shape[1])  # [layers, H]
+    after = torch.full_like(table, float("nan"))  # [layers, H] tail entropy at the matched m, set by the pass
     passes = 0
     for passes in range(1, max_passes + 1):
         old = table.clone()
         with tqdm(total=n_layers, desc=f"entropy match pass {passes}", disable=not progress, leave=False) as bar:
-            _match_pass(model, ids, rope, ref, table, trained_length, granularity, bar)
+            _match_pass(model, ids, rope, ref, table, after, trained_length, granularity, bar)
         if granularity != "global":
             break  # exact after one ordered pass: layer l saw the matched layers below it
         table[:] = table.mean()  # one value: the mean of the per-layer matches, the next pass's m
@@ -156,9 +157,11 @@ def tune_entropy(model, ids: torch.Tensor, trained_length: int, granularity: str
             break
     spec = TemperatureSpec(heads=table.tolist(), rope=rope)
     before = measure(model, ids, TemperatureSpec(rope=rope), positions=[trained_length], progress=False)
-    after = measure(model, ids, spec, positions=[trained_length], progress=False)
+    if granularity == "global":  # the last pass ran at the previous m: measure at the final one
+        after = measure(model, ids, spec, positions=[trained_length], progress=False).per_head("entropy",
+                                                                                              start=trained_length)
     return EntropyMatch(spec, ref.numpy(), before.per_head("entropy", start=trained_length),
-                        after.per_head("entropy", start=trained_length), passes)
+                        np.asarray(after, dtype=np.float64), passes)
 
 
 def _match_layer(seen: dict, ref: torch.Tensor, start: int, granularity: str) -> torch.Tensor:
@@ -171,15 +174,18 @@ def _match_layer(seen: dict, ref: torch.Tensor, start: int, granularity: str) ->
 
 
 def _match_pass(model, ids: torch.Tensor, rope: dict | None, ref: torch.Tensor, table: torch.Tensor,
-                start: int, granularity: str, bar: tqdm) -> None:
+                after: torch.Tensor, start: int, granularity: str, bar: tqdm) -> None:
     """One forward: each layer's probe writes its matched multipliers into ``table`` ``[layers, H]``
-    and runs its own attention with them, so every layer sees the matched layers below it. For the
-    global match every layer runs at the current global m (the mean of ``table``) instead."""
+    and its tail entropy at them into ``after``, and runs its own attention with them, so every
+    layer sees the matched layers below it. For the global match every layer runs at the current
+    global m (the mean of ``table``) instead, and ``after`` is not final."""
     glob = granularity == "global"
 
     def probe(module, query, key, m, scaling, kwargs):
         i = module.layer_idx
-        table[i] = _match_layer(_seen(query, key, scaling, kwargs), ref[i], start, granularity)  # [H]
+        seen = _seen(query, key, scaling, kwargs)
+        table[i] = _match_layer(seen, ref[i], start, granularity)  # [H]
+        after[i] = head_entropy(seen, table[i], start)  # [H]
         bar.update(1)
         return None if glob else table[i].to(query.device).reshape(-1, 1)  # [H, 1]
 
