@@ -195,3 +195,26 @@ def test_unsupported_architecture_and_double_patch():
     with pytest.raises(ValueError, match="heads has 1 rows; the model has 2 layers"):
         P.apply(m, TemperatureSpec(heads=((1.0,) * 4,)))
     assert m.config._attn_implementation == "sdpa"
+
+
+@pytest.mark.parametrize("arch", ["llama", "mistral"])
+def test_flex_attention_patch_equals_the_sdpa_patch(arch):
+    """Folded into q before transformers' flex kernel (compiled on the CPU too): same logits as the
+    sdpa patch, for per-head m and a position schedule; restored to flex afterwards."""
+    sdpa, flex = model(arch), model(arch, attn="flex_attention")
+    base = logits(flex)
+    for spec in (per_head_spec(sdpa), TemperatureSpec(schedule="logn", schedule_params={"trained_len": 8})):
+        with P.patch(sdpa, spec):
+            want = logits(sdpa)
+        with P.patch(flex, spec):
+            assert flex.config._attn_implementation == "attntemp_flex_attention"
+            got = logits(flex)
+        assert (got - want).abs().max() < 1e-5 and (got - base).abs().max() > 1e-3
+    assert flex.config._attn_implementation == "flex_attention" and torch.equal(logits(flex), base)
+
+
+def test_flash_attention_is_refused_with_the_way_out():
+    m = model("llama")
+    m.config._attn_implementation = "flash_attention_2"  # as loaded with flash-attn on a GPU
+    with pytest.raises(ValueError, match=r"implementation='flash_attention_2'.*load with attn_implementation='sdpa'"):
+        P.apply(m, TemperatureSpec(multiplier=1.2))

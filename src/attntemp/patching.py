@@ -1,13 +1,15 @@
 """Apply a TemperatureSpec to a transformers model through its attention function.
 
-``apply`` registers an attention function (``attntemp_sdpa`` or ``attntemp_eager``) with
-transformers' ``AttentionInterface`` and the matching mask function with
+``apply`` registers an attention function (``attntemp_sdpa``, ``attntemp_flex_attention`` or
+``attntemp_eager``) with transformers' ``AttentionInterface`` and the matching mask function with
 ``AttentionMaskInterface`` (without it the causal mask would be silently dropped), stores each
 layer's multipliers on its attention module, and switches the model to it. The function folds
-m = 1/T into q and calls the model's own SDPA or eager function: masks, GQA and sliding windows
-stay transformers' own. With logit soft-capping (Gemma 2) m must multiply the capped logits, so
-those layers take a materialised path (exact, O(L^2) memory). Positions come from
-``position_ids`` (absolute), so generation with a KV cache applies position schedules correctly.
+m = 1/T into q and calls the model's own SDPA, flex or eager function: masks, GQA and sliding
+windows stay transformers' own. Flash-attention implementations are refused (transformers keys
+its flash set-up on the implementation's name); SDPA runs PyTorch's flash kernel on a GPU. With
+logit soft-capping (Gemma 2) m must multiply the capped logits, so those layers take a
+materialised path (exact, O(L^2) memory). Positions come from ``position_ids`` (absolute), so
+generation with a KV cache applies position schedules correctly.
 """
 
 from __future__ import annotations
@@ -19,14 +21,16 @@ from dataclasses import dataclass, field
 
 import torch
 from transformers import AttentionInterface
+from transformers.integrations.flex_attention import flex_attention_forward
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
+from transformers.masking_utils import AttentionMaskInterface, eager_mask, flex_attention_mask, sdpa_mask
 
 from .attention import fold_into_q, reference_scores, repeat_kv
 from .extend import extend_context, restore_rope, text_config
 from .spec import TemperatureSpec
 
 SUPPORTED = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3", "gpt_neox")
+WRAPPED = ("sdpa", "flex_attention", "eager")  # attn_implementation values apply can wrap
 STATE = "_attntemp_state"
 PROBE = "_attntemp_probe"  # callable(module, query, key, m, scaling, kwargs) -> new m or None
 _SAVED = "_attntemp_saved"
@@ -101,9 +105,12 @@ def _softcap_attention(module, query, key, value, mask, scaling, m, softcap, dro
     return (p @ v).transpose(1, 2).contiguous(), p  # [B, Lq, H, D]
 
 
+_KERNELS = {"sdpa": sdpa_attention_forward, "flex_attention": flex_attention_forward}
+
+
 def _make(base: str):
     def attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-        fn = sdpa_attention_forward if base == "sdpa" else _model_eager(module)
+        fn = _KERNELS[base] if base in _KERNELS else _model_eager(module)
         state: LayerState | None = getattr(module, STATE, None)
         m = None if state is None else state.multiplier(query, key, kwargs)
         probe = getattr(module, PROBE, None)
@@ -120,10 +127,9 @@ def _make(base: str):
     return attention
 
 
-AttentionInterface.register("attntemp_sdpa", _make("sdpa"))
-AttentionInterface.register("attntemp_eager", _make("eager"))
-AttentionMaskInterface.register("attntemp_sdpa", sdpa_mask)
-AttentionMaskInterface.register("attntemp_eager", eager_mask)
+for _base, _mask in (("sdpa", sdpa_mask), ("flex_attention", flex_attention_mask), ("eager", eager_mask)):
+    AttentionInterface.register(f"attntemp_{_base}", _make(_base))
+    AttentionMaskInterface.register(f"attntemp_{_base}", _mask)
 
 
 def attention_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -143,8 +149,9 @@ def check_supported(model: torch.nn.Module) -> None:
     if not attention_modules(model):
         raise ValueError(f"model_type={mt!r}: no attention modules with a layer_idx were found")
     impl = cfg._attn_implementation
-    if impl not in ("sdpa", "eager"):
-        raise ValueError(f"model_type={mt!r} runs attn_implementation={impl!r}; attntemp wraps sdpa or eager")
+    if impl not in WRAPPED:
+        raise ValueError(f"model_type={mt!r} runs attn_implementation={impl!r}; attntemp wraps {list(WRAPPED)} "
+                         "(load with attn_implementation='sdpa': on a GPU it runs PyTorch's flash kernel)")
 
 
 def apply(model: torch.nn.Module, spec: TemperatureSpec) -> torch.nn.Module:
@@ -157,7 +164,7 @@ def apply(model: torch.nn.Module, spec: TemperatureSpec) -> torch.nn.Module:
     spec.check_model(len(mods), cfg.num_attention_heads)
     impl = cfg._attn_implementation
     softcap = getattr(cfg, "attn_logit_softcapping", None)
-    target = "attntemp_eager" if impl == "eager" or softcap else "attntemp_sdpa"
+    target = "attntemp_eager" if impl == "eager" or softcap else f"attntemp_{impl}"
     object.__setattr__(model, _SAVED, impl)
     try:
         if spec.rope:
