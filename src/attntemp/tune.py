@@ -178,14 +178,15 @@ def _match_pass(model, ids: torch.Tensor, rope: dict | None, ref: torch.Tensor, 
     """One forward: each layer's probe writes its matched multipliers into ``table`` ``[layers, H]``
     and its tail entropy at them into ``after``, and runs its own attention with them, so every
     layer sees the matched layers below it. For the global match every layer runs at the current
-    global m (the mean of ``table``) instead, and ``after`` is not final."""
+    global m (the mean of ``table``) instead, and ``after`` is left to the caller."""
     glob = granularity == "global"
 
     def probe(module, query, key, m, scaling, kwargs):
         i = module.layer_idx
         seen = _seen(query, key, scaling, kwargs)
         table[i] = _match_layer(seen, ref[i], start, granularity)  # [H]
-        after[i] = head_entropy(seen, table[i], start)  # [H]
+        if not glob:  # the global pass runs at the previous m: its entropy is measured afterwards
+            after[i] = head_entropy(seen, table[i], start)  # [H]
         bar.update(1)
         return None if glob else table[i].to(query.device).reshape(-1, 1)  # [H, 1]
 
