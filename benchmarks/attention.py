@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from _harness import peak_extra_in_child, report_child, time_interleaved
 
-from attntemp.attention import per_head, reference_attention, tempered_sdpa
+from attntemp.ops.attention import head_column, reference_attention, tempered_sdpa
 
 H, D = 8, 64
 
@@ -25,7 +25,7 @@ H, D = 8, 64
 def inputs(length: int):
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, H, length, D, generator=g) for _ in range(3))  # [1, H, L, D]
-    m = per_head(torch.linspace(0.7, 1.4, H))  # [H, 1]
+    m = head_column(torch.linspace(0.7, 1.4, H))  # [H, 1]
     return q, k, v, m
 
 

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from _harness import peak_extra_in_child, report_child, time_interleaved
 
-from attntemp.stats import attention_stats
+from attntemp.ops.attention_stats import attention_stats
 
 H, D = 9, 64
 

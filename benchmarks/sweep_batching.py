@@ -15,8 +15,8 @@ import torch
 from _harness import time_interleaved
 
 import attntemp
-from attntemp import data
-from attntemp.tasks import EvalContext, get_task
+from attntemp.evaluate import corpus
+from attntemp.evaluate.tasks import EvalContext, get_task
 
 
 def main() -> None:
@@ -27,7 +27,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
     model, tok = attntemp.load_model(args.model)
-    ctx = EvalContext(model.config.max_position_embeddings, data.load_text("stdlib"), n_docs=4)
+    ctx = EvalContext(model.config.max_position_embeddings, corpus.load_text("stdlib"), n_docs=4)
     ms = torch.linspace(0.8, 1.3, args.k).tolist()
     task = get_task("perplexity")
     out = {}

@@ -21,11 +21,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from tiny_configs import config, model
 from transformers import AutoModelForCausalLM
 
-from attntemp import baking as bake
-from attntemp import engines as export
-from attntemp.patching import patch
-from attntemp.schedules import yarn_multiplier
-from attntemp.spec import TemperatureSpec
+from attntemp.hf.patch import patch
+from attntemp.ops.schedules import yarn_multiplier
+from attntemp.ops.spec import TemperatureSpec
+from attntemp.ship import bake, export
 
 X = torch.randint(1, 97, (2, 48), generator=torch.Generator().manual_seed(1))  # [2, 48]
 PER_HEAD = ("llama", "mistral", "qwen2", "phi3", "gpt_neox")

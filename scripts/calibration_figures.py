@@ -11,8 +11,8 @@ import json
 
 import torch
 
-from attntemp.calibration import calibration_error, calibration_metrics, fit_temperature
-from attntemp.distill import kd_loss, soft_kl
+from attntemp.logits.calibration import calibration_error, calibration_metrics, fit_temperature
+from attntemp.logits.distill import kd_loss, soft_kl
 
 
 def recovery(g: torch.Generator) -> list[dict]:

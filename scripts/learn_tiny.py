@@ -12,8 +12,9 @@ import json
 
 import torch
 
-from attntemp.learn import GRANULARITIES, run_gradient_tuning
-from attntemp.models import load_model
+from attntemp.hf.loading import load_model
+from attntemp.ops.spec import GRANULARITIES
+from attntemp.tune.gradient import run_gradient_tuning
 
 
 def rope_for(kind: str, length: int, trained_length: int) -> dict | None:

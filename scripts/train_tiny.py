@@ -26,7 +26,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from tqdm import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from attntemp import data, tiny_eval
+from attntemp.evaluate import corpus, lm, model_card
 
 BOS, EOS = "<bos>", "<eos>"
 BOS_ID, EOS_ID = 256, 257
@@ -103,7 +103,7 @@ def build_model(args: argparse.Namespace) -> LlamaForCausalLM:
     return LlamaForCausalLM(config).float()
 
 
-def byte_stream(docs: list[data.Document]) -> torch.Tensor:
+def byte_stream(docs: list[corpus.Document]) -> torch.Tensor:
     """All documents as one token stream (bytes, each document followed by <eos>)."""
     parts = []
     for doc in docs:
@@ -117,11 +117,11 @@ def passkey_rows(tokenizer, context: int, seed: int):
 
     ``answer`` marks the tokens after the final question (`` {key}.<eos>``).
     """
-    low = data.passkey_min_tokens(tokenizer)
+    low = corpus.passkey_min_tokens(tokenizer)
     for i in itertools.count():
-        (text,) = data.passkey_documents(1, tokenizer, low, context - 10, seed * 1_000_003 + i)
+        (text,) = corpus.passkey_documents(1, tokenizer, low, context - 10, seed * 1_000_003 + i)
         ids = [*tokenizer(text, add_special_tokens=False)["input_ids"], EOS_ID]
-        asked = data.count_tokens(tokenizer, text[: text.rindex(" ")])  # the prompt
+        asked = corpus.count_tokens(tokenizer, text[: text.rindex(" ")])  # the prompt
         row = torch.full((context,), EOS_ID, dtype=torch.long)  # [context]
         row[: len(ids)] = torch.tensor(ids)
         labels = row.clone()
@@ -244,22 +244,22 @@ def train(model, stream, tokenizer, args) -> dict:
     }
 
 
-def evaluate(model, tokenizer, docs: list[data.Document], args) -> dict:
+def evaluate(model, tokenizer, docs: list[corpus.Document], args) -> dict:
     """Passkey accuracy and held-out perplexity at the trained length, then at 2x and 4x."""
     n_windows, trials, factors = (4, 10, (1,)) if args.smoke else (32, 100, (1, 2, 4))
     ctx = args.context
-    windows = tiny_eval.heldout_windows(tokenizer, ctx, n_windows, docs=docs)  # [n, ctx]
+    windows = corpus.heldout_windows(tokenizer, ctx, n_windows, docs=docs)  # [n, ctx]
     out = {
-        "passkey_accuracy": tiny_eval.passkey_accuracy(model, tokenizer, ctx, trials, seed=1234),
+        "passkey_accuracy": model_card.passkey_accuracy(model, tokenizer, ctx, trials, seed=1234),
         "passkey_trials": trials,
         "passkey_seed": 1234,
-        "heldout_ppl": round(tiny_eval.perplexity(model, windows), 4),
+        "heldout_ppl": round(lm.perplexity(model, windows), 4),
         "heldout_windows": n_windows,
-        "heldout_digest": tiny_eval.windows_digest(windows),
-        "reference_text": tiny_eval.REFERENCE_TEXT,
-        "reference_logits": tiny_eval.reference_logits(model, tokenizer),
+        "heldout_digest": corpus.windows_digest(windows),
+        "reference_text": model_card.REFERENCE_TEXT,
+        "reference_logits": model_card.reference_logits(model, tokenizer),
     }
-    long = tiny_eval.heldout_windows(tokenizer, factors[-1] * ctx, n_windows, docs=docs)  # [n, 4L]
+    long = corpus.heldout_windows(tokenizer, factors[-1] * ctx, n_windows, docs=docs)  # [n, 4L]
     out["extrapolation"] = [at_length(model, tokenizer, long, n * ctx, trials) for n in factors]
     return out
 
@@ -270,9 +270,9 @@ def at_length(model, tokenizer, long: torch.Tensor, length: int, trials: int) ->
     tail_start = length - ctx_quarter(model)
     return {
         "length": length,
-        "ppl": round(tiny_eval.perplexity(model, ids), 4),
-        "tail_ppl": round(tiny_eval.perplexity(model, ids, start=tail_start), 4),
-        "passkey_accuracy": tiny_eval.passkey_accuracy(model, tokenizer, length, trials, 1234),
+        "ppl": round(lm.perplexity(model, ids), 4),
+        "tail_ppl": round(lm.perplexity(model, ids, start=tail_start), 4),
+        "passkey_accuracy": model_card.passkey_accuracy(model, tokenizer, length, trials, 1234),
     }
 
 
@@ -303,11 +303,11 @@ documents and {copy_share:.0%} repeated random strings (`S\\nS\\n`, to grow copy
 **Passkey accuracy**: {passkey_trials} YaRN-format prompts of at most {context} - 10 tokens (so the
 prompt plus 10 generated tokens fit in {context}), keys in [1, 50000] and depths in [0, 1] from
 `random.Random({passkey_seed})`; greedy decoding of 10 tokens; a trial passes when the first
-integer in them equals the key (`attntemp.tiny_eval.passkey_accuracy`).
+integer in them equals the key (`attntemp.evaluate.model_card.passkey_accuracy`).
 
 **Held-out perplexity at L**: the first L tokens of each of the first {heldout_windows} held-out
 stdlib documents (sorted by path) with at least L tokens; exp of the mean negative log-likelihood
-over all {heldout_windows} x (L - 1) next-token predictions (`attntemp.tiny_eval.perplexity`).
+over all {heldout_windows} x (L - 1) next-token predictions (`attntemp.evaluate.lm.perplexity`).
 
 Past the trained length, with no RoPE change: the first {heldout_windows} held-out documents with
 at least {long} tokens, each cut to its first L tokens (ppl over all L - 1 predictions, tail ppl
@@ -369,8 +369,8 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = build_tokenizer()
     model = build_model(args)
     params = sum(p.numel() for p in model.parameters())
-    docs = data.load_text("stdlib")
-    train_docs = data.split(docs, "train")
+    docs = corpus.load_text("stdlib")
+    train_docs = corpus.split(docs, "train")
     stream = byte_stream(train_docs)  # [N]
     print(f"{params:,} parameters; {len(train_docs)} train documents, {len(stream):,} tokens")
     figures = train(model, stream, tokenizer, args)

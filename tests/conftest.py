@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import attntemp
-from attntemp import data
+from attntemp.evaluate import corpus
 
 
 @pytest.fixture(scope="session")
@@ -15,7 +15,7 @@ def tiny():
 
 @pytest.fixture(scope="session")
 def stdlib_docs():
-    return data.load_text("stdlib")
+    return corpus.load_text("stdlib")
 
 
 @pytest.fixture

@@ -3,14 +3,14 @@
 import pytest
 import torch
 
-from attntemp.attention import (
+from attntemp.ops.attention import (
     causal_mask,
-    per_head,
+    head_column,
     reference_attention,
     reference_scores,
     tempered_sdpa,
 )
-from attntemp.core import tempered_softmax
+from attntemp.ops.softmax import tempered_softmax
 
 
 def qkv(b=2, hq=8, hkv=8, lq=33, lk=33, d=32, dtype=torch.float32, seed=0):
@@ -27,7 +27,7 @@ def multipliers(b, hq, lq):
         "none": None,
         "scalar": 1.7,
         "scalar_tensor": torch.tensor(0.6),
-        "per_head": per_head(0.5 + torch.rand(hq, generator=g)),
+        "per_head": head_column(0.5 + torch.rand(hq, generator=g)),
         "per_row": 0.5 + torch.rand(b, hq, lq, generator=g),
     }
 
@@ -44,7 +44,7 @@ def test_fused_equals_reference_fp32(kind, hkv, lq, lk):
 
 def test_fused_equals_reference_bf16():
     q, k, v = qkv(dtype=torch.bfloat16)
-    m = per_head(torch.linspace(0.5, 2.0, 8))
+    m = head_column(torch.linspace(0.5, 2.0, 8))
     fused = tempered_sdpa(q, k, v, m).float()
     ref = reference_attention(q.float(), k.float(), v.float(), m)
     # bf16 carries ~3 significant digits; outputs are O(1) averages of v
@@ -64,7 +64,7 @@ def test_multiplier_really_changes_the_weights():
 
 def test_decoding_against_a_cache_is_bottom_right_causal():
     q, k, v = qkv(lq=40, lk=40)
-    m = per_head(torch.linspace(0.7, 1.4, 8))
+    m = head_column(torch.linspace(0.7, 1.4, 8))
     full = tempered_sdpa(q, k, v, m)
     last = tempered_sdpa(q[:, :, -3:], k, v, m)  # 3 new tokens against 40 cached keys
     assert (full[:, :, -3:] - last).abs().max() < 1e-5
@@ -75,7 +75,7 @@ def test_boolean_and_minus_inf_masks_fold_exactly():
     keep = torch.rand(12, 12, generator=torch.Generator().manual_seed(5)) > 0.3
     keep |= torch.eye(12, dtype=torch.bool)
     floatmask = torch.zeros(12, 12).masked_fill(~keep, float("-inf"))
-    m = per_head(torch.linspace(0.5, 2, 8))
+    m = head_column(torch.linspace(0.5, 2, 8))
     a = tempered_sdpa(q, k, v, m, is_causal=False, attn_mask=keep)
     b = tempered_sdpa(q, k, v, m, is_causal=False, attn_mask=floatmask)
     ref = reference_attention(q, k, v, m, is_causal=False, attn_mask=keep)

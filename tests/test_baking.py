@@ -7,9 +7,9 @@ import torch
 from tiny_configs import config, model
 from transformers import AutoModelForCausalLM
 
-import attntemp.baking as B
-from attntemp.patching import patch
-from attntemp.spec import TemperatureSpec
+import attntemp.ship.bake as B
+from attntemp.hf.patch import patch
+from attntemp.ops.spec import TemperatureSpec
 
 X = torch.randint(1, 97, (2, 48), generator=torch.Generator().manual_seed(1))  # [2, 48]
 TOL = 1e-4

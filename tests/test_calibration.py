@@ -5,7 +5,7 @@ import functools
 import pytest
 import torch
 
-from attntemp.calibration import (
+from attntemp.logits.calibration import (
     CalibrationFit,
     adaptive_calibration_error,
     calibration_error,

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from attntemp import data
+from attntemp.evaluate import corpus
 
 GUTENBERG = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "gutenberg"
 
@@ -27,8 +27,8 @@ class WordTokenizer:
 
 
 @pytest.fixture(scope="module")
-def stdlib() -> list[data.Document]:
-    return data.load_text()
+def stdlib() -> list[corpus.Document]:
+    return corpus.load_text()
 
 
 def test_stdlib_is_sorted_python_source_without_tests(stdlib):
@@ -43,125 +43,125 @@ def test_stdlib_is_sorted_python_source_without_tests(stdlib):
 def test_file_source_normalises_line_ends_and_replaces_bad_bytes(tmp_path):
     path = tmp_path / "a.txt"
     path.write_bytes(b"one\r\ntwo\rthree\n\xff end")
-    (doc,) = data.load_text(str(path))
-    assert doc == data.Document("a.txt", "one\ntwo\nthree\n\ufffd end")
+    (doc,) = corpus.load_text(str(path))
+    assert doc == corpus.Document("a.txt", "one\ntwo\nthree\n\ufffd end")
 
 
 def test_folder_source_reads_text_files_sorted(tmp_path):
     for rel in ("b.py", "a.md", "sub/c.txt", "skip.bin", "sub/skip.json"):
         (tmp_path / rel).parent.mkdir(exist_ok=True)
         (tmp_path / rel).write_text(f"text of {rel}", encoding="utf-8")
-    docs = data.load_text(str(tmp_path))
+    docs = corpus.load_text(str(tmp_path))
     assert [d.name for d in docs] == ["a.md", "b.py", "sub/c.txt"]
     assert docs[2].text == "text of sub/c.txt"
 
 
 @pytest.mark.skipif(not GUTENBERG.is_dir(), reason=f"{GUTENBERG} is absent")
 def test_gutenberg_crlf_and_latin1(monkeypatch):
-    (emma,) = data.load_text("gutenberg:austen-emma", gutenberg_dir=GUTENBERG)
+    (emma,) = corpus.load_text("gutenberg:austen-emma", gutenberg_dir=GUTENBERG)
     assert emma.name == "gutenberg:austen-emma" and "Emma Woodhouse" in emma.text
-    monkeypatch.setenv(data.GUTENBERG_ENV, str(GUTENBERG))
-    (moby,) = data.load_text("gutenberg:melville-moby_dick")  # CRLF on disk
+    monkeypatch.setenv(corpus.GUTENBERG_ENV, str(GUTENBERG))
+    (moby,) = corpus.load_text("gutenberg:melville-moby_dick")  # CRLF on disk
     assert "\r" not in moby.text and "Call me Ishmael." in moby.text
-    (caesar,) = data.load_text("gutenberg:shakespeare-caesar")  # Latin-1 on disk
+    (caesar,) = corpus.load_text("gutenberg:shakespeare-caesar")  # Latin-1 on disk
     assert "\ufffd" not in caesar.text and "Caesar" in caesar.text
     assert any(ord(c) > 127 for c in caesar.text)
-    monkeypatch.delenv(data.GUTENBERG_ENV)
-    assert data.gutenberg_dir() == pathlib.Path.cwd().parent / "shared" / "data" / "gutenberg"
+    monkeypatch.delenv(corpus.GUTENBERG_ENV)
+    assert corpus.gutenberg_dir() == pathlib.Path.cwd().parent / "shared" / "data" / "gutenberg"
 
 
 @pytest.mark.parametrize("source", ["no-such-source", "/no/such/folder", ""])
 def test_unknown_source_names_it(source):
     with pytest.raises(ValueError, match=f"source={source!r}"):
-        data.load_text(source)
+        corpus.load_text(source)
 
 
 def test_bad_gutenberg_book_and_folder(tmp_path):
     (tmp_path / "austen-emma.txt").write_text("Emma", encoding="utf-8")
     with pytest.raises(ValueError, match=r"'austen-emmma'.*Did you mean 'austen-emma'"):
-        data.load_text("gutenberg:austen-emmma", gutenberg_dir=tmp_path)
+        corpus.load_text("gutenberg:austen-emmma", gutenberg_dir=tmp_path)
     with pytest.raises(ValueError, match=r"gutenberg:austen-emma.*does not exist"):
-        data.load_text("gutenberg:austen-emma", gutenberg_dir=tmp_path / "missing")
+        corpus.load_text("gutenberg:austen-emma", gutenberg_dir=tmp_path / "missing")
 
 
 def test_empty_folder_raises(tmp_path):
     with pytest.raises(ValueError, match="holds no"):
-        data.load_text(str(tmp_path))
+        corpus.load_text(str(tmp_path))
 
 
 def test_document_is_validated():
     with pytest.raises(ValueError, match="name=''"):
-        data.Document("", "x")
+        corpus.Document("", "x")
 
 
 def test_split_is_deterministic_disjoint_and_complete(stdlib):
-    train, held = data.split(stdlib, "train"), data.split(stdlib, "heldout")
+    train, held = corpus.split(stdlib, "train"), corpus.split(stdlib, "heldout")
     assert {d.name for d in train}.isdisjoint({d.name for d in held})
     assert len(train) + len(held) == len(stdlib)
     assert 0.05 < len(held) / len(stdlib) < 0.15
     shuffled = random.Random(0).sample(stdlib, len(stdlib))
-    assert sorted(d.name for d in data.split(shuffled, "heldout")) == sorted(d.name for d in held)
+    assert sorted(d.name for d in corpus.split(shuffled, "heldout")) == sorted(d.name for d in held)
     with pytest.raises(ValueError, match="part='test'"):
-        data.split(stdlib, "test")
+        corpus.split(stdlib, "test")
 
 
 def test_select_documents(stdlib):
     tok = ByteTokenizer()
-    docs = data.select_documents(stdlib, tok, min_tokens=1024, n=5)
+    docs = corpus.select_documents(stdlib, tok, min_tokens=1024, n=5)
     assert [d.name for d in docs] == sorted(d.name for d in docs)
-    assert all(data.is_heldout(d.name) and len(d.text.encode()) >= 1024 for d in docs)
-    longer = [d for d in data.split(stdlib, "heldout") if len(d.text.encode()) >= 1024]
+    assert all(corpus.is_heldout(d.name) and len(d.text.encode()) >= 1024 for d in docs)
+    longer = [d for d in corpus.split(stdlib, "heldout") if len(d.text.encode()) >= 1024]
     assert docs == sorted(longer, key=lambda d: d.name)[:5]
     with pytest.raises(ValueError, match="n=100000"):
-        data.select_documents(stdlib, tok, min_tokens=1024, n=100000)
+        corpus.select_documents(stdlib, tok, min_tokens=1024, n=100000)
 
 
 @pytest.mark.parametrize("tok", [ByteTokenizer(), WordTokenizer()], ids=["bytes", "words"])
 def test_passkey_prompt_format_and_length(tok):
     rng = random.Random(0)
     for _ in range(50):
-        key, depth = rng.randint(*data.KEY_RANGE), rng.random()
+        key, depth = rng.randint(*corpus.KEY_RANGE), rng.random()
         n = rng.randint(200, 2000) if isinstance(tok, ByteTokenizer) else rng.randint(40, 400)
-        prompt = data.passkey_prompt(key, n, depth, tok)
-        assert data.KEY_LINE.format(key=key) in prompt
-        assert prompt.startswith(data.TASK) and prompt.endswith("\n" + data.QUESTION)
-        assert n - 20 <= data.count_tokens(tok, prompt) <= n
+        prompt = corpus.passkey_prompt(key, n, depth, tok)
+        assert corpus.KEY_LINE.format(key=key) in prompt
+        assert prompt.startswith(corpus.TASK) and prompt.endswith("\n" + corpus.QUESTION)
+        assert n - 20 <= corpus.count_tokens(tok, prompt) <= n
         if isinstance(tok, ByteTokenizer):
             assert len(prompt.encode()) == n
 
 
 def test_passkey_depth_places_the_key():
-    tok, line = ByteTokenizer(), data.KEY_LINE.format(key=123)
-    first = data.passkey_prompt(123, 600, 0.0, tok)
-    last = data.passkey_prompt(123, 600, 1.0, tok)
-    assert first.startswith(f"{data.TASK}\n\n{line}\n")
-    assert last.endswith(f"\n{line}\n\n{data.QUESTION}")
-    middle = data.passkey_prompt(123, 600, 0.5, tok)
+    tok, line = ByteTokenizer(), corpus.KEY_LINE.format(key=123)
+    first = corpus.passkey_prompt(123, 600, 0.0, tok)
+    last = corpus.passkey_prompt(123, 600, 1.0, tok)
+    assert first.startswith(f"{corpus.TASK}\n\n{line}\n")
+    assert last.endswith(f"\n{line}\n\n{corpus.QUESTION}")
+    middle = corpus.passkey_prompt(123, 600, 0.5, tok)
     assert 0.4 < middle.index(line) / len(middle) < 0.6
 
 
 def test_passkey_prompt_rejects_bad_arguments():
     tok = ByteTokenizer()
     with pytest.raises(ValueError, match="n_tokens=50"):
-        data.passkey_prompt(7, 50, 0.5, tok)
+        corpus.passkey_prompt(7, 50, 0.5, tok)
     with pytest.raises(ValueError, match=r"depth=1\.5"):
-        data.passkey_prompt(7, 500, 1.5, tok)
-    least = data.passkey_min_tokens(tok)
-    bare = data.passkey_prompt(50000, least, 0.3, tok)
-    assert bare == "\n".join([data.TASK, "", data.KEY_LINE.format(key=50000), "", data.QUESTION])
+        corpus.passkey_prompt(7, 500, 1.5, tok)
+    least = corpus.passkey_min_tokens(tok)
+    bare = corpus.passkey_prompt(50000, least, 0.3, tok)
+    assert bare == "\n".join([corpus.TASK, "", corpus.KEY_LINE.format(key=50000), "", corpus.QUESTION])
     with pytest.raises(ValueError, match=f"n_tokens={least - 1} .* >= {least}"):
-        data.passkey_prompt(50000, least - 1, 0.3, tok)
+        corpus.passkey_prompt(50000, least - 1, 0.3, tok)
 
 
 def test_keys_and_passkey_documents_are_seeded():
-    keys = data.draw_keys(200, seed=3)
-    assert keys == data.draw_keys(200, seed=3) != data.draw_keys(200, seed=4)
-    assert all(data.KEY_RANGE[0] <= k <= data.KEY_RANGE[1] for k in keys)
+    keys = corpus.draw_keys(200, seed=3)
+    assert keys == corpus.draw_keys(200, seed=3) != corpus.draw_keys(200, seed=4)
+    assert all(corpus.KEY_RANGE[0] <= k <= corpus.KEY_RANGE[1] for k in keys)
     tok = ByteTokenizer()
-    docs = list(data.passkey_documents(20, tok, 200, 300, seed=5))
-    assert docs == list(data.passkey_documents(20, tok, 200, 300, seed=5))
+    docs = list(corpus.passkey_documents(20, tok, 200, 300, seed=5))
+    assert docs == list(corpus.passkey_documents(20, tok, 200, 300, seed=5))
     for text in docs:
         prompt, answer = text.rsplit(" ", 1)
         key = int(answer.rstrip("."))
-        assert prompt.endswith(data.QUESTION) and data.KEY_LINE.format(key=key) in prompt
+        assert prompt.endswith(corpus.QUESTION) and corpus.KEY_LINE.format(key=key) in prompt
         assert 200 <= len(prompt.encode()) <= 300

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attntemp.distill import kd_loss, soft_kl
+from attntemp.logits.distill import kd_loss, soft_kl
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

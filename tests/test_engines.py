@@ -8,10 +8,10 @@ import torch
 from tiny_configs import config
 from transformers import AutoModelForCausalLM
 
-import attntemp.engines as E
-from attntemp.patching import patch
-from attntemp.schedules import yarn_mscale, yarn_multiplier
-from attntemp.spec import TemperatureSpec
+import attntemp.ship.export as E
+from attntemp.hf.patch import patch
+from attntemp.ops.schedules import yarn_mscale, yarn_multiplier
+from attntemp.ops.spec import TemperatureSpec
 
 X = torch.randint(1, 97, (2, 48), generator=torch.Generator().manual_seed(1))  # [2, 48]
 

@@ -7,10 +7,10 @@ import torch
 import transformers as tf
 from tiny_configs import model
 
-import attntemp.patching as P
-from attntemp import rope
-from attntemp.extend import extend_context, extended, restore_rope
-from attntemp.spec import TemperatureSpec
+import attntemp.hf.patch as P
+from attntemp.hf.rope_scaling import extend_context, extended, restore_rope
+from attntemp.ops import rope
+from attntemp.ops.spec import TemperatureSpec
 
 X = torch.randint(1, 97, (1, 120), generator=torch.Generator().manual_seed(3))
 LONG = dict(short_factor=[1.0 + 0.1 * i for i in range(8)], long_factor=[2.0 + 0.5 * i for i in range(8)])

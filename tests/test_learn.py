@@ -8,10 +8,12 @@ import torch
 import transformers as tf
 from tiny_configs import config, model
 
-import attntemp.patching as P
-from attntemp import learn as LT
-from attntemp.data import Document, is_heldout
-from attntemp.spec import TemperatureSpec
+import attntemp.hf.patch as P
+from attntemp.evaluate import corpus, lm
+from attntemp.evaluate.corpus import Document, is_heldout
+from attntemp.hf import learnable as LT
+from attntemp.ops.spec import TemperatureSpec
+from attntemp.tune import gradient as G
 
 X = torch.randint(1, 97, (2, 40), generator=torch.Generator().manual_seed(1))
 
@@ -54,15 +56,15 @@ def test_gradient_matches_central_finite_differences(monkeypatch):
     x = X[:, :24]
     with LT.learnable(m, schedule="log_position", trained_length=8) as temps:
         randomise(temps, scale=0.3)
-        LT.next_token_loss(m, x, start=4).backward()
+        lm.next_token_loss(m, x, start=4).backward()
         probes = [(temps.log_m, (0, 1)), (temps.log_m, (1, 3)), (temps.slope, (0, 2)), (temps.slope, (1, 0))]
         for param, idx in probes:
             eps, grad = 1e-4, param.grad[idx].item()
             with torch.no_grad():
                 param[idx] += eps
-                up = LT.next_token_loss(m, x, start=4).item()
+                up = lm.next_token_loss(m, x, start=4).item()
                 param[idx] -= 2 * eps
-                down = LT.next_token_loss(m, x, start=4).item()
+                down = lm.next_token_loss(m, x, start=4).item()
                 param[idx] += eps
             fd = (up - down) / (2 * eps)
             assert abs(grad) > 1e-5 and abs(grad - fd) <= 1e-4 * abs(fd), (idx, grad, fd)
@@ -90,7 +92,7 @@ def test_weights_frozen_inside_and_restored_after_also_on_an_exception():
         assert not any(p.requires_grad for p in m.parameters())
         assert [n for n, p in temps.named_parameters() if p.requires_grad] == ["log_m"]
         assert m.config._attn_implementation == "attntemp_sdpa" and temps.log_m.shape == (2, 4)
-        LT.next_token_loss(m, X).backward()
+        lm.next_token_loss(m, X).backward()
         assert all(p.grad is None for p in m.parameters()) and temps.log_m.grad.abs().sum() > 0
     assert_restored(m, flags, state, base)
     with pytest.raises(RuntimeError, match="boom"), LT.learnable(m, granularity="layer"):
@@ -101,7 +103,7 @@ def test_weights_frozen_inside_and_restored_after_also_on_an_exception():
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        LT.train_temperatures(m, X, steps=3, progress=False, callback=stop)
+        G.train_temperatures(m, X, steps=3, progress=False, callback=stop)
     assert_restored(m, flags, state, base)
 
 
@@ -152,10 +154,10 @@ def test_a_few_steps_reduce_the_loss_on_a_fixed_batch():
     x = X[:, :32]
     with LT.learnable(m) as temps:
         with torch.no_grad():
-            before = LT.next_token_loss(m, x).item()
-        res = LT.train_temperatures(m, x, steps=8, lr=0.2, batch_size=2, warmup=1, progress=False)
+            before = lm.next_token_loss(m, x).item()
+        res = G.train_temperatures(m, x, steps=8, lr=0.2, batch_size=2, warmup=1, progress=False)
         with torch.no_grad():
-            after = LT.next_token_loss(m, x).item()
+            after = lm.next_token_loss(m, x).item()
         assert res.losses[0] == pytest.approx(before, rel=1e-5)
         assert after < before - 1e-4 and res.losses[-1] < res.losses[0]
         assert (temps.log_m.detach() != 0).all() and res.spec == temps.to_spec()
@@ -163,7 +165,7 @@ def test_a_few_steps_reduce_the_loss_on_a_fixed_batch():
 
 
 def test_learning_rate_warms_up_then_decays_by_cosine():
-    lrs = [LT.lr_at(s, 10, 1.0, 2) for s in range(10)]
+    lrs = [G.lr_at(s, 10, 1.0, 2) for s in range(10)]
     assert lrs[:3] == pytest.approx([0.5, 1.0, 1.0])
     assert lrs[6] == pytest.approx(0.5) and all(a > b for a, b in itertools.pairwise(lrs[2:]))
     assert 0 < lrs[-1] < 0.05
@@ -177,23 +179,23 @@ def test_checkpoint_resume_equals_an_uninterrupted_run(tmp_path):
     m = model("llama")
     kw = dict(steps=6, lr=0.1, batch_size=1, checkpoint_every=2, progress=False, schedule="log_position")
     x = X[:, :32]
-    whole = LT.train_temperatures(m, x, checkpoint=tmp_path / "a.pt", **kw)
+    whole = G.train_temperatures(m, x, checkpoint=tmp_path / "a.pt", **kw)
 
     def interrupt(step, loss):
         if step == 5:  # after step 5, before its checkpoint at 6: resume starts at 4
             raise Interrupt
 
     with pytest.raises(Interrupt):
-        LT.train_temperatures(m, x, checkpoint=tmp_path / "b.pt", callback=interrupt, **kw)
+        G.train_temperatures(m, x, checkpoint=tmp_path / "b.pt", callback=interrupt, **kw)
     assert torch.load(tmp_path / "b.pt", weights_only=True)["step"] == 4
-    resumed = LT.train_temperatures(m, x, checkpoint=tmp_path / "b.pt", **kw)
+    resumed = G.train_temperatures(m, x, checkpoint=tmp_path / "b.pt", **kw)
     assert resumed.resumed_from == 4 and whole.resumed_from == 0
     for k, v in whole.state.items():
         assert torch.allclose(resumed.state[k], v, rtol=1e-6, atol=1e-7), k
     assert resumed.losses == pytest.approx(whole.losses, rel=1e-6)
     assert not list(tmp_path.glob("*.tmp"))
     with pytest.raises(ValueError, match=r"lr=0\.1; this run has lr=0\.2"):
-        LT.train_temperatures(m, x, checkpoint=tmp_path / "b.pt", **{**kw, "lr": 0.2})
+        G.train_temperatures(m, x, checkpoint=tmp_path / "b.pt", **{**kw, "lr": 0.2})
 
 
 def test_log_position_multiplier_is_exp_a_below_trained_length():
@@ -224,9 +226,9 @@ def test_gradient_checkpointing_recomputes_and_learns_the_same():
     calls = []
     hook = m.model.layers[0].self_attn.register_forward_hook(lambda *a: calls.append(1))
     kw = dict(steps=2, lr=0.1, warmup=0, progress=False)
-    plain = LT.train_temperatures(m, X, **kw)
+    plain = G.train_temperatures(m, X, **kw)
     n_plain = len(calls)
-    ckpt = LT.train_temperatures(m, X, gradient_checkpointing=True, **kw)
+    ckpt = G.train_temperatures(m, X, gradient_checkpointing=True, **kw)
     hook.remove()
     assert n_plain == 2 and len(calls) - n_plain == 4  # one recompute per step in the backward
     assert torch.allclose(ckpt.state["log_m"], plain.state["log_m"], atol=1e-6)
@@ -250,16 +252,15 @@ def test_run_gradient_tuning_writes_its_outputs(tmp_path):
     names = [n for n in (f"doc{i}.py" for i in range(200)) if is_heldout(n)][:4]
     docs = [Document(n, f"# {n}\n" + "def f(x):\n    return x * 2\n" * (8 + i)) for i, n in enumerate(names)]
     rope = {**YARN, "original_max_position_embeddings": 32}
-    spec, ev = LT.run_gradient_tuning(m, ByteTokenizer(), 64, 3, tmp_path, rope=rope, docs=docs, n_train=2,
+    spec, ev = G.run_gradient_tuning(m, ByteTokenizer(), 64, 3, tmp_path, rope=rope, docs=docs, n_train=2,
                                       n_eval=2, progress=False, checkpoint_every=2)
     assert ev["start"] == 32 and ev["steps"] == 3 and ev["train_windows"] != ev["eval_windows"]
     assert TemperatureSpec.load(tmp_path / "learned_spec.json") == spec and dict(spec.rope) == rope
     log = json.loads((tmp_path / "train_log.json").read_text())
     assert len(log["losses"]) == 3 and log["state"]["log_m"] != [[0.0] * 4] * 2
     assert (tmp_path / "learned_heatmap.png").stat().st_size > 1000 and (tmp_path / "checkpoint.pt").is_file()
-    from attntemp.tiny_eval import heldout_windows, perplexity
 
-    eval_ids = heldout_windows(ByteTokenizer(), 64, 4, docs=docs)[2:]
+    eval_ids = corpus.heldout_windows(ByteTokenizer(), 64, 4, docs=docs)[2:]
     with P.patch(m, spec):
-        assert perplexity(m, eval_ids, 32) == pytest.approx(ev["tail_ppl_after"], rel=1e-6)
+        assert lm.perplexity(m, eval_ids, 32) == pytest.approx(ev["tail_ppl_after"], rel=1e-6)
     assert ev["tail_ppl_before"] != ev["tail_ppl_after"]

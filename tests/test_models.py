@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import attntemp
-from attntemp.models import resolve
+from attntemp.hf.loading import resolve
 
 pytestmark = pytest.mark.skipif(os.environ.get("ATTNTEMP_OFFLINE") == "1", reason="ATTNTEMP_OFFLINE=1")
 

@@ -6,10 +6,10 @@ import torch
 from test_patching import Capture
 from tiny_configs import model
 
-from attntemp import plots
-from attntemp.observe import AttentionStats, _bucket_means, bucket_edges, measure
-from attntemp.spec import TemperatureSpec
-from attntemp.stats import STATS, reference_stats
+from attntemp.analysis import plots
+from attntemp.analysis.measure import AttentionStats, _bucket_means, bucket_edges, measure
+from attntemp.ops.attention_stats import STATS, reference_stats
+from attntemp.ops.spec import TemperatureSpec
 
 X = torch.randint(1, 97, (2, 90), generator=torch.Generator().manual_seed(4))
 
@@ -38,9 +38,9 @@ def test_entropy_rises_when_softened():
     base = measure(m, X, progress=False)
     soft = measure(m, X, TemperatureSpec(multiplier=0.25), progress=False)
     sharp = measure(m, X, TemperatureSpec(multiplier=8.0), progress=False)
-    assert (soft.per_head("entropy") >= base.per_head("entropy") - 1e-6).all()
-    assert (sharp.per_head("entropy") < base.per_head("entropy")).all()
-    assert sharp.per_head("max_weight").mean() > base.per_head("max_weight").mean()
+    assert (soft.by_head("entropy") >= base.by_head("entropy") - 1e-6).all()
+    assert (sharp.by_head("entropy") < base.by_head("entropy")).all()
+    assert sharp.by_head("max_weight").mean() > base.by_head("max_weight").mean()
 
 
 def synthetic(recent, norm_ent):
@@ -64,12 +64,12 @@ def test_compare_flags_collapse_and_diffusion():
 def test_per_head_start_and_json_round_trip(tmp_path):
     s = synthetic([[0.3] * 3] * 2, [[0.5] * 3] * 2)
     s.stats["entropy"][..., 2:] = 2.0
-    assert np.allclose(s.per_head("entropy", start=20), 2.0)
-    assert np.allclose(s.per_head("entropy"), 1.25)
+    assert np.allclose(s.by_head("entropy", start=20), 2.0)
+    assert np.allclose(s.by_head("entropy"), 1.25)
     back = AttentionStats.load(s.save(tmp_path / "s.json"))
     assert all(np.allclose(back.stats[k], s.stats[k]) for k in STATS) and back.bucket_edges == s.bucket_edges
     with pytest.raises(ValueError, match="past the last bucket"):
-        s.per_head("entropy", start=41)
+        s.by_head("entropy", start=41)
     paths = plots.save_all(s, tmp_path)
     assert all(p.stat().st_size > 1000 for p in paths)
 

@@ -5,9 +5,9 @@ import torch
 from tiny_configs import ARCHS, model
 from transformers import AttentionInterface, GPT2Config, GPT2LMHeadModel
 
-import attntemp.patching as P
-from attntemp.attention import reference_attention
-from attntemp.spec import TemperatureSpec
+import attntemp.hf.patch as P
+from attntemp.ops.attention import reference_attention
+from attntemp.ops.spec import TemperatureSpec
 
 X = torch.randint(1, 97, (2, 40), generator=torch.Generator().manual_seed(1))
 

@@ -4,8 +4,9 @@ import json
 
 import pytest
 
-from attntemp.report import build_report, markdown_to_html
-from attntemp.sweep import Store
+from attntemp.evaluate.sweep import Store
+from attntemp.report.build import build_report
+from attntemp.report.html import markdown_to_html
 
 
 def fake_sweep(folder):

@@ -8,7 +8,7 @@ import torch
 from transformers import LlamaConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-from attntemp import rope
+from attntemp.ops import rope
 
 DIMS = (32, 64, 128)
 BASES = (10000.0, 100000.0, 500000.0)

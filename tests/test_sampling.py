@@ -11,7 +11,7 @@ from transformers import (
     TopPLogitsWarper,
 )
 
-from attntemp.sampling import TemperatureTopKTopP, sample
+from attntemp.logits.sampling import TemperatureTopKTopP, sample
 
 V = 12
 

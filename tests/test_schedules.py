@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from attntemp import schedules as S
+from attntemp.ops import schedules as S
+from attntemp.ops.spec import TemperatureSpec
 
 POS = torch.arange(0, 20000, 997)
 NK = POS + 1
@@ -34,12 +35,13 @@ def test_yarn_schedule_is_squared_factor_not_sqrt():
 
 
 def test_constant_per_layer_per_head_shapes():
+    # per-layer and per-head multipliers have one representation: TemperatureSpec's layers / heads
     assert S.constant(1.3)(0, 4, POS, NK).shape == (1, 1)
-    assert float(S.per_layer([1.0, 2.0])(1, 4, POS, NK)) == 2.0
-    ph = S.per_head(torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]))
-    assert ph(1, 3, POS, NK).flatten().tolist() == [4.0, 5.0, 6.0]
-    with pytest.raises(ValueError, match="3 values; the layer has 4 heads"):
-        ph(0, 4, POS, NK)
+    assert TemperatureSpec(layers=(1.0, 2.0)).static_multipliers(1, 4).tolist() == [2.0] * 4
+    ph = TemperatureSpec.per_head(torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]))
+    assert ph.static_multipliers(1, 3).flatten().tolist() == [4.0, 5.0, 6.0]
+    with pytest.raises(ValueError, match="3 values; the model has 4 heads"):
+        ph.check_model(2, 4)
 
 
 def test_logn_matches_qwen():
@@ -66,7 +68,7 @@ def test_ssmax_formula():
 
 
 def test_position_dependence_flags():
-    assert not S.yarn(4).position_dependent and not S.per_head([[1.0]]).position_dependent
+    assert not S.yarn(4).position_dependent and not TemperatureSpec.per_head([[1.0]]).position_dependent
     assert S.logn(10).position_dependent and S.llama4().position_dependent
     assert S.ssmax().position_dependent
 
@@ -76,7 +78,7 @@ def test_position_dependence_flags():
     [
         (lambda: S.constant(0), "multiplier=0"),
         (lambda: S.constant(float("nan")), "multiplier=nan"),
-        (lambda: S.per_layer([1.0, -2.0]), r"multipliers\[1\]=-2.0"),
+        (lambda: TemperatureSpec(layers=(1.0, -2.0)), r"layers\[1\]=-2.0"),
         (lambda: S.yarn(0.5), "s=0.5"),
         (lambda: S.logn(1), "trained_len=1"),
         (lambda: S.llama4(floor_scale=0), "floor_scale=0"),

@@ -6,17 +6,17 @@ Run with `python -m pytest -m slow`. One held-out stdlib document at 16384 token
 import pytest
 
 import attntemp
-from attntemp import data
-from attntemp.spec import TemperatureSpec
-from attntemp.sweep import rope_for
-from attntemp.tasks import EvalContext, get_task
+from attntemp.evaluate import corpus
+from attntemp.evaluate.tasks import EvalContext, get_task
+from attntemp.hf.rope_scaling import rope_for
+from attntemp.ops.spec import TemperatureSpec
 
 pytestmark = pytest.mark.slow
 
 
 def test_yarn_rescues_smollm2_at_16k_and_temperature_is_measured():
     model, tok = attntemp.load_model("smollm2")
-    ctx = EvalContext(8192, data.load_text("stdlib"), n_docs=1)
+    ctx = EvalContext(8192, corpus.load_text("stdlib"), n_docs=1)
     task = get_task("perplexity")
     with attntemp.patch(model, TemperatureSpec()):
         plain = task.evaluate(model, tok, 16384, [1.0], ctx)[0]

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from attntemp.spec import TemperatureSpec
+from attntemp.ops.spec import TemperatureSpec
 
 
 def test_json_round_trip(tmp_path):

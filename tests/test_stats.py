@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from attntemp.stats import STATS, attention_stats, reference_stats
+from attntemp.ops.attention_stats import STATS, attention_stats, reference_stats
 
 
 def qk(b=1, hq=6, hkv=2, lq=150, lk=150, d=16, seed=0):

@@ -9,7 +9,9 @@ import time
 
 import pytest
 
-from attntemp.sweep import Store, SweepConfig, parse_multipliers, rope_for, run_sweep
+from attntemp.evaluate.sweep import Store, SweepConfig, run_sweep
+from attntemp.hf.rope_scaling import rope_for
+from attntemp.utils.options import multipliers as parse_multipliers
 
 
 def test_parse_multipliers():

@@ -6,8 +6,9 @@ import pytest
 import torch
 
 import attntemp
-from attntemp.tasks import TASKS, EvalContext, get_task, needle_prompt, tail_start
-from attntemp.tiny_eval import heldout_windows, perplexity
+from attntemp.evaluate.corpus import heldout_windows
+from attntemp.evaluate.lm import perplexity
+from attntemp.evaluate.tasks import TASKS, EvalContext, get_task, needle_prompt, tail_start
 
 
 def test_registry_declares_directions():

@@ -10,8 +10,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from attntemp import data, tiny_eval
 from attntemp.assets import tiny_path
+from attntemp.evaluate import corpus, lm, model_card
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -74,22 +74,22 @@ def test_config_matches_card(model, figures):
 
 
 def test_reload_gives_recorded_logits(model, tokenizer, figures):
-    got = torch.tensor(tiny_eval.reference_logits(model, tokenizer, figures["reference_text"]))
+    got = torch.tensor(model_card.reference_logits(model, tokenizer, figures["reference_text"]))
     torch.testing.assert_close(got, torch.tensor(figures["reference_logits"]), atol=1e-5, rtol=0)
 
 
 def test_passkey_at_trained_length(model, tokenizer, figures):
     ctx = figures["context"]
-    acc = tiny_eval.passkey_accuracy(model, tokenizer, ctx, 100, seed=figures["passkey_seed"])
+    acc = model_card.passkey_accuracy(model, tokenizer, ctx, 100, seed=figures["passkey_seed"])
     assert acc >= 0.9
     assert acc == pytest.approx(figures["passkey_accuracy"], abs=0.02)
 
 
 def test_heldout_perplexity_matches_card(model, tokenizer, figures):
-    windows = tiny_eval.heldout_windows(tokenizer, figures["context"], figures["heldout_windows"])
-    if tiny_eval.windows_digest(windows) != figures["heldout_digest"]:
+    windows = corpus.heldout_windows(tokenizer, figures["context"], figures["heldout_windows"])
+    if corpus.windows_digest(windows) != figures["heldout_digest"]:
         pytest.skip(f"this Python's stdlib differs from the one of the card ({figures['python']})")
-    ppl = tiny_eval.perplexity(model, windows)
+    ppl = lm.perplexity(model, windows)
     assert ppl == pytest.approx(figures["heldout_ppl"], rel=0.02)
 
 
@@ -97,17 +97,17 @@ def test_perplexity_counts_only_the_tail(model):
     ids = torch.randint(0, 256, (2, 40), generator=torch.Generator().manual_seed(0))  # [2, 40]
     logp = torch.log_softmax(model(input_ids=ids).logits.double(), -1)  # [2, 40, V]
     nll = -logp[:, :-1].gather(-1, ids[:, 1:, None])[..., 0]  # [2, 39]
-    assert tiny_eval.perplexity(model, ids) == pytest.approx(nll.mean().exp().item(), rel=1e-5)
+    assert lm.perplexity(model, ids) == pytest.approx(nll.mean().exp().item(), rel=1e-5)
     tail = nll[:, 29:].mean().exp().item()
-    assert tiny_eval.perplexity(model, ids, start=29) == pytest.approx(tail, rel=1e-5)
+    assert lm.perplexity(model, ids, start=29) == pytest.approx(tail, rel=1e-5)
     with pytest.raises(ValueError, match="start=39"):
-        tiny_eval.perplexity(model, ids, start=39)
+        lm.perplexity(model, ids, start=39)
 
 
 def test_first_integer():
-    assert tiny_eval.first_integer(" 4213. Rem") == 4213
-    assert tiny_eval.first_integer(" key 07 is 9") == 7
-    assert tiny_eval.first_integer("no digits") is None
+    assert lm.first_integer(" 4213. Rem") == 4213
+    assert lm.first_integer(" key 07 is 9") == 7
+    assert lm.first_integer("no digits") is None
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +124,7 @@ def test_training_rows(script, tokenizer):
         ids, labels, answer = next(rows)  # [256] each
         prompt = tokenizer.decode(ids[: int(answer.nonzero()[0])])
         key = int(tokenizer.decode(ids[answer], skip_special_tokens=True).strip(" ."))
-        assert prompt.endswith(data.QUESTION) and data.KEY_LINE.format(key=key) in prompt
+        assert prompt.endswith(corpus.QUESTION) and corpus.KEY_LINE.format(key=key) in prompt
         assert int(labels[answer][-1]) == script.EOS_ID and (labels[~answer] != script.IGNORE).any()
     gen = torch.Generator().manual_seed(0)
     row = bytes(script.copy_row(gen, 200, 16).tolist()).decode()

@@ -8,11 +8,11 @@ import pytest
 import torch
 from tiny_configs import model as tiny_random
 
-from attntemp.evidence import TuneConfig, run_tune
-from attntemp.observe import measure
-from attntemp.search1d import golden_section
-from attntemp.spec import TemperatureSpec
-from attntemp.tune import _match_layer, bisect_log_m, capture_qk, tune_entropy
+from attntemp.analysis.measure import measure
+from attntemp.ops.search import bisect_log_m, golden_section
+from attntemp.ops.spec import TemperatureSpec
+from attntemp.tune.entropy import _match_layer, capture_qk, tune_entropy
+from attntemp.tune.runner import TuneConfig, run_tune
 
 
 def test_golden_section_finds_the_minimum():
@@ -126,7 +126,7 @@ def test_after_entropy_from_the_matching_pass_equals_a_fresh_measure(granularity
     tuned spec from scratch."""
     m, ids = _peaky()
     match = tune_entropy(m, ids, trained_length=32, granularity=granularity, progress=False)
-    fresh = measure(m, ids, match.spec, positions=[32], progress=False).per_head("entropy", start=32)
+    fresh = measure(m, ids, match.spec, positions=[32], progress=False).by_head("entropy", start=32)
     assert np.isfinite(match.after).all()
     np.testing.assert_allclose(match.after, fresh, rtol=1e-4, atol=1e-5)
     assert abs(match.after - match.before).max() > 0.01  # the spec moved entropy: the comparison can fail

@@ -1,19 +1,95 @@
 """attntemp: attention temperature as a measured, tuned and shippable knob.
 
 Temperature ``T`` divides pre-softmax logits; the multiplier ``m = 1/T`` multiplies them.
+
+The package's folders are its layers, each importing only from those before it:
+``utils`` < ``ops`` < ``hf`` < ``evaluate`` < ``analysis`` < ``tune`` < ``ship`` < ``logits`` <
+``report`` < ``commands`` (see ``tests/test_layers.py``). The modules of the flat layout before it
+stay importable under their old names (``attntemp.rope``, ``attntemp.attention``, ...): see
+:data:`MOVED`.
 """
 
-from .baking import bake, save_baked
-from .core import entropy, tempered_softmax
-from .engines import export
-from .extend import extend_context, extended, restore_rope
-from .learn import learnable
-from .models import load_model
-from .observe import AttentionStats, measure
-from .patching import apply, patch, restore
-from .spec import TemperatureSpec
+from __future__ import annotations
 
-__version__ = "0.1.0"
+import importlib
+import importlib.abc
+import importlib.util
+import sys
+from types import ModuleType
+
+from .analysis.measure import AttentionStats, measure
+from .hf.learnable import learnable
+from .hf.loading import load_model
+from .hf.patch import apply, patch, restore
+from .hf.rope_scaling import extend_context, extended, restore_rope
+from .ops.softmax import entropy, tempered_softmax
+from .ops.spec import TemperatureSpec
+from .ship.bake import bake, save_baked
+from .ship.export import export
+from .utils.version import VERSION
+
+__version__ = VERSION
+
+# Old flat module names (before the layered folders) -> where each now lives.
+MOVED = {
+    "attention": "ops.attention",
+    "core": "ops.softmax",
+    "rope": "ops.rope",
+    "schedules": "ops.schedules",
+    "spec": "ops.spec",
+    "stats": "ops.attention_stats",
+    "search1d": "ops.search",
+    "extend": "hf.rope_scaling",
+    "patching": "hf.patch",
+    "models": "hf.loading",
+    "learn": "tune.gradient",
+    "observe": "analysis.measure",
+    "plots": "analysis.plots",
+    "data": "evaluate.corpus",
+    "tasks": "evaluate.tasks",
+    "sweep": "evaluate.sweep",
+    "tiny_eval": "evaluate.lm",
+    "tune_entropy": "tune.entropy",
+    "evidence": "tune.runner",
+    "baking": "ship.bake",
+    "engines": "ship.export",
+    "calibration": "logits.calibration",
+    "distill": "logits.distill",
+    "sampling": "logits.sampling",
+    "report_build": "report.build",
+    "demo": "report.demo",
+    "tables": "report.tables",
+}
+
+
+class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """``import attntemp.rope`` gives the module ``attntemp.ops.rope`` itself (one module object)."""
+
+    def find_spec(self, fullname, path=None, target=None):  # type: ignore[no-untyped-def]
+        short = fullname.removeprefix(__name__ + ".")
+        return importlib.util.spec_from_loader(fullname, self) if short in MOVED and short != fullname else None
+
+    def create_module(self, spec) -> ModuleType:  # type: ignore[no-untyped-def]
+        module = importlib.import_module(f"{__name__}.{MOVED[spec.name.removeprefix(__name__ + '.')]}")
+        self.specs = {**getattr(self, "specs", {}), module.__name__: module.__spec__}
+        return module
+
+    def exec_module(self, module: ModuleType) -> None:
+        """Nothing to run (it was imported under its new name); put back the spec that the import
+        machinery replaced, so the module keeps saying where it lives."""
+        module.__spec__ = self.specs[module.__name__]
+
+
+if not any(isinstance(f, _MovedFinder) for f in sys.meta_path):
+    sys.meta_path.append(_MovedFinder())
+
+
+def __getattr__(name: str) -> ModuleType:
+    """``attntemp.rope`` (attribute access, without an import statement) for the moved modules."""
+    if name in MOVED:
+        return importlib.import_module(f"{__name__}.{MOVED[name]}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "AttentionStats",

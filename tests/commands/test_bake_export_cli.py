@@ -9,8 +9,8 @@ from transformers import AutoModelForCausalLM, LlamaConfig
 
 from attntemp.assets import tiny_path
 from attntemp.cli import main
-from attntemp.schedules import yarn_multiplier
-from attntemp.spec import TemperatureSpec
+from attntemp.ops.schedules import yarn_multiplier
+from attntemp.ops.spec import TemperatureSpec
 
 
 @pytest.fixture(scope="module")

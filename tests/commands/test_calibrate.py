@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from attntemp.calibration import fit_temperature
 from attntemp.cli import main
+from attntemp.logits.calibration import fit_temperature
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -2,8 +2,8 @@
 
 import json
 
+from attntemp.analysis.measure import AttentionStats
 from attntemp.cli import main
-from attntemp.observe import AttentionStats
 
 
 def test_measure_cli_writes_stats_and_plots(tmp_path, capsys):

@@ -3,7 +3,7 @@
 import json
 
 from attntemp.cli import main
-from attntemp.spec import TemperatureSpec
+from attntemp.ops.spec import TemperatureSpec
 
 
 def test_sweep_tune_report(tmp_path, capsys):

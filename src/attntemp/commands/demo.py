@@ -5,38 +5,23 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .. import _validate
-from ..demo import demo_config, run_demo
-from ..sweep import parse_multipliers
+from ..report.demo import MODEL_DEFAULTS, DemoConfig, demo_config, run_demo
+from ..utils.options import add_options, from_args, show
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="the whole story on one model, as report.html (the default command)")
-    p.add_argument("--model", default="tiny", help="tiny (default), smollm2, or a folder")
-    p.add_argument("--out", default="attntemp-demo")
-    p.add_argument("--docs", type=int, default=None, help="held-out documents (default 4; 1 for smollm2)")
-    p.add_argument("--trials", type=int, default=None, help="passkey trials (default 20; 3 for smollm2)")
-    p.add_argument("--scales", default=None, help="lengths as multiples of the trained length "
-                   "(default 4,8; 1.5,2 for smollm2)")
-    p.add_argument("--multipliers", default=None, help="m = 1/T to sweep (default 0.8:1.6:0.1; "
-                   "0.9,1,1.15,1.3 for smollm2)")
+    shown = {
+        name: f"{show(getattr(DemoConfig, name, None))}; {show(value)} for smollm2"
+        for name, value in MODEL_DEFAULTS["smollm2"].items()
+    }
+    add_options(p, DemoConfig, defaults=shown)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    scales = None
-    if args.scales is not None:
-        try:
-            scales = tuple(float(x) for x in args.scales.split(","))
-        except ValueError:
-            raise ValueError(f"scales={args.scales!r} is not allowed; expected comma-separated numbers") from None
-        for i, s in enumerate(scales):
-            _validate.at_least(f"scales[{i}]", s, 1.0)
-    multipliers = parse_multipliers(args.multipliers) if args.multipliers else None
-    cfg = demo_config(args.model, out=args.out, scales=scales, n_docs=args.docs, trials=args.trials,
-                      multipliers=multipliers)
+    cfg = from_args(DemoConfig, args, build=demo_config)
     page = run_demo(cfg)
-    text = (Path(args.out) / "report.md").read_text()
-    print(text)
+    print((Path(cfg.out) / "report.md").read_text())
     print(f"report: {page.resolve()}")
     return 0

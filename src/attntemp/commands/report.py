@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import argparse
 
-from ..report import build_report
+from ..report.build import ReportConfig, build_report
+from ..utils.options import add_options, from_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="report.md and report.html from sweep.db and evidence in DIR")
-    p.add_argument("dir")
+    add_options(p, ReportConfig)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    md, page = build_report(args.dir)
+    md, page = build_report(from_args(ReportConfig, args).dir)
     print(md.read_text())
     print(f"report: {page}")
     return 0

@@ -5,18 +5,21 @@ from __future__ import annotations
 import argparse
 import json
 
-from .. import tables
+from ..report import tables
+from ..report.tables import TablesConfig
+from ..utils.options import add_options, from_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("tables", help="print the YaRN and temperature tables (the default)")
-    p.add_argument("--json", action="store_true", help="print JSON instead of markdown")
+    p = sub.add_parser("tables", help="print the YaRN and temperature tables")
+    add_options(p, TablesConfig)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    cfg = from_args(TablesConfig, args)
     yarn, temp = tables.yarn_table(), tables.temperature_table()
-    if args.json:
+    if cfg.json:
         print(json.dumps({"yarn": yarn, "temperature": temp}, indent=2))
         return 0
     print("YaRN (arXiv:2309.00071): attention_factor t = 0.1 ln s + 1 multiplies cos and sin,")

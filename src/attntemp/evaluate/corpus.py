@@ -1,0 +1,239 @@
+"""Text sources, a deterministic train/held-out split and passkey prompts.
+
+Everything here is offline: the default text is the running CPython's standard library, read at
+run time; ``gutenberg:<book>`` reads a plain-text book from a local folder; a path reads files.
+Passkey prompts follow the YaRN paper's format (jquesnelle/yarn, ``eval/passkey.py``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pathlib
+import random
+import sysconfig
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..utils import checks
+
+TEXT_SUFFIXES = (".txt", ".py", ".md")
+SKIPPED_STDLIB_DIRS = frozenset({"site-packages", "dist-packages", "test", "tests", "idle_test"})
+GUTENBERG_ENV = "ATTNTEMP_GUTENBERG"
+HELDOUT_PERCENT = 10
+
+TASK = "There is a pass key hidden in this text. Find it and remember it."
+FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
+KEY_LINE = "The pass key is {key}. Remember it. {key} is the pass key."
+QUESTION = "What is the pass key? The pass key is"
+KEY_RANGE = (1, 50000)
+
+
+@dataclass(frozen=True)
+class Document:
+    """One named text: ``name`` is stable across machines (a relative path or a book name)."""
+
+    name: str
+    text: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"name={self.name!r} is not allowed; expected a non-empty string")
+        if not isinstance(self.text, str):
+            raise ValueError(f"text of {self.name!r} is {type(self.text).__name__}; expected str")
+
+
+def _decode(raw: bytes) -> str:
+    """UTF-8 (or Latin-1 when that fails), with CRLF / CR line ends made ``\\n``."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = raw.decode("latin-1")
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _read(path: pathlib.Path, name: str) -> Document:
+    text = path.read_text(encoding="utf-8", errors="replace")
+    return Document(name, text.replace("\r\n", "\n").replace("\r", "\n"))
+
+
+def stdlib_documents(skip_tests: bool = True) -> list[Document]:
+    """The ``.py`` files of the running CPython's standard library, sorted by relative path."""
+    root = pathlib.Path(sysconfig.get_paths()["stdlib"])
+    skipped = SKIPPED_STDLIB_DIRS if skip_tests else frozenset({"site-packages", "dist-packages"})
+    docs = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+        if skipped.intersection(rel.parts[:-1]) or not path.is_file():
+            continue
+        docs.append(_read(path, rel.as_posix()))
+    return docs
+
+
+def gutenberg_dir(folder: str | os.PathLike[str] | None = None) -> pathlib.Path:
+    """``folder``, else ``$ATTNTEMP_GUTENBERG``, else ``../shared/data/gutenberg`` from the cwd."""
+    if folder is not None:
+        return pathlib.Path(folder)
+    env = os.environ.get(GUTENBERG_ENV)
+    return pathlib.Path(env) if env else pathlib.Path.cwd().parent / "shared/data/gutenberg"
+
+
+def _gutenberg(book: str, folder: str | os.PathLike[str] | None) -> list[Document]:
+    root = gutenberg_dir(folder)
+    if not root.is_dir():
+        raise ValueError(
+            f"source='gutenberg:{book}' needs the folder {str(root)!r}, which does not exist; "
+            f"pass gutenberg_dir or set {GUTENBERG_ENV}"
+        )
+    path = root / f"{book}.txt"
+    if not book or not path.is_file():
+        books = sorted(p.stem for p in root.glob("*.txt"))
+        checks.choice("source book", book, books)
+    return [Document(f"gutenberg:{book}", _decode(path.read_bytes()))]
+
+
+def _path_source(source: str) -> list[Document]:
+    path = pathlib.Path(source)
+    if path.is_file():
+        return [_read(path, path.name)]
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in TEXT_SUFFIXES)
+        if not files:
+            raise ValueError(f"source={source!r} holds no {'/'.join(TEXT_SUFFIXES)} files")
+        return [_read(p, p.relative_to(path).as_posix()) for p in files]
+    raise ValueError(
+        f"source={source!r} is not allowed; expected 'stdlib', 'gutenberg:<book>', or an existing file or folder"
+    )
+
+
+def load_text(source: str = "stdlib", gutenberg_dir: str | os.PathLike[str] | None = None) -> list[Document]:
+    """Documents of ``source``: ``"stdlib"``, ``"gutenberg:<book>"`` or a file / folder path."""
+    if not isinstance(source, str) or not source:
+        raise ValueError(f"source={source!r} is not allowed; expected a non-empty string")
+    if source == "stdlib":
+        return stdlib_documents()
+    if source.startswith("gutenberg:"):
+        return _gutenberg(source.split(":", 1)[1], gutenberg_dir)
+    return _path_source(source)
+
+
+def is_heldout(name: str) -> bool:
+    """Stable membership: the first 8 bytes of sha256(name) mod 100 fall below HELDOUT_PERCENT."""
+    digest = hashlib.sha256(name.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") % 100 < HELDOUT_PERCENT
+
+
+def split(docs: Sequence[Document], part: str = "train") -> list[Document]:
+    """The ``part`` ("train" or "heldout") of ``docs``, in their order; the two are disjoint."""
+    checks.choice("part", part, ("train", "heldout"))
+    want = part == "heldout"
+    return [d for d in docs if is_heldout(d.name) == want]
+
+
+def count_tokens(tokenizer: Any, text: str) -> int:
+    """Number of tokens of ``text`` without special tokens."""
+    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def select_documents(
+    docs: Sequence[Document], tokenizer: Any, min_tokens: int, n: int, part: str = "heldout"
+) -> list[Document]:
+    """The first ``n`` documents of ``part`` (in name order) with at least ``min_tokens`` tokens."""
+    min_tokens = checks.positive_int("min_tokens", min_tokens)
+    n = checks.positive_int("n", n)
+    chosen = []
+    for doc in sorted(split(docs, part), key=lambda d: d.name):
+        # a token covers at least one byte, so short texts are rejected without tokenizing
+        short = len(doc.text.encode("utf-8")) < min_tokens
+        if not short and count_tokens(tokenizer, doc.text) >= min_tokens:
+            chosen.append(doc)
+            if len(chosen) == n:
+                return chosen
+    raise ValueError(f"n={n} is not allowed; only {len(chosen)} {part} documents have min_tokens={min_tokens}")
+
+
+def _assemble(key: int, filler: str, depth: float) -> str:
+    cut = round(depth * len(filler))
+    lines = [TASK, filler[:cut], KEY_LINE.format(key=key), filler[cut:], QUESTION]
+    return "\n".join(lines)
+
+
+def passkey_min_tokens(tokenizer: Any) -> int:
+    """Tokens of a passkey prompt with no filler and the longest key: the least ``n_tokens``."""
+    return count_tokens(tokenizer, _assemble(KEY_RANGE[1], "", 0.0))
+
+
+def passkey_prompt(key: int, n_tokens: int, depth: float, tokenizer: Any) -> str:
+    """A YaRN-format passkey prompt of at most ``n_tokens`` tokens (exactly, for a byte tokenizer).
+
+    The key line sits at ``depth`` (0 = right after the task line, 1 = right before the question)
+    of the filler; the filler is the repeated YaRN sentence cut at a character.
+    """
+    key = checks.positive_int("key", key)
+    n_tokens = checks.positive_int("n_tokens", n_tokens)
+    if not 0.0 <= float(depth) <= 1.0:
+        raise ValueError(f"depth={depth!r} is not allowed; expected a number in [0, 1]")
+    fixed = count_tokens(tokenizer, _assemble(key, "", 0.0))
+    if fixed > n_tokens:
+        raise ValueError(f"n_tokens={n_tokens} is not allowed; a passkey prompt needs >= {fixed}")
+    sentence = FILLER + " "
+    per_char = len(sentence) / count_tokens(tokenizer, sentence)
+    chars = int((n_tokens - fixed) * per_char)
+    filler = " ".join([FILLER] * (chars // len(sentence) + 2))
+    while True:
+        text = _assemble(key, filler[:chars], float(depth))
+        over = count_tokens(tokenizer, text) - n_tokens
+        if over <= 0:
+            return text
+        chars = max(0, chars - max(1, int(over * per_char)))
+
+
+def draw_keys(n: int, seed: int) -> list[int]:
+    """``n`` pass keys drawn uniformly from KEY_RANGE by ``random.Random(seed)``."""
+    rng = random.Random(seed)
+    return [rng.randint(*KEY_RANGE) for _ in range(checks.positive_int("n", n))]
+
+
+def passkey_documents(n: int, tokenizer: Any, min_tokens: int, max_tokens: int, seed: int) -> Iterator[str]:
+    """``n`` training texts: a passkey prompt of ``min_tokens..max_tokens`` tokens, then its answer.
+
+    Each text is ``prompt + " {key}."``, so the whole text is at most ``max_tokens`` tokens plus the
+    answer; lengths, depths and keys come from ``random.Random(seed)``.
+    """
+    rng = random.Random(seed)
+    for _ in range(checks.positive_int("n", n)):
+        key = rng.randint(*KEY_RANGE)
+        length = rng.randint(min_tokens, max_tokens)
+        yield passkey_prompt(key, length, rng.random(), tokenizer) + f" {key}."
+
+
+def heldout_windows(
+    tokenizer: Any,
+    length: int,
+    n: int = 32,
+    min_tokens: int | None = None,
+    docs: Sequence[Document] | None = None,
+) -> torch.Tensor:
+    """``[n, length]`` token ids: the start of each selected held-out document (see module doc)."""
+    length = checks.positive_int("length", length)
+    docs = load_text("stdlib") if docs is None else docs
+    chosen = select_documents(docs, tokenizer, min_tokens or length, n, part="heldout")
+    rows = [tokenizer(d.text, add_special_tokens=False)["input_ids"][:length] for d in chosen]
+    return torch.tensor(rows, dtype=torch.long)  # [n, length]
+
+
+def split_windows(
+    tok: Any, length: int, n: int, docs: Sequence[Document] | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(tuning, evaluation)`` windows ``[n, L]`` each, from different held-out documents (the
+    evaluation windows are those every task scores first)."""
+    ids = heldout_windows(tok, length, n=2 * n, docs=docs)  # [2n, L]
+    return ids[n:], ids[:n]
+
+
+def windows_digest(ids: torch.Tensor) -> str:
+    """sha256 of the token ids: tells whether two runs scored the very same windows."""
+    return hashlib.sha256(ids.to(torch.int64).numpy().tobytes()).hexdigest()

@@ -1,0 +1,102 @@
+"""Language-model scoring, one implementation each: next-token NLL (chunked through the LM head,
+never the ``[B, L, V]`` logits), the loss and perplexity built on it, several multipliers in one
+batched forward, and greedy decoding with a KV cache."""
+
+from __future__ import annotations
+
+import inspect
+import math
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from ..hf.patch import batch_multipliers
+
+_INTEGER = re.compile(r"\d+")
+
+
+def _check_start(start: int, length: int) -> int:
+    if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start < length - 1:
+        raise ValueError(f"start={start!r} is not allowed; expected 0 <= start < {length - 1}")
+    return start
+
+
+def token_nll(model: Any, ids: torch.Tensor, start: int = 0, chunk: int = 1024) -> torch.Tensor:
+    """``[b, L-1-start]`` NLL (nats) of the next-token predictions made at positions ``>= start``.
+
+    The decoder's hidden states go through the LM head ``chunk`` positions at a time (final logit
+    soft-capping applied if the model has it), so no ``[b, L, V]`` tensor is formed. Gradients flow
+    when enabled (gradient tuning uses it as its loss)."""
+    _check_start(start, ids.shape[1])
+    hidden = model.get_decoder()(input_ids=ids, use_cache=False).last_hidden_state  # [b, L, d]
+    head = model.get_output_embeddings()
+    cap = getattr(model.config, "final_logit_softcapping", None)
+    out = []
+    for a in range(start, ids.shape[1] - 1, chunk):
+        logits = head(hidden[:, a : min(a + chunk, ids.shape[1] - 1)])  # [b, c, V]
+        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # [b, c, V], fp32 at least
+        if cap:
+            logits = torch.tanh(logits / cap) * cap
+        target = ids[:, a + 1 : a + 1 + logits.shape[1]]  # [b, c]
+        out.append(torch.nn.functional.cross_entropy(logits.transpose(1, 2), target, reduction="none"))
+    return torch.cat(out, dim=1)  # [b, L-1-start]
+
+
+def next_token_loss(model: Any, ids: torch.Tensor, start: int = 0) -> torch.Tensor:
+    """Mean next-token cross entropy of the predictions at positions ``>= start`` of ``ids`` [B, L]."""
+    return token_nll(model, ids, start).mean()
+
+
+@torch.no_grad()
+def perplexity(model: Any, ids: torch.Tensor, start: int = 0, batch_size: int = 8) -> float:
+    """``exp(mean NLL)`` over the next-token predictions of ``ids`` ``[n, L]`` at positions ``>= start``."""
+    _check_start(start, ids.shape[1])
+    total, count = 0.0, 0
+    for rows in ids.split(batch_size):  # [b, L]
+        nll = token_nll(model, rows.to(model.device), start)  # [b, L-1-start]
+        total += nll.double().sum().item()
+        count += nll.numel()
+    return math.exp(total / count)
+
+
+def repeat_rows(ids: torch.Tensor, multipliers: Sequence[float]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every row of ``ids`` once per multiplier: ``[k*n, L]`` and the matching ``[k*n]`` m."""
+    k, n = len(multipliers), ids.shape[0]
+    m = torch.tensor(list(multipliers), dtype=torch.float32).repeat_interleave(n)  # [k*n]
+    return ids.repeat(k, 1), m  # [k*n, L]
+
+
+@torch.no_grad()
+def multiplier_nll(model: Any, ids: torch.Tensor, multipliers: Sequence[float], batch_size: int) -> torch.Tensor:
+    """``[k, n, L-1]`` next-token NLL of ``ids`` ``[n, L]`` under each multiplier (a patched model;
+    one batch row per (m, window), m folded into q per row)."""
+    rows, m = repeat_rows(ids, multipliers)
+    out = []
+    for a in range(0, rows.shape[0], batch_size):
+        chunk, mc = rows[a : a + batch_size], m[a : a + batch_size]
+        with batch_multipliers(model, mc):
+            out.append(token_nll(model, chunk.to(model.device)).cpu())  # [b, L-1]
+    return torch.cat(out).reshape(len(multipliers), ids.shape[0], -1)
+
+
+@torch.no_grad()
+def greedy(model: Any, ids: torch.Tensor, new_tokens: int) -> torch.Tensor:
+    """``[b, new_tokens]`` greedy continuations of the equal-length prompts ``ids`` ``[b, n]``."""
+    # transformers >= 5.2x names the KV cache ``cache``; earlier 5.x releases ``past_key_values``
+    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    out = model(input_ids=ids, use_cache=True)
+    nxt = out.logits[:, -1].argmax(-1, keepdim=True)  # [b, 1]
+    tokens = [nxt]
+    for _ in range(new_tokens - 1):
+        out = model(input_ids=nxt, use_cache=True, **{name: getattr(out, name)})
+        nxt = out.logits[:, -1].argmax(-1, keepdim=True)  # [b, 1]
+        tokens.append(nxt)
+    return torch.cat(tokens, dim=1)  # [b, new_tokens]
+
+
+def first_integer(text: str) -> int | None:
+    """The first run of digits in ``text`` as an int, or None."""
+    match = _INTEGER.search(text)
+    return int(match.group()) if match else None

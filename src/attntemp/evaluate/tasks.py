@@ -1,0 +1,275 @@
+"""Registered evaluation tasks (lm-evaluation-harness style): each declares its metrics and
+whether higher is better, and scores several logit multipliers m at once (one batch row per m,
+folded into q by ``attntemp.hf.patch.batch_multipliers``).
+
+Each task's metrics are the one source of their facts (name, higher-is-better, unit); the first is
+the task's headline metric (tables and reports show it), ``objective`` the one tuning optimises.
+
+- ``perplexity``: token-weighted perplexity by query-position bucket on held-out documents; the
+  ``tail`` is the predictions made at positions >= the trained length (the last quarter when the
+  length is within it).
+- ``passkey``: the YaRN paper's passkey prompt; exact match of the greedy key, plus the mean
+  log-probability of the key's tokens (a graded signal for small models).
+- ``needle``: a fact hidden at several depths in real text (Gutenberg or stdlib), scored the
+  same two ways, per depth.
+"""
+
+from __future__ import annotations
+
+import abc
+import itertools
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..hf.loading import ModelOptions
+from ..hf.patch import batch_multipliers
+from ..utils import checks
+from ..utils.options import option
+from . import corpus
+from .corpus import heldout_windows
+from .lm import first_integer, greedy, multiplier_nll, repeat_rows
+
+NEEDLE = "The special magic number is {key}."
+NEEDLE_QUESTION = "What is the special magic number? The special magic number is"
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A task's metric: its name, whether higher is better, and its unit (for tables)."""
+
+    name: str
+    higher_is_better: bool
+    unit: str = ""
+
+
+@dataclass(frozen=True)
+class EvalContext:
+    """What every task needs besides the model: trained length, text and sizes."""
+
+    trained_length: int
+    docs: Sequence[corpus.Document] = field(default=(), repr=False)
+    n_docs: int = 4
+    trials: int = 20
+    seed: int = 0
+    depths: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
+    batch_size: int = 16
+    haystack: Sequence[corpus.Document] = field(default=(), repr=False)
+    skip_docs: int = 0  # documents passed over first: tuning uses others than the evaluation
+
+    def __post_init__(self) -> None:
+        checks.positive_int("trained_length", self.trained_length)
+        checks.positive_int("n_docs", self.n_docs)
+        checks.positive_int("trials", self.trials)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvalOptions(ModelOptions):
+    """What every command that evaluates takes: the model, the text and the evaluation's sizes."""
+
+    text: str = option("stdlib", "held-out text: stdlib, gutenberg:<book>, a file or a folder")
+    n_docs: int = option(4, "held-out documents (windows) per evaluation", flag="--docs")
+    trials: int = option(20, "passkey / needle trials per point (and depth)")
+    seed: int = option(0, "seed of the passkey and needle keys and depths")
+    batch_size: int = option(16, "rows per forward (one row per window and multiplier)")
+    gutenberg: str | None = option(None, "needle haystack, e.g. gutenberg:melville-moby_dick")
+    progress: bool = option(True, "no progress bars", flag="--quiet", invert=True)
+
+    def __post_init__(self) -> None:
+        checks.positive_int("n_docs", self.n_docs)
+        checks.positive_int("trials", self.trials)
+        checks.positive_int("batch_size", self.batch_size)
+
+
+def eval_context(opts: EvalOptions, trained_length: int) -> EvalContext:
+    """The task context of any evaluating config: its text (and haystack) loaded, its sizes."""
+    docs = corpus.load_text(opts.text)
+    hay = corpus.load_text(opts.gutenberg) if opts.gutenberg else ()
+    return EvalContext(
+        trained_length, docs, opts.n_docs, opts.trials, opts.seed, batch_size=opts.batch_size, haystack=hay
+    )
+
+
+TASKS: dict[str, type[Task]] = {}
+
+
+def register(cls: type[Task]) -> type[Task]:
+    TASKS[cls.name] = cls
+    return cls
+
+
+def get_task(name: str) -> Task:
+    return TASKS[checks.choice("task", name, TASKS)]()
+
+
+class Task(abc.ABC):
+    name: str = ""
+    metrics: tuple[Metric, ...] = ()
+    objective: str = ""  # the metric tuning optimises
+
+    @abc.abstractmethod
+    def evaluate(self, model, tok, length: int, multipliers: Sequence[float], ctx: EvalContext) -> list[dict[str, Any]]:
+        """One metrics dict per multiplier (model already patched with the base spec)."""
+
+    def metric(self, name: str) -> Metric:
+        """The declared metric called ``name``."""
+        checks.choice("metric", name, [m.name for m in self.metrics])
+        return next(m for m in self.metrics if m.name == name)
+
+    def higher_is_better(self, metric: str) -> bool:
+        return self.metric(metric).higher_is_better
+
+    @property
+    def headline(self) -> Metric:
+        """The metric tables and reports show first."""
+        return self.metrics[0]
+
+
+def tail_start(length: int, trained_length: int) -> int:
+    """First query position of the tail: the trained length, or 3/4 of a shorter length."""
+    return trained_length if length > trained_length else (3 * length) // 4
+
+
+@register
+class Perplexity(Task):
+    name = "perplexity"
+    metrics = (Metric("tail_ppl", False, "perplexity past the trained length"), Metric("ppl", False, "perplexity"))
+    objective = "tail_ppl"
+
+    def evaluate(self, model, tok, length, multipliers, ctx):
+        ids = heldout_windows(tok, length, n=ctx.n_docs + ctx.skip_docs, docs=ctx.docs)[ctx.skip_docs :]
+        nll = multiplier_nll(model, ids, multipliers, ctx.batch_size)  # [k, n, L-1]
+        start = tail_start(length, ctx.trained_length)
+        edges = sorted({round(i * (length - 1) / 8) for i in range(9)})
+        out = []
+        for row in nll:  # [n, L-1]
+            buckets = [math.exp(float(row[:, a:b].mean())) for a, b in itertools.pairwise(edges)]
+            out.append(
+                {
+                    "ppl": math.exp(float(row.mean())),
+                    "tail_ppl": math.exp(float(row[:, start:].mean())),
+                    "tail_start": start,
+                    "bucket_edges": edges,
+                    "bucket_ppl": buckets,
+                }
+            )
+        return out
+
+
+def _grouped(prompts: list[tuple[list[int], list[int], int]]):
+    """Group ``(prompt ids, answer ids, key)`` triples by prompt length (no padding needed)."""
+    groups: dict[tuple[int, int], list] = {}
+    for p in prompts:
+        groups.setdefault((len(p[0]), len(p[1])), []).append(p)
+    return list(groups.values())
+
+
+@torch.no_grad()
+def score_prompts(model, tok, prompts, multipliers, batch_size) -> list[dict[str, float]]:
+    """Exact match of the greedy key and mean log-probability of the answer tokens, per m.
+
+    Greedy decoding runs for the answer's length plus 2 tokens: enough to read the first integer
+    (and see that it ends where the key ends)."""
+    k = len(multipliers)
+    hits, logp, count = torch.zeros(k), torch.zeros(k), 0
+    for group in _grouped(prompts):
+        for a in range(0, len(group), max(1, batch_size // k)):
+            part = group[a : a + max(1, batch_size // k)]
+            full = torch.tensor([p + ans for p, ans, _ in part])  # [n, P + A]
+            rows, m = repeat_rows(full, multipliers)  # [k*n, P + A]
+            plen = len(part[0][0])
+            with batch_multipliers(model, m):
+                logits = model(input_ids=rows.to(model.device), use_cache=False).logits.float()
+                lp = torch.log_softmax(logits[:, plen - 1 : -1], -1)  # [k*n, A, V]
+                ans_lp = lp.gather(-1, rows[:, plen:, None].to(lp.device)).squeeze(-1).mean(-1)  # [k*n]
+                gen = greedy(model, rows[:, :plen].to(model.device), rows.shape[1] - plen + 2)  # [k*n, A+2]
+            texts = tok.batch_decode(gen, skip_special_tokens=True)
+            keys = [key for _, _, key in part] * k
+            ok = torch.tensor([first_integer(t) == key for t, key in zip(texts, keys, strict=True)]).float()
+            hits += ok.reshape(k, -1).sum(-1)
+            logp += ans_lp.cpu().reshape(k, -1).sum(-1)
+            count += len(part)
+    return [{"acc": float(h / count), "logp": float(lp / count)} for h, lp in zip(hits, logp, strict=True)]
+
+
+def _encode(tok, text: str) -> list[int]:
+    return tok(text, add_special_tokens=False)["input_ids"]
+
+
+def _keyed(tok, rng: random.Random, prompt_for) -> tuple[list[int], list[int], int]:
+    """A random key, its prompt's ids and the answer's ids (" {key}")."""
+    key = rng.randint(*corpus.KEY_RANGE)
+    return _encode(tok, prompt_for(key)), _encode(tok, f" {key}"), key
+
+
+@register
+class Passkey(Task):
+    name = "passkey"
+    metrics = (Metric("acc", True, "share of trials"), Metric("logp", True, "nats per answer token"))
+    objective = "logp"
+
+    def evaluate(self, model, tok, length, multipliers, ctx):
+        rng = random.Random(ctx.seed)
+        prompts = [
+            _keyed(tok, rng, lambda key: corpus.passkey_prompt(key, length - 10, rng.random(), tok))
+            for _ in range(ctx.trials)
+        ]
+        return score_prompts(model, tok, prompts, multipliers, ctx.batch_size)
+
+
+def needle_prompt(tok, haystack: str, key: int, n_tokens: int, depth: float) -> str:
+    """``haystack`` cut to fit ``n_tokens`` with the needle sentence at ``depth`` (at a line
+    break near it), then the question."""
+    fixed = len(_encode(tok, "\n" + NEEDLE.format(key=key) + "\n\n" + NEEDLE_QUESTION))
+    budget = n_tokens - fixed
+    if budget < 8:
+        raise ValueError(f"n_tokens={n_tokens} is too short for a needle prompt (needs > {fixed + 8})")
+    ids = _encode(tok, haystack)[:budget]
+    text = tok.decode(ids)
+    while len(_encode(tok, text)) > budget:  # decode/encode may not round-trip at the cut
+        text = text[: int(len(text) * 0.98)]
+    cut = round(depth * len(text))
+    nl = text.rfind("\n", 0, cut) if 0 < cut < len(text) else cut
+    cut = nl if nl > 0 else cut
+    return text[:cut] + "\n" + NEEDLE.format(key=key) + "\n" + text[cut:] + "\n" + NEEDLE_QUESTION
+
+
+@register
+class Needle(Task):
+    name = "needle"
+    metrics = (Metric("acc", True, "share of trials"), Metric("logp", True, "nats per answer token"))
+    objective = "logp"
+
+    def evaluate(self, model, tok, length, multipliers, ctx):
+        hay = list(ctx.haystack) or corpus.split(list(ctx.docs), "heldout")
+        hay = [d for d in hay if len(d.text) > 2 * length][ctx.skip_docs :][: max(1, ctx.n_docs)]
+        if not hay:
+            raise ValueError(f"no haystack document is long enough for length={length}")
+        rng = random.Random(ctx.seed)
+        per_depth = []
+        for depth in ctx.depths:
+            prompts = [
+                _keyed(
+                    tok, rng, lambda key, t=t, d=depth: needle_prompt(tok, hay[t % len(hay)].text, key, length - 10, d)
+                )
+                for t in range(ctx.trials)
+            ]
+            per_depth.append(score_prompts(model, tok, prompts, multipliers, ctx.batch_size))
+        out = []
+        for i in range(len(multipliers)):
+            accs = [d[i]["acc"] for d in per_depth]
+            lps = [d[i]["logp"] for d in per_depth]
+            out.append(
+                {
+                    "acc": sum(accs) / len(accs),
+                    "logp": sum(lps) / len(lps),
+                    "depths": list(ctx.depths),
+                    "acc_by_depth": accs,
+                    "logp_by_depth": lps,
+                }
+            )
+        return out

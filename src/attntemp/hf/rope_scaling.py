@@ -1,0 +1,144 @@
+"""RoPE context extension on a loaded transformers model, restorable.
+
+``extend_context`` writes the rope parameters into the model's config and rebuilds its rotary
+embedding modules from that config with transformers' own code, so the logits are those of the
+same model loaded with that rope configuration. Values are checked first by ``attntemp.ops.rope``.
+``rope_for`` names the extension a sweep or tune uses at a length (scale s = length / L0).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+from ..ops import rope
+from ..ops.rope import EXTENSIONS
+from ..utils import checks
+from .introspect import rope_geometry, text_config
+
+SCALINGS = ("none", "linear", "ntk", "dynamic", "yarn")  # what `--rope` takes: s from the length alone
+_SAVED = "_attntemp_rope_saved"
+
+
+def rope_parameters_for(
+    config, method: str, factor: float, original_max_position_embeddings: int | None, **params: Any
+) -> dict[str, Any]:
+    """The transformers ``rope_parameters`` dict for ``method`` (checked by attntemp.rope)."""
+    checks.choice("method", method, EXTENSIONS)
+    dim, base, current = rope_geometry(config)
+    if current.get("rope_type", "default") != "default":
+        raise ValueError(f"the model already uses rope_type={current['rope_type']!r}; restore it before extending")
+    l0 = original_max_position_embeddings or config.max_position_embeddings
+    keep = {k: current[k] for k in ("rope_theta", "partial_rotary_factor") if k in current}
+    if method == "ntk":
+        rope.ntk(dim, base, factor)
+        return {**keep, "rope_type": "default", "rope_theta": base * factor ** (dim / (dim - 2))}
+    if method == "linear":
+        rope.linear(dim, base, factor, **params)
+        return {**keep, "rope_type": "linear", "factor": float(factor)}
+    if method == "dynamic":
+        rope.dynamic(dim, base, factor, l0, **params)
+        return {**keep, "rope_type": "dynamic", "factor": float(factor)}
+    rope.ROPE_FUNCTIONS[method](dim, base, factor=factor, original_max_position_embeddings=l0, **params)
+    out = {**keep, "rope_type": method, "factor": float(factor), "original_max_position_embeddings": int(l0)}
+    return {**out, **{k: list(v) if isinstance(v, tuple) else v for k, v in params.items()}}
+
+
+def _rotary_modules(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str, torch.nn.Module]]:
+    found = []
+    for parent in model.modules():
+        for name, child in parent.named_children():
+            if type(child).__name__.endswith("RotaryEmbedding") and hasattr(child, "inv_freq"):
+                found.append((parent, name, child))
+    return found
+
+
+def extend_context(
+    model: torch.nn.Module,
+    method: str,
+    factor: float,
+    original_max_position_embeddings: int | None = None,
+    **params: Any,
+) -> dict[str, Any]:
+    """Set RoPE scaling ``method`` (linear, ntk, dynamic, yarn, llama3, longrope) on ``model``.
+
+    ``factor`` is the scale s >= 1; ``original_max_position_embeddings`` defaults to the config's
+    ``max_position_embeddings`` (the trained length). Extra ``params`` go to the rope type (yarn:
+    beta_fast, beta_slow, attention_factor, mscale, mscale_all_dim, truncate; llama3:
+    low_freq_factor, high_freq_factor; longrope: short_factor, long_factor). Note yarn's
+    attention_factor (default 0.1 ln s + 1) scales cos and sin, i.e. the logits by its square.
+    Undo with :func:`restore_rope`. Returns the rope_parameters written.
+    """
+    config = text_config(model)
+    if getattr(model, _SAVED, None) is not None:
+        raise ValueError("the model's RoPE is already extended by attntemp; call restore_rope first")
+    new = rope_parameters_for(config, method, factor, original_max_position_embeddings, **params)
+    rotaries = _rotary_modules(model)
+    if not rotaries:
+        raise ValueError(f"model_type={config.model_type!r}: no rotary embedding module found")
+    saved = (copy.deepcopy(config.rope_parameters), config.max_position_embeddings, rotaries)
+    object.__setattr__(model, _SAVED, saved)
+    try:
+        config.rope_parameters = new
+        if method == "dynamic" and original_max_position_embeddings:
+            config.max_position_embeddings = int(original_max_position_embeddings)
+        for parent, name, old in rotaries:
+            fresh = type(old)(config=config).to(old.inv_freq.device)
+            setattr(parent, name, fresh)
+    except Exception:
+        restore_rope(model)
+        raise
+    return new
+
+
+def is_extended(model: torch.nn.Module) -> bool:
+    """True while an :func:`extend_context` made by attntemp is in place (undone by restore_rope)."""
+    return getattr(model, _SAVED, None) is not None
+
+
+def make_permanent(model: torch.nn.Module) -> None:
+    """Forget the saved rope: the extension becomes the model's own (baking writes it to the config)."""
+    object.__setattr__(model, _SAVED, None)
+
+
+def restore_rope(model: torch.nn.Module) -> None:
+    """Put back the rope parameters and rotary modules saved by :func:`extend_context`."""
+    saved = getattr(model, _SAVED, None)
+    if saved is None:
+        return
+    params, max_pos, rotaries = saved
+    config = text_config(model)
+    config.rope_parameters = params
+    config.max_position_embeddings = max_pos
+    for parent, name, old in rotaries:
+        setattr(parent, name, old)
+    object.__setattr__(model, _SAVED, None)
+
+
+@contextmanager
+def extended(model: torch.nn.Module, method: str, factor: float, **kw: Any) -> Iterator[torch.nn.Module]:
+    """``with extended(model, "yarn", 4): ...``: extend_context, restored on exit (also on error)."""
+    extend_context(model, method, factor, **kw)
+    try:
+        yield model
+    finally:
+        restore_rope(model)
+
+
+def rope_for(method: str, length: int, trained_length: int) -> dict[str, Any] | None:
+    """The RoPE extension for ``length``: scale s = length / trained length (at least 1).
+
+    YaRN's own attention factor is set to 1, so the swept multiplier is the whole logit
+    multiplier (YaRN's default temperature is m = (0.1 ln s + 1)^2 on that axis)."""
+    checks.choice("rope", method, SCALINGS)
+    if method == "none":
+        return None
+    s = max(1.0, length / trained_length)
+    params: dict[str, Any] = {"rope_type": method, "factor": s}
+    if method == "yarn":
+        params.update(original_max_position_embeddings=trained_length, attention_factor=1.0)
+    return params

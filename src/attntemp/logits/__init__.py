@@ -1,0 +1,2 @@
+"""Temperature on output logits, not attention: calibration (temperature scaling), distillation
+and sampling. Imports ``ops`` and ``utils`` only."""

@@ -1,0 +1,129 @@
+"""Temperature scaling of logits from a file (``attntemp calibrate``): fit one T on held-out logits
+(Guo et al. 2017, arXiv:1706.04599), the calibration metrics before and after, a reliability
+diagram and ``calibration.json``.
+
+The ``.npz`` holds arrays ``logits`` ([N, C] or [B, L, V], float) and ``labels`` ([N] or [B, L],
+integer, ``ignore_index`` for padding).
+"""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..utils import checks
+from ..utils.options import option
+from .calibration import (
+    CalibrationFit,
+    CalibrationMetrics,
+    calibration_metrics,
+    fit_temperature,
+    flatten_labelled,
+    reliability_diagram,
+)
+
+
+@dataclass(frozen=True)
+class CalibrateConfig:
+    """``attntemp calibrate`` and :func:`run_calibration`."""
+
+    logits: str = option(help="npz holding arrays 'logits' and 'labels'", metavar="FILE.npz")
+    out: str = option(help="folder for reliability.png and calibration.json (created if missing)", metavar="DIR")
+    bins: int = option(15, "equal-width bins for the metrics")
+    ignore_index: int = option(-100, "label value of positions to skip")
+
+    def __post_init__(self) -> None:
+        checks.positive_int("bins", self.bins)
+
+
+ROWS = (
+    ("ECE", "ece"),
+    ("MCE", "mce"),
+    ("RMS calibration error", "rmsce"),
+    ("adaptive ECE", "adaptive_ece"),
+    ("accuracy", "accuracy"),
+    ("mean confidence", "confidence"),
+)
+
+
+def _read_arrays(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """The ``logits`` and ``labels`` arrays of an npz, or a ValueError saying what is wrong."""
+    if not path.is_file():
+        raise FileNotFoundError(f"--logits {path}: no such file")
+    if path.stat().st_size == 0:
+        raise ValueError(f"--logits {path}: the file is empty")
+    try:
+        data = np.load(path, allow_pickle=False)
+    except (OSError, EOFError, ValueError, zipfile.BadZipFile):
+        raise ValueError(f"--logits {path}: not a readable .npz file (expected what np.savez writes)") from None
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise ValueError(f"--logits {path}: a single array; expected an .npz with arrays 'logits' and 'labels'")
+    with data:
+        missing = [k for k in ("logits", "labels") if k not in data.files]
+        if missing:
+            raise ValueError(f"--logits {path}: missing array(s) {missing}; found {data.files}")
+        return data["logits"], data["labels"]
+
+
+def load_logits(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits (float) and labels (int64) tensors from ``path``, type- and emptiness-checked."""
+    logits, labels = _read_arrays(Path(path))
+    if logits.size == 0 or labels.size == 0:
+        raise ValueError(f"--logits {path}: empty arrays: logits {logits.shape}, labels {labels.shape}")
+    if not np.issubdtype(logits.dtype, np.floating):
+        raise ValueError(f"--logits {path}: 'logits' must be floating point, got {logits.dtype}")
+    if not np.issubdtype(labels.dtype, np.integer):
+        raise ValueError(f"--logits {path}: 'labels' must be integers, got {labels.dtype}")
+    z = torch.from_numpy(np.ascontiguousarray(logits, dtype=np.float64))  # [..., C]
+    return z, torch.from_numpy(labels.astype(np.int64))  # [...]
+
+
+def markdown_table(fit: CalibrationFit, before: CalibrationMetrics, after: CalibrationMetrics) -> str:
+    """The metrics before and after scaling as a markdown table."""
+    lines = [
+        "| metric | before | after |",
+        "|---|---:|---:|",
+        f"| temperature T | 1 | {fit.temperature:.4f} |",
+        f"| multiplier m = 1/T | 1 | {fit.multiplier:.4f} |",
+        f"| NLL (nats) | {fit.nll_before:.4f} | {fit.nll_after:.4f} |",
+    ]
+    for label, key in ROWS:
+        lines.append(f"| {label} | {getattr(before, key):.4f} | {getattr(after, key):.4f} |")
+    return "\n".join(lines)
+
+
+def run_calibration(cfg: CalibrateConfig) -> tuple[dict[str, Any], str]:
+    """Fit, write ``reliability.png`` and ``calibration.json`` under ``cfg.out``; returns the report
+    and the before/after markdown table."""
+    out = Path(cfg.out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out}: exists and is not a folder")
+    logits, labels = load_logits(Path(cfg.logits))
+    fit = fit_temperature(logits, labels, ignore_index=cfg.ignore_index)
+    z, y = flatten_labelled(logits, labels, cfg.ignore_index)  # [N, C], [N]
+    p_before = torch.softmax(z, dim=-1)  # [N, C]
+    p_after = torch.softmax(fit.apply(z), dim=-1)  # [N, C]
+    before = calibration_metrics(p_before, y, cfg.bins)
+    after = calibration_metrics(p_after, y, cfg.bins)
+    out.mkdir(parents=True, exist_ok=True)
+    reliability_diagram(p_before, y, out / "reliability.png", cfg.bins, title="Temperature scaling", after=p_after)
+    report = {
+        "temperature": fit.temperature,
+        "multiplier": fit.multiplier,
+        "nll_before": fit.nll_before,
+        "nll_after": fit.nll_after,
+        "converged": fit.converged,
+        "method": fit.method,
+        "n": fit.n,
+        "n_bins": cfg.bins,
+        "before": before.as_dict(),
+        "after": after.as_dict(),
+    }
+    (out / "calibration.json").write_text(json.dumps(report, indent=2) + "\n")
+    return report, markdown_table(fit, before, after)

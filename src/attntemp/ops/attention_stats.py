@@ -1,0 +1,173 @@
+"""Attention statistics at long context, query block by query block, never forming L x L.
+
+For each query i (absolute position, causal, optional sliding window) and head, from the final
+logits ``s_ij = m * softcap(q_i . k_j * scale)``:
+
+- entropy ``H = logsumexp(s) - sum_j p_j s_j`` (nats) and ``H / ln n`` over the n visible keys;
+- the largest weight; the mass on the first ``sink_tokens`` keys; the mass on the last
+  ``recent_tokens`` keys (j > i - recent_tokens); the mean distance ``sum_j p_j (i - j)``.
+
+Memory is O(B * H * block * L): the block size is picked to fit ``budget_bytes``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .attention import reference_scores
+from .softmax import entropy
+
+STATS = ("entropy", "norm_entropy", "max_weight", "sink_mass", "recent_mass", "mean_distance")
+_NEG = -1e30  # a masked logit: exp underflows to 0 and 0 * _NEG stays finite
+
+
+def _block_logits(q, k, m, scale, softcap, q0, k0):
+    """Final logits of queries [q0, q0 + blk) against keys [k0, q0 + blk): ``[B, H, blk, Lk']``.
+
+    Without soft-capping, m and the scale are folded into q (exact), so this is one matmul.
+    """
+    b, hq, blk, d = q.shape
+    k = k[:, :, k0 : q0 + blk].float()  # [B, Hkv, Lk', D]: later keys are never visible
+    hkv, lk = k.shape[1], k.shape[2]
+    qf = q.float() * scale  # [B, H, blk, D]
+    if m is not None and softcap is None:
+        qf = qf * m  # m: [B|1, H|1, blk|1, 1]
+    qg = qf.reshape(b, hkv, (hq // hkv) * blk, d)  # [B, Hkv, G*blk, D]: GQA without repeating k
+    s = (qg @ k.transpose(-1, -2)).reshape(b, hq, blk, lk)  # [B, H, blk, Lk']
+    if softcap is not None:
+        s = torch.tanh(s.div_(softcap)).mul_(softcap)
+        if m is not None:
+            s.mul_(m)
+    return s
+
+
+def _mask_(s, q0, k0, window):
+    """Mask invisible keys in place (causal, optional window); return the visible count ``[blk]``."""
+    blk, lk = s.shape[2], s.shape[3]
+    i = torch.arange(q0, q0 + blk, device=s.device).unsqueeze(1)  # [blk, 1]
+    if window is None:  # only the last blk key columns can be in the future
+        j = torch.arange(q0, k0 + lk, device=s.device).unsqueeze(0)  # [1, blk]
+        s[..., q0 - k0 :].masked_fill_(j > i, _NEG)
+        return (i.squeeze(1) + 1).float()
+    j = torch.arange(k0, k0 + lk, device=s.device).unsqueeze(0)  # [1, Lk']
+    visible = (j <= i) & (j > i - window)  # [blk, Lk']
+    s.masked_fill_(~visible, _NEG)
+    return visible.sum(-1).float()
+
+
+def block_stats(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    q0: int,
+    multiplier: torch.Tensor | None = None,
+    scale: float | None = None,
+    softcap: float | None = None,
+    window: int | None = None,
+    sink_tokens: int = 4,
+    recent_tokens: int = 64,
+) -> dict[str, torch.Tensor]:
+    """Statistics of queries ``q`` ``[B, H, blk, D]`` at positions ``q0..q0+blk-1`` against keys
+    ``k`` ``[B, Hkv, Lk, D]`` (position j at index j). ``multiplier`` broadcastable to
+    ``[B, H, blk]``. Returns each statistic as ``[B, H, blk]`` fp32.
+
+    With ``z = s - max s`` and ``e = exp z``, ``Z = sum e``: ``H = ln Z - sum(e z) / Z``, the
+    largest weight is ``1 / Z``, and every mass is a sum of ``e`` over ``Z``: p is never formed.
+    """
+    blk = q.shape[2]
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    m = None if multiplier is None else multiplier.float().unsqueeze(-1)
+    k0 = 0 if window is None else max(0, q0 - window + 1)
+    z = _block_logits(q, k, m, scale, softcap, q0, k0)  # [B, H, blk, Lk']
+    n = _mask_(z, q0, k0, window)  # [blk]
+    z.sub_(z.amax(-1, keepdim=True))  # [B, H, blk, Lk'], max 0
+    e = torch.exp(z)  # [B, H, blk, Lk']
+    big_z = e.sum(-1)  # [B, H, blk]
+    ez = (e.unsqueeze(-2) @ z.unsqueeze(-1)).reshape(big_z.shape)  # [B, H, blk]: sum_j e_j z_j
+    ent = (big_z.log() - ez / big_z).clamp_min(0)  # [B, H, blk]
+    pos = torch.arange(q0, q0 + blk, device=q.device, dtype=torch.float32)  # [blk]
+    keys = torch.arange(k0, k0 + z.shape[-1], device=q.device, dtype=torch.float32)  # [Lk']
+    lo = max(k0, q0 - recent_tokens + 1)  # the recent band lies in keys [lo, q0 + blk)
+    band = keys[lo - k0 :].unsqueeze(0) > pos.unsqueeze(1) - recent_tokens  # [blk, band]
+    return {
+        "entropy": ent,
+        "norm_entropy": torch.where(n > 1, ent / n.clamp_min(2).log(), torch.nan),
+        "max_weight": 1.0 / big_z,
+        "sink_mass": e[..., : max(0, sink_tokens - k0)].sum(-1) / big_z,
+        "recent_mass": (e[..., lo - k0 :] * band).sum(-1) / big_z,
+        "mean_distance": pos - (e @ keys) / big_z,
+    }
+
+
+def block_size(b: int, h: int, lk: int, budget_bytes: int = 64 * 2**20) -> int:
+    """Queries per block so that ~4 fp32 ``[B, H, blk, Lk]`` temporaries fit ``budget_bytes``."""
+    return int(max(16, min(lk, budget_bytes // max(1, 16 * b * h * lk))))
+
+
+def attention_stats(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    multiplier: torch.Tensor | None = None,
+    scale: float | None = None,
+    softcap: float | None = None,
+    window: int | None = None,
+    sink_tokens: int = 4,
+    recent_tokens: int = 64,
+    budget_bytes: int = 64 * 2**20,
+) -> dict[str, torch.Tensor]:
+    """Per-query statistics ``[B, H, Lq]`` of causal attention, the queries being the last Lq
+    positions of the Lk keys; computed in query blocks within ``budget_bytes``."""
+    b, h, lq, _ = q.shape
+    lk = k.shape[2]
+    off = lk - lq
+    if multiplier is not None:
+        multiplier = multiplier.to(q.device, torch.float32)  # m may live on the CPU (a tuner's table)
+        multiplier = multiplier.expand(b, h, lq) if multiplier.dim() else multiplier.reshape(1, 1, 1)
+    blk = block_size(b, h, lk, budget_bytes)
+    parts: dict[str, list[torch.Tensor]] = {name: [] for name in STATS}
+    for start in range(0, lq, blk):
+        stop = min(lq, start + blk)
+        mb = None
+        if multiplier is not None:
+            mb = multiplier if multiplier.shape[-1] == 1 else multiplier[..., start:stop]
+        out = block_stats(q[:, :, start:stop], k, off + start, mb, scale, softcap, window, sink_tokens, recent_tokens)
+        for name in STATS:
+            parts[name].append(out[name])
+    return {name: torch.cat(v, dim=-1) for name, v in parts.items()}
+
+
+def reference_stats(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    multiplier: torch.Tensor | None = None,
+    scale: float | None = None,
+    softcap: float | None = None,
+    window: int | None = None,
+    sink_tokens: int = 4,
+    recent_tokens: int = 64,
+) -> dict[str, torch.Tensor]:
+    """The same statistics from the materialised weights (tests only: O(L^2) memory)."""
+    lq, lk = q.shape[2], k.shape[2]
+    mask = None
+    if window is not None:
+        i = torch.arange(lk - lq, lk).unsqueeze(1)
+        j = torch.arange(lk).unsqueeze(0)
+        mask = (j <= i) & (j > i - window)
+    s = reference_scores(
+        q, k, multiplier, is_causal=mask is None, attn_mask=mask, scale=scale, softcap=softcap
+    )  # [B, H, Lq, Lk]
+    p = torch.softmax(s, -1)  # [B, H, Lq, Lk]
+    pos = torch.arange(lk - lq, lk, dtype=torch.float32)  # [Lq]
+    n = torch.isfinite(s[0, 0]).sum(-1).float()  # [Lq]
+    j = torch.arange(lk, dtype=torch.float32)
+    recent = (j.unsqueeze(0) > pos.unsqueeze(1) - recent_tokens).float()  # [Lq, Lk]
+    h = entropy(s)
+    return {
+        "entropy": h,
+        "norm_entropy": torch.where(n > 1, h / n.clamp_min(2).log(), torch.nan),
+        "max_weight": p.amax(-1),
+        "sink_mass": p[..., :sink_tokens].sum(-1),
+        "recent_mass": (p * recent).sum(-1),
+        "mean_distance": (p * (pos.unsqueeze(1) - j)).sum(-1),
+    }

@@ -1,0 +1,189 @@
+"""Temperature schedules: each gives the logit multiplier ``m = 1/T`` (never T itself).
+
+A schedule is a frozen dataclass called as ``schedule(layer, num_heads, positions, n_keys)`` with
+``positions`` the absolute 0-indexed query positions ``[Lq]`` and ``n_keys`` the number of keys
+each query sees ``[Lq]``; it returns the multiplier broadcastable to ``[num_heads, Lq]`` (fp32).
+The scale factor ``s`` is a field of the schedules that use one.
+
+References: YaRN (Peng et al., arXiv:2309.00071, eq. 22: sqrt(1/t) = 0.1 ln s + 1), Qwen v1
+``use_logn_attn``, Llama 4's NoPE-layer attention temperature, SSMax (arXiv:2501.19399).
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from ..utils import checks
+
+
+def yarn_mscale(s: float, mscale: float = 1.0) -> float:
+    """YaRN's cos/sin factor ``0.1 * mscale * ln s + 1`` (1 for s <= 1); transformers' get_mscale."""
+    s = checks.positive("s", s)
+    return 1.0 if s <= 1 else 0.1 * mscale * math.log(s) + 1.0
+
+
+def yarn_multiplier(s: float) -> float:
+    """Logit multiplier of YaRN: ``(0.1 ln s + 1)^2`` (the cos/sin factor lands on q and k)."""
+    return yarn_mscale(s) ** 2
+
+
+def yarn_sqrt_multiplier(s: float) -> float:
+    """``sqrt(0.1 ln s + 1)``: a variant seen in tutorials; NOT the paper's (which squares)."""
+    return math.sqrt(yarn_mscale(s))
+
+
+class Schedule(abc.ABC):
+    """Base of every schedule; ``position_dependent`` says whether m varies with the query."""
+
+    position_dependent: bool = False
+
+    @abc.abstractmethod
+    def __call__(self, layer: int, num_heads: int, positions: torch.Tensor, n_keys: torch.Tensor) -> torch.Tensor:
+        """The multiplier m = 1/T, broadcastable to ``[num_heads, Lq]``."""
+
+
+def _const(value: float, positions: torch.Tensor) -> torch.Tensor:
+    """A constant multiplier as an fp32 tensor ``[1, 1]`` on ``positions``' device."""
+    return torch.tensor(value, dtype=torch.float32, device=positions.device).reshape(1, 1)  # [1, 1]
+
+
+class StaticSchedule(Schedule):
+    """A schedule whose m is one number for every layer, head and position (``value()``, float64)."""
+
+    @abc.abstractmethod
+    def value(self) -> float:
+        """The multiplier m = 1/T as a Python float."""
+
+    def __call__(self, layer, num_heads, positions, n_keys):
+        return _const(self.value(), positions)  # [1, 1]
+
+
+@dataclass(frozen=True)
+class Constant(StaticSchedule):
+    """Every head, layer and position gets ``multiplier``."""
+
+    multiplier: float = 1.0
+
+    def __post_init__(self) -> None:
+        checks.positive("multiplier", self.multiplier)
+
+    def value(self) -> float:
+        return float(self.multiplier)
+
+
+@dataclass(frozen=True)
+class Yarn(StaticSchedule):
+    """YaRN attention temperature for scale factor ``s``: ``m = (0.1 ln s + 1)^2``."""
+
+    s: float = 1.0
+
+    def __post_init__(self) -> None:
+        checks.at_least("s", self.s, 1.0)
+
+    def value(self) -> float:
+        return yarn_multiplier(self.s)
+
+
+@dataclass(frozen=True)
+class YarnSqrt(StaticSchedule):
+    """The tutorial variant ``m = sqrt(0.1 ln s + 1)``, kept apart from YaRN under its own name."""
+
+    s: float = 1.0
+
+    def __post_init__(self) -> None:
+        checks.at_least("s", self.s, 1.0)
+
+    def value(self) -> float:
+        return yarn_sqrt_multiplier(self.s)
+
+
+@dataclass(frozen=True)
+class LogN(Schedule):
+    """Qwen v1 log-n scaling: ``m = log_{L0}(p)`` for 1-indexed position ``p > L0``, else 1."""
+
+    trained_len: int = 2048
+    position_dependent: bool = field(default=True, init=False)
+
+    def __post_init__(self) -> None:
+        if checks.positive_int("trained_len", self.trained_len) < 2:
+            raise ValueError(f"trained_len={self.trained_len} is not allowed; expected >= 2")
+
+    def __call__(self, layer, num_heads, positions, n_keys):
+        p = positions.to(torch.float32) + 1.0  # [Lq], 1-indexed
+        m = torch.log(p) / math.log(self.trained_len)  # [Lq]
+        return torch.where(p > self.trained_len, m, torch.ones_like(m)).unsqueeze(0)  # [1, Lq]
+
+
+@dataclass(frozen=True)
+class Llama4(Schedule):
+    """Llama 4 (NoPE layers): ``m = 1 + attn_scale * log1p(floor((pos + 1) / floor_scale))``."""
+
+    floor_scale: float = 8192.0
+    attn_scale: float = 0.1
+    position_dependent: bool = field(default=True, init=False)
+
+    def __post_init__(self) -> None:
+        checks.positive("floor_scale", self.floor_scale)
+        checks.positive("attn_scale", self.attn_scale)
+
+    def __call__(self, layer, num_heads, positions, n_keys):
+        p = positions.to(torch.float32)  # [Lq], 0-indexed
+        m = 1.0 + self.attn_scale * torch.log1p(torch.floor((p + 1.0) / self.floor_scale))  # [Lq]
+        return m.unsqueeze(0)  # [1, Lq]
+
+
+@dataclass(frozen=True)
+class SSMax(Schedule):
+    """Scalable-Softmax (arXiv:2501.19399): ``m = s * ln n`` over the ``n`` visible keys.
+
+    At ``n = 1`` this is 0; a single visible key has weight 1 whatever m is, so m is floored at a
+    tiny positive value to keep it a valid multiplier.
+    """
+
+    s: float = 0.43
+    position_dependent: bool = field(default=True, init=False)
+
+    def __post_init__(self) -> None:
+        checks.positive("s", self.s)
+
+    def __call__(self, layer, num_heads, positions, n_keys):
+        n = n_keys.to(torch.float32)  # [Lq]
+        return (self.s * torch.log(n)).clamp_min(1e-6).unsqueeze(0)  # [1, Lq]
+
+
+def constant(multiplier: float = 1.0) -> Constant:
+    return Constant(multiplier)
+
+
+def yarn(s: float) -> Yarn:
+    return Yarn(float(s))
+
+
+def yarn_sqrt(s: float) -> YarnSqrt:
+    return YarnSqrt(float(s))
+
+
+def logn(trained_len: int) -> LogN:
+    return LogN(trained_len)
+
+
+def llama4(floor_scale: float = 8192.0, attn_scale: float = 0.1) -> Llama4:
+    return Llama4(float(floor_scale), float(attn_scale))
+
+
+def ssmax(s: float = 0.43) -> SSMax:
+    return SSMax(float(s))
+
+
+SCHEDULES = {
+    "constant": Constant,
+    "yarn": Yarn,
+    "yarn_sqrt": YarnSqrt,
+    "logn": LogN,
+    "llama4": Llama4,
+    "ssmax": SSMax,
+}

@@ -1,0 +1,236 @@
+"""TemperatureSpec: what multiplier m = 1/T each (layer, head) gets, and by position.
+
+The multiplier of head h in layer l at query position p with n visible keys is
+
+    m = multiplier * layers[l] * heads[l][h] * schedule(l, p, n)
+
+where ``layers`` and ``heads`` are optional and ``schedule`` is one of
+``attntemp.ops.schedules.SCHEDULES`` (constant, yarn, yarn_sqrt, logn, llama4, ssmax). Per-layer
+and per-head multipliers have this one representation: the ``layers`` and ``heads`` fields.
+``rope`` optionally names a RoPE extension (``{"rope_type": "yarn", "factor": 4.0, ...}``) applied
+together with the temperatures.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..utils import checks
+from . import schedules
+from .rope import EXTENSIONS
+
+GRANULARITIES = ("global", "layer", "head")  # one m for the model, one per layer, one per head
+
+
+def _freeze(name: str, params: Params) -> tuple[tuple[str, Any], ...]:
+    """A dict (or pairs) as sorted ``(key, value)`` pairs, lists made tuples (hashable)."""
+    if params is None:
+        return ()
+    if isinstance(params, Mapping):
+        items = list(params.items())
+    elif isinstance(params, Sequence) and not isinstance(params, str) and all(
+            isinstance(p, (tuple, list)) and len(p) == 2 for p in params):
+        items = [tuple(p) for p in params]
+    else:
+        raise ValueError(f"{name}={params!r} is not allowed; expected an object of named values")
+    return tuple(sorted((str(k), tuple(v) if isinstance(v, list) else v) for k, v in items))
+
+
+Params = Mapping[str, Any] | Sequence[tuple[str, Any]] | None
+
+
+def _row(name: str, values: Any) -> tuple[float, ...]:
+    """A sequence of positive multipliers as floats, or a ValueError naming ``name``."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+        raise ValueError(f"{name}={values!r} is not allowed; expected a list of numbers")
+    return tuple(checks.positive(f"{name}[{i}]", m) for i, m in enumerate(values))
+
+
+@dataclass(frozen=True, init=False)
+class TemperatureSpec:
+    """Per-(layer, head) logit multipliers (m = 1/T) and a position schedule; JSON round-trips.
+
+    ``multiplier``: global m. ``layers``: one m per layer. ``heads``: one row of m per layer (a
+    list of lists or a ``[layers, heads]`` tensor). ``schedule`` / ``schedule_params``: a position
+    schedule (``schedules.SCHEDULES`` name and its keyword arguments). ``rope``: optional RoPE
+    extension for ``attntemp.extend_context`` (a dict). Stored normalised: tuples, sorted pairs.
+    """
+
+    multiplier: float
+    layers: tuple[float, ...] | None
+    heads: tuple[tuple[float, ...], ...] | None
+    schedule: str
+    schedule_params: tuple[tuple[str, Any], ...]
+    rope: tuple[tuple[str, Any], ...]
+    _schedule: schedules.Schedule = field(init=False, repr=False, compare=False)
+
+    def __init__(self, multiplier: float = 1.0, layers: Sequence[float] | None = None,
+                 heads: Sequence[Sequence[float]] | torch.Tensor | None = None, schedule: str = "constant",
+                 schedule_params: Params = (), rope: Params = ()) -> None:
+        set_ = object.__setattr__
+        set_(self, "multiplier", checks.positive("multiplier", multiplier))
+        set_(self, "layers", None if layers is None else _row("layers", layers))
+        rows = heads.tolist() if isinstance(heads, torch.Tensor) else heads
+        if rows is not None and (isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence)):
+            raise ValueError(f"heads={heads!r} is not allowed; expected a list of rows (one list per layer)")
+        set_(self, "heads", None if rows is None else tuple(_row(f"heads[{i}]", r) for i, r in enumerate(rows)))
+        set_(self, "schedule", checks.choice("schedule", schedule, schedules.SCHEDULES))
+        set_(self, "schedule_params", _freeze("schedule_params", schedule_params))
+        set_(self, "rope", _freeze("rope", rope))
+        try:
+            set_(self, "_schedule", schedules.SCHEDULES[schedule](**dict(self.schedule_params)))
+        except TypeError as exc:
+            params = dict(self.schedule_params)
+            raise ValueError(f"schedule_params={params} for {schedule!r}: {exc}") from None
+        if self.rope:
+            checks.choice("rope.rope_type", dict(self.rope).get("rope_type", ""), EXTENSIONS)
+
+    # ----------------------------------------------------------------------------- queries
+    @property
+    def position_dependent(self) -> bool:
+        return self._schedule.position_dependent
+
+    @functools.cached_property
+    def is_identity(self) -> bool:
+        """True when every multiplier is exactly 1 (the patch then changes nothing)."""
+        if self.position_dependent:
+            return False
+        ones = self.multiplier == 1.0 and all(m == 1.0 for m in self.layers or ())
+        ones = ones and all(m == 1.0 for row in self.heads or () for m in row)
+        return ones and self.schedule_multiplier() == 1.0
+
+    def schedule_multiplier(self) -> float:
+        """The static schedule's m as a Python float (1 for ``constant`` without parameters);
+        raise for a position-dependent schedule, whose m is no single number."""
+        if not isinstance(self._schedule, schedules.StaticSchedule):
+            raise ValueError(f"schedule={self.schedule!r} is position-dependent: its m changes with the query")
+        return self._schedule.value()
+
+    def check_model(self, num_layers: int, num_heads: int) -> None:
+        """Raise unless ``layers``/``heads`` fit a model of this size."""
+        if self.layers is not None and len(self.layers) != num_layers:
+            raise ValueError(f"layers has {len(self.layers)} values; the model has {num_layers} layers")
+        if self.heads is not None:
+            if len(self.heads) != num_layers:
+                raise ValueError(f"heads has {len(self.heads)} rows; the model has {num_layers} layers")
+            for i, row in enumerate(self.heads):
+                if len(row) != num_heads:
+                    raise ValueError(f"heads[{i}] has {len(row)} values; the model has {num_heads} heads")
+
+    def static_multipliers(self, layer: int, num_heads: int) -> torch.Tensor:
+        """The position-independent part ``multiplier * layers[l] * heads[l]`` as ``[H]`` fp32."""
+        m = torch.full((num_heads,), self.multiplier, dtype=torch.float32)  # [H]
+        if self.layers is not None:
+            m = m * self.layers[layer]
+        if self.heads is not None:
+            m = m * torch.tensor(self.heads[layer], dtype=torch.float32)  # [H]
+        if not self.position_dependent:
+            m = m * self.schedule_multiplier()
+        return m
+
+    def multipliers(self, layer: int, num_heads: int, positions: torch.Tensor, n_keys: torch.Tensor) -> torch.Tensor:
+        """m for each head and query: ``[H, Lq]`` (positions, n_keys ``[Lq]``) or ``[B, H, Lq]``."""
+        static = self.static_multipliers(layer, num_heads).to(positions.device)  # [H]
+        if not self.position_dependent:
+            return static.unsqueeze(-1)  # [H, 1]
+        flat_p, flat_n = positions.reshape(-1), n_keys.reshape(-1)  # [B*Lq]
+        sched = self._schedule(layer, num_heads, flat_p, flat_n)  # [1 or H, B*Lq]
+        out = static.unsqueeze(-1) * sched  # [H, B*Lq]
+        if positions.dim() == 1:
+            return out  # [H, Lq]
+        b, lq = positions.shape
+        return out.reshape(num_heads, b, lq).transpose(0, 1)  # [B, H, Lq]
+
+    # ----------------------------------------------------------------------------- JSON
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("_schedule", None)
+        d["schedule_params"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.schedule_params}
+        d["rope"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.rope} or None
+        for key in ("layers", "heads"):
+            if d[key] is not None:
+                d[key] = json.loads(json.dumps(d[key]))
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TemperatureSpec:
+        allowed = {"multiplier", "layers", "heads", "schedule", "schedule_params", "rope"}
+        unknown = set(data) - allowed - {"format"}
+        if unknown:
+            raise ValueError(f"spec has unknown field(s) {sorted(unknown)}; allowed: {sorted(allowed)}")
+        kw = {k: v for k, v in data.items() if k in allowed and v is not None}
+        if "heads" in kw:
+            kw["heads"] = tuple(tuple(r) for r in kw["heads"])
+        if "layers" in kw:
+            kw["layers"] = tuple(kw["layers"])
+        return cls(**kw)
+
+    def to_json(self) -> str:
+        return json.dumps({"format": "attntemp.TemperatureSpec/1", **self.to_dict()}, indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> TemperatureSpec:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"spec is not valid JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"spec JSON must be an object, got {type(data).__name__}")
+        return cls.from_dict(data)
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.write_text(self.to_json() + "\n")
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> TemperatureSpec:
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"spec file {str(path)!r} does not exist")
+        return cls.from_json(path.read_text())
+
+    # ----------------------------------------------------------------------------- builders
+    @classmethod
+    def per_head(cls, heads: torch.Tensor | list, **kw: Any) -> TemperatureSpec:
+        """A spec from a ``[layers, heads]`` table of multipliers."""
+        rows = heads.tolist() if torch.is_tensor(heads) else heads
+        return cls(heads=tuple(tuple(r) for r in rows), **kw)
+
+    @classmethod
+    def yarn(cls, factor: float, original_max_position_embeddings: int, **rope: Any) -> TemperatureSpec:
+        """YaRN frequencies with its temperature as a spec: m = (0.1 ln s + 1)^2 on the logits.
+
+        The rope's own attention_factor is set to 1 so the temperature is applied once, by us.
+        """
+        rope = {
+            "rope_type": "yarn",
+            "factor": float(factor),
+            "original_max_position_embeddings": int(original_max_position_embeddings),
+            "attention_factor": 1.0,
+            **rope,
+        }
+        return cls(schedule="yarn", schedule_params={"s": float(factor)}, rope=rope)
+
+    def with_rope(self, rope: dict[str, Any] | None) -> TemperatureSpec:
+        d = self.to_dict()
+        d["rope"] = rope
+        return TemperatureSpec.from_dict(d)
+
+    def heads_table(self, num_layers: int, num_heads: int) -> torch.Tensor:
+        """The static multipliers as a ``[layers, heads]`` table (for plots and baking)."""
+        return torch.stack([self.static_multipliers(i, num_heads) for i in range(num_layers)])
+
+
+def log_multiplier_table(spec: TemperatureSpec, num_layers: int, num_heads: int) -> list[list[float]]:
+    """ln m per (layer, head), rounded for display."""
+    t = spec.heads_table(num_layers, num_heads)
+    return [[round(math.log(float(x)), 6) for x in row] for row in t]

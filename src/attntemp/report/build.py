@@ -1,0 +1,106 @@
+"""``attntemp report DIR``: markdown and HTML from a sweep database and tuning evidence in DIR
+(figures from :mod:`attntemp.report.figures`)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..evaluate.sweep import Store
+from ..evaluate.tasks import TASKS
+from ..ops.schedules import yarn_multiplier
+from ..utils.options import option
+from .figures import (
+    curves,
+    plot_entropy_shift,
+    plot_heatmap_grid,
+    plot_metric_vs_multiplier,
+    plot_needle_depths,
+)
+from .html import markdown_to_html
+
+
+@dataclass(frozen=True)
+class ReportConfig:
+    """``attntemp report`` and :func:`build_report`."""
+
+    dir: str = option(help="folder holding sweep.db and/or tuning runs (evidence.md)", positional=True)
+
+
+def _store_rows(folder: Path) -> tuple[list[dict[str, Any]], int | None]:
+    """The sweep points of ``folder/sweep.db`` and the trained length it recorded."""
+    db = folder / "sweep.db"
+    if not db.is_file():
+        return [], None
+    store = Store(db)
+    try:
+        return store.rows(), store.trained_length()
+    finally:
+        store.close()
+
+
+def load_rows(folder: Path) -> list[dict[str, Any]]:
+    """The sweep points of ``folder/sweep.db`` (none when there is no database)."""
+    return _store_rows(folder)[0]
+
+
+def best_table(rows, trained: int | None) -> str:
+    """Per task metric, length and RoPE: the value at m = 1, the best m and its value."""
+    lines = [
+        "| task | metric | length | rope | at m = 1 | best m | best value | YaRN m |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for task, cls in TASKS.items():
+        metric, higher = cls.metrics[0].name, cls.metrics[0].higher_is_better
+        for (length, rope), pts in sorted(curves(rows, task, metric).items()):
+            at1 = next((v for m, v in pts if abs(m - 1) < 1e-9), float("nan"))
+            m_best, v_best = (max if higher else min)(pts, key=lambda p: p[1])
+            ym = f"{yarn_multiplier(length / trained):.3f}" if trained and length > trained else "-"
+            lines.append(f"| {task} | {metric} | {length} | {rope} | {at1:.4g} | {m_best:g} | {v_best:.4g} | {ym} |")
+    return "\n".join(lines)
+
+
+def _evidence_trained_length(folder: Path) -> int | None:
+    """L0 as the first tuning run under ``folder`` recorded it."""
+    for ev in sorted(folder.rglob("evidence.json")):
+        return json.loads(ev.read_text()).get("trained_length")
+    return None
+
+
+def build_report(folder: str | Path) -> tuple[Path, Path]:
+    """Write ``report.md`` and ``report.html`` (with PNGs) in ``folder``; returns their paths."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"report folder {str(folder)!r} does not exist")
+    rows, recorded = _store_rows(folder)
+    trained = _evidence_trained_length(folder) or recorded
+    parts: list[str] = [f"# attntemp report: {folder.name}", ""]
+    if rows:
+        parts += [
+            f"Sweep: {len(rows)} points from `sweep.db`; trained length {trained}.",
+            "",
+            best_table(rows, trained),
+            "",
+        ]
+    figs = [
+        plot_metric_vs_multiplier(rows, "perplexity", "tail_ppl", trained, folder / "ppl_vs_multiplier.png"),
+        plot_metric_vs_multiplier(rows, "passkey", "logp", trained, folder / "passkey_logp_vs_multiplier.png"),
+        plot_heatmap_grid(rows, "passkey", "acc", folder / "passkey_heatmap.png"),
+        plot_needle_depths(rows, folder / "needle_heatmap.png"),
+    ]
+    for ev_path in sorted(folder.rglob("evidence.md")):
+        parts += [ev_path.read_text().replace("# tuning evidence", "## tuning evidence"), ""]
+        ent = ev_path.parent / "entropy.json"
+        if ent.is_file():
+            png = ev_path.parent / "entropy_shift.png"
+            figs.append(plot_entropy_shift(json.loads(ent.read_text()), png, ev_path.parent.name))
+    for fig in (f for f in figs if f is not None):
+        parts += [f"![{fig.stem}]({fig.relative_to(folder).as_posix()})", ""]
+    if len(parts) <= 2:
+        raise ValueError(f"folder {str(folder)!r} holds no sweep.db and no evidence.md to report on")
+    md = "\n".join(parts)
+    (folder / "report.md").write_text(md)
+    (folder / "report.html").write_text(markdown_to_html(md, folder.name))
+    return folder / "report.md", folder / "report.html"

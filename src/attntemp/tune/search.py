@@ -1,0 +1,55 @@
+"""Tuning a global multiplier m = 1/T against a task's metric: a log grid brackets the optimum in
+one batched pass, then golden-section search in ln m refines it (Kiefer 1953)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..evaluate.tasks import EvalContext, get_task
+from ..hf.patch import patch
+from ..ops.search import golden_section
+from ..ops.spec import TemperatureSpec
+from ..utils import checks
+
+SEARCH_OBJECTIVES = ("perplexity", "passkey")  # tasks whose objective metric a search optimises
+
+
+def tune_global(
+    model,
+    tok,
+    length: int,
+    objective: str,
+    ctx: EvalContext,
+    rope: dict | None = None,
+    bracket: tuple[float, float] = (0.5, 2.5),
+    grid: int = 9,
+    iters: int = 8,
+) -> dict[str, Any]:
+    """Best global m for ``objective``'s metric: a log-spaced grid (one batched pass) brackets
+    the optimum, then golden-section search in ln m refines it inside the bracket."""
+    task = get_task(checks.choice("objective", objective, SEARCH_OBJECTIVES))
+    sign = -1.0 if task.higher_is_better(task.objective) else 1.0
+    spec = TemperatureSpec(rope=rope)
+    cache: dict[float, float] = {}
+
+    def loss(ms: Sequence[float]) -> list[float]:
+        todo = [m for m in ms if round(m, 6) not in cache]
+        if todo:
+            with patch(model, spec):
+                for m, r in zip(todo, task.evaluate(model, tok, length, todo, ctx), strict=True):
+                    cache[round(m, 6)] = sign * r[task.objective]
+        return [cache[round(m, 6)] for m in ms]
+
+    pts = np.exp(np.linspace(math.log(bracket[0]), math.log(bracket[1]), grid)).tolist()
+    vals = loss(pts)
+    i = int(np.argmin(vals))
+    lo, hi = pts[max(0, i - 1)], pts[min(grid - 1, i + 1)]
+    best = math.exp(golden_section(lambda x: loss([math.exp(x)])[0], math.log(lo), math.log(hi), iters))
+    if loss([best])[0] > vals[i]:
+        best = pts[i]
+    curve = sorted((m, sign * v) for m, v in cache.items())
+    return {"multiplier": best, "metric": task.objective, "value": sign * loss([best])[0], "curve": curve}

@@ -1,0 +1,1 @@
+"""The bottom layer: argument checks and run options; imports nothing else of attntemp."""

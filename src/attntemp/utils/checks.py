@@ -1,0 +1,66 @@
+"""Argument checks shared by every module: each error names the argument, its value and what is allowed."""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+
+def positive(name: str, value: Any) -> float:
+    """Return ``value`` as a float, or raise if it is not a finite number > 0."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}={value!r} is not a number; expected a finite number > 0") from None
+    if not math.isfinite(v) or v <= 0:
+        raise ValueError(f"{name}={value!r} is not allowed; expected a finite number > 0")
+    return v
+
+
+def at_least(name: str, value: Any, low: float) -> float:
+    """Return ``value`` as a float, or raise if it is not finite and >= ``low``."""
+    v = positive(name, value) if low > 0 else float(value)
+    if not math.isfinite(v) or v < low:
+        raise ValueError(f"{name}={value!r} is not allowed; expected a finite number >= {low}")
+    return v
+
+
+def positive_int(name: str, value: Any) -> int:
+    """Return ``value`` as an int, or raise if it is not an integer >= 1."""
+    if isinstance(value, bool) or not isinstance(value, (int,)) or value < 1:
+        if isinstance(value, float) and value.is_integer() and value >= 1:
+            return int(value)
+        raise ValueError(f"{name}={value!r} is not allowed; expected an integer >= 1")
+    return int(value)
+
+
+def positive_tensor(name: str, value: torch.Tensor) -> torch.Tensor:
+    """Raise unless every entry of ``value`` is finite and > 0."""
+    if not torch.is_tensor(value):
+        raise ValueError(f"{name} must be a tensor or a number, got {type(value).__name__}")
+    bad = ~torch.isfinite(value) | (value <= 0)
+    if bool(bad.any()):
+        first = value[bad].flatten()[0].item()
+        raise ValueError(f"{name} has a value {first!r} at {int(bad.sum())} place(s); expected finite numbers > 0")
+    return value
+
+
+def finite_tensor(name: str, value: torch.Tensor) -> torch.Tensor:
+    """Raise if ``value`` holds NaN (inf is allowed: -inf is a masked logit)."""
+    if bool(torch.isnan(value).any()):
+        raise ValueError(f"{name} holds NaN at {int(torch.isnan(value).sum())} place(s)")
+    return value
+
+
+def choice(name: str, value: str, allowed: Iterable[str]) -> str:
+    """Return ``value`` if it is one of ``allowed``, else raise with a 'did you mean'."""
+    allowed = list(allowed)
+    if value in allowed:
+        return value
+    close = difflib.get_close_matches(str(value), allowed, n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    raise ValueError(f"{name}={value!r} is not allowed; expected one of {sorted(allowed)}.{hint}")

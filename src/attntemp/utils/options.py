@@ -1,0 +1,158 @@
+"""Run options written once: each command's config is a dataclass whose fields carry their flag,
+help text and parser; :func:`add_options` builds the argparse flags from it and :func:`from_args`
+builds the config from the parsed flags, so the CLI and the Python API share defaults and checks.
+
+A field made with :func:`option` becomes ``--field-name`` (or ``flag``); its CLI text goes through
+``parse`` (default: the field's own type) and any ``ValueError`` is raised again naming the flag.
+A field without a default is a required flag. ``invert=True`` makes a ``True`` boolean a
+``--flag`` that turns it off (``batched`` / ``--sequential``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from . import checks
+
+Parser = Callable[[str], Any]
+
+
+def option(
+    default: Any = dataclasses.MISSING,
+    help: str = "",
+    *,
+    flag: str | None = None,
+    parse: Parser | None = None,
+    metavar: str | None = None,
+    invert: bool = False,
+    positional: bool = False,
+) -> Any:
+    """A dataclass field with its CLI flag: ``help`` is the flag's text (the default is appended)."""
+    meta = {"help": help, "flag": flag, "parse": parse, "metavar": metavar, "invert": invert, "positional": positional}
+    if isinstance(default, (list, dict, set)):
+        raise TypeError("option defaults must be immutable (use a tuple)")
+    return dataclasses.field(default=default, metadata={"cli": meta})
+
+
+def _cli_fields(cls: type) -> list[dataclasses.Field]:
+    return [f for f in dataclasses.fields(cls) if "cli" in f.metadata]
+
+
+def flag_of(f: dataclasses.Field) -> str:
+    """The flag of a field: ``flag`` as given, else ``--`` and its name with dashes."""
+    meta = f.metadata["cli"]
+    if meta["positional"]:
+        return f.name
+    return meta["flag"] or "--" + f.name.replace("_", "-")
+
+
+def show(value: Any) -> str:
+    """A default as the user would type it: tuples as comma lists."""
+    if isinstance(value, tuple):
+        return ",".join(show(v) for v in value)
+    return format(value, "g") if isinstance(value, float) else str(value)
+
+
+def add_options(parser: argparse.ArgumentParser, cls: type, defaults: dict[str, str] | None = None) -> None:
+    """Add one flag per option field of ``cls``. ``defaults`` overrides the text shown for a
+    default (e.g. per-model defaults); the value itself stays the dataclass's."""
+    for f in _cli_fields(cls):
+        meta = f.metadata["cli"]
+        shown = (defaults or {}).get(f.name)
+        if shown is None and f.default is not dataclasses.MISSING and not meta["invert"]:
+            shown = show(f.default) if f.default is not None else None
+        text = meta["help"] + (f" (default: {shown})" if shown else "")
+        if meta["positional"]:
+            parser.add_argument(f.name, help=text, metavar=meta["metavar"])
+        elif meta["invert"] or f.type in (bool, "bool"):
+            parser.add_argument(flag_of(f), dest=f.name, action="store_true", default=argparse.SUPPRESS, help=text)
+        else:
+            required = f.default is dataclasses.MISSING
+            metavar = meta["metavar"] or flag_of(f).lstrip("-").upper().replace("-", "_")
+            parser.add_argument(
+                flag_of(f), dest=f.name, required=required, default=argparse.SUPPRESS, metavar=metavar, help=text
+            )
+
+
+def _convert(f: dataclasses.Field, raw: Any) -> Any:
+    meta = f.metadata["cli"]
+    if meta["invert"]:
+        return not raw
+    if not isinstance(raw, str):
+        return raw
+    parse = meta["parse"] or {"int": int, "float": float}.get(str(f.type), None)
+    if parse is None:
+        return raw
+    try:
+        return parse(raw)
+    except ValueError as exc:
+        detail = str(exc) if meta["parse"] else f"expected {'an integer' if parse is int else 'a number'}"
+        raise ValueError(f"{flag_of(f)} {raw!r}: {detail}") from None
+
+
+def given(cls: type, args: argparse.Namespace) -> dict[str, Any]:
+    """The option fields of ``cls`` that were given on the command line, converted."""
+    return {f.name: _convert(f, getattr(args, f.name)) for f in _cli_fields(cls) if hasattr(args, f.name)}
+
+
+def from_args(cls: type, args: argparse.Namespace, build: Callable[..., Any] | None = None) -> Any:
+    """``cls`` (or ``build(**values)``) from the flags that were given; the rest keep the
+    dataclass's defaults. A ValueError from the config's own checks is raised again naming the
+    flag when it names a field."""
+    values = given(cls, args)
+    try:
+        return (build or cls)(**values)
+    except ValueError as exc:
+        raise ValueError(_name_flag(str(exc), _cli_fields(cls))) from None
+
+
+def _name_flag(message: str, fields: Sequence[dataclasses.Field]) -> str:
+    """``"n_docs=0 is not allowed..."`` -> ``"--docs=0 is not allowed..."`` (the field's name
+    becomes its flag wherever the message starts with it)."""
+    for f in sorted(fields, key=lambda f: -len(f.name)):
+        if message.startswith((f"{f.name}=", f"{f.name}[", f"{f.name} ")):
+            return flag_of(f) + message[len(f.name) :]
+    return message
+
+
+# ----------------------------------------------------------------------------- parsers
+def ints(text: str) -> tuple[int, ...]:
+    """``"512,1024"`` -> ``(512, 1024)``."""
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ValueError("expected comma-separated integers") from None
+
+
+def floats(text: str) -> tuple[float, ...]:
+    """``"4,8"`` -> ``(4.0, 8.0)``."""
+    try:
+        return tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ValueError("expected comma-separated numbers") from None
+
+
+def names(text: str) -> tuple[str, ...]:
+    """``"none,yarn"`` -> ``("none", "yarn")`` (checked by the config against what is allowed)."""
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def multipliers(text: str) -> tuple[float, ...]:
+    """``"0.8:1.4:0.05"`` (inclusive range) or ``"0.8,1,1.2"`` -> sorted multipliers (m = 1/T)."""
+    try:
+        if ":" in text:
+            lo, hi, step = (float(x) for x in text.split(":"))
+            if step <= 0 or hi < lo:
+                raise ValueError
+            n = round((hi - lo) / step)
+            values = [round(lo + i * step, 6) for i in range(n + 1)]
+        else:
+            values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"multipliers={text!r} is not allowed; expected LO:HI:STEP or a comma list") from None
+    for i, v in enumerate(values):
+        checks.positive(f"multipliers[{i}]", v)
+    return tuple(sorted(set(values)))
