@@ -49,14 +49,12 @@ MOVED = {
     "tasks": "evaluate.tasks",
     "sweep": "evaluate.sweep",
     "tiny_eval": "evaluate.lm",
-    "tune_entropy": "tune.entropy",
     "evidence": "tune.runner",
     "baking": "ship.bake",
     "engines": "ship.export",
     "calibration": "logits.calibration",
     "distill": "logits.distill",
     "sampling": "logits.sampling",
-    "report_build": "report.build",
     "demo": "report.demo",
     "tables": "report.tables",
 }
@@ -65,11 +63,11 @@ MOVED = {
 class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """``import attntemp.rope`` gives the module ``attntemp.ops.rope`` itself (one module object)."""
 
-    def find_spec(self, fullname, path=None, target=None):  # type: ignore[no-untyped-def]
+    def find_spec(self, fullname, path=None, target=None):
         short = fullname.removeprefix(__name__ + ".")
         return importlib.util.spec_from_loader(fullname, self) if short in MOVED and short != fullname else None
 
-    def create_module(self, spec) -> ModuleType:  # type: ignore[no-untyped-def]
+    def create_module(self, spec) -> ModuleType:
         module = importlib.import_module(f"{__name__}.{MOVED[spec.name.removeprefix(__name__ + '.')]}")
         self.specs = {**getattr(self, "specs", {}), module.__name__: module.__spec__}
         return module

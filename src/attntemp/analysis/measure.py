@@ -87,8 +87,8 @@ class AttentionStats:
             entropy_shift=self.by_head("entropy") - other.by_head("entropy"),
             norm_entropy_shift=d_ent,
             recent_mass_shift=d_recent,
-            collapsed=[tuple(map(int, x)) for x in np.argwhere(collapse)],
-            diffused=[tuple(map(int, x)) for x in np.argwhere(diffuse)],
+            collapsed=[(int(layer), int(head)) for layer, head in np.argwhere(collapse)],
+            diffused=[(int(layer), int(head)) for layer, head in np.argwhere(diffuse)],
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -99,7 +99,7 @@ class AttentionStats:
             "recent_tokens": self.recent_tokens,
             "bucket_edges": self.bucket_edges,
             "meta": self.meta,
-            "stats": {k: np.where(np.isnan(v), None, v).tolist() for k, v in self.stats.items()},
+            "stats": {k: np.where(np.isnan(v), np.array(None), v).tolist() for k, v in self.stats.items()},
         }
 
     def save(self, path: str | Path) -> Path:

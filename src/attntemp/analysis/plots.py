@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -18,7 +19,7 @@ def heatmap(
 ) -> Path:
     """A layer x head heatmap of ``table`` ``[layers, heads]``."""
     fig, ax = plt.subplots(figsize=(1.2 + 0.45 * table.shape[1], 1.0 + 0.25 * table.shape[0]))
-    kw = {}
+    kw: dict[str, Any] = {}
     if center is not None:  # diverging colours around ``center``, the bar spanning the data only
         lo, hi = float(np.nanmin(table)), float(np.nanmax(table))
         eps = 1e-6 * max(1.0, abs(center))

@@ -10,13 +10,14 @@ import torch
 
 def text_config(model: torch.nn.Module) -> Any:
     """The config holding the decoder's attention settings (text config of multimodal models)."""
-    cfg = model.config
+    cfg: Any = model.config
     return cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
 
 
-def attention_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The self-attention modules, in layer order (they carry ``layer_idx``)."""
-    mods = [m for m in model.modules() if type(m).__name__.endswith("Attention") and hasattr(m, "layer_idx")]
+def attention_modules(model: torch.nn.Module) -> list[Any]:
+    """The self-attention modules, in layer order (they carry ``layer_idx``); transformers modules,
+    typed Any since torch types their attributes as ``Tensor | Module``."""
+    mods: list[Any] = [m for m in model.modules() if type(m).__name__.endswith("Attention") and hasattr(m, "layer_idx")]
     return sorted(mods, key=lambda m: m.layer_idx)
 
 

@@ -92,6 +92,7 @@ class LearnableTemperatures(nn.Module):
         ln_m = self.log_m[row].reshape(1, -1, 1)  # [1, H|1, 1]
         if self.slope is None:
             return ln_m.exp()
+        assert self.trained_length is not None  # set with a schedule, as slope is
         x = ((positions.to(ln_m.dtype) + 1) / self.trained_length).clamp_min(1.0).log()  # [B|1, Lq]
         return (ln_m + self.slope[row].reshape(1, -1, 1) * x.unsqueeze(1)).exp()  # [B|1, H|1, Lq]
 

@@ -17,6 +17,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -47,7 +48,7 @@ def _smollm2_wheel(cache: Path) -> Path:
     return found[0]
 
 
-def _plain_copy(model: torch.nn.Module) -> torch.nn.Module:
+def _plain_copy(model: torch.nn.Module) -> Any:
     """The dequantised GGUF model as an ordinary fp32 model (no quantizer: serialisable)."""
     from transformers import AutoModelForCausalLM
 

@@ -18,6 +18,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from transformers import AttentionInterface
@@ -154,6 +155,7 @@ def apply(model: torch.nn.Module, spec: TemperatureSpec) -> torch.nn.Module:
     if getattr(model, _SAVED, None) is not None:
         raise ValueError("the model is already patched by attntemp; call attntemp.restore(model) first")
     check_supported(model)
+    hf_model: Any = model  # a transformers model: set_attn_implementation
     cfg = text_config(model)
     mods = attention_modules(model)
     spec.check_model(len(mods), cfg.num_attention_heads)
@@ -168,7 +170,7 @@ def apply(model: torch.nn.Module, spec: TemperatureSpec) -> torch.nn.Module:
             object.__setattr__(model, _SAVED, (impl, True))  # restore undoes this extension only
         for mod in mods:
             setattr(mod, STATE, LayerState(spec, mod.layer_idx, cfg.num_attention_heads))
-        model.set_attn_implementation(target)
+        hf_model.set_attn_implementation(target)
     except Exception:
         restore(model)
         raise
@@ -193,7 +195,8 @@ def restore(model: torch.nn.Module) -> torch.nn.Module:
     if extended_here:
         restore_rope(model)
     if text_config(model)._attn_implementation != impl:
-        model.set_attn_implementation(impl)
+        hf_model: Any = model  # a transformers model: set_attn_implementation
+        hf_model.set_attn_implementation(impl)
     object.__setattr__(model, _SAVED, None)
     return model
 
@@ -253,4 +256,5 @@ def probing(model: torch.nn.Module, spec: TemperatureSpec, probe: Callable) -> I
 def run_decoder(model: torch.nn.Module, input_ids: torch.Tensor) -> None:
     """One forward of the decoder stack without the LM head (no ``[L, vocab]`` logits), no cache."""
     base = getattr(model, "base_model", model)
-    base(input_ids=input_ids.to(model.device), use_cache=False)
+    device: Any = model.device  # a transformers model's device
+    base(input_ids=input_ids.to(device), use_cache=False)

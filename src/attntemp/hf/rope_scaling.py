@@ -33,7 +33,7 @@ def rope_parameters_for(
     if current.get("rope_type", "default") != "default":
         raise ValueError(f"the model already uses rope_type={current['rope_type']!r}; restore it before extending")
     l0 = original_max_position_embeddings or config.max_position_embeddings
-    keep = {k: current[k] for k in ("rope_theta", "partial_rotary_factor") if k in current}
+    keep: dict[str, Any] = {k: current[k] for k in ("rope_theta", "partial_rotary_factor") if k in current}
     if method == "ntk":
         rope.ntk(dim, base, factor)
         return {**keep, "rope_type": "default", "rope_theta": base * factor ** (dim / (dim - 2))}
@@ -48,8 +48,8 @@ def rope_parameters_for(
     return {**out, **{k: list(v) if isinstance(v, tuple) else v for k, v in params.items()}}
 
 
-def _rotary_modules(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str, torch.nn.Module]]:
-    found = []
+def _rotary_modules(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str, Any]]:
+    found: list[tuple[torch.nn.Module, str, Any]] = []
     for parent in model.modules():
         for name, child in parent.named_children():
             if type(child).__name__.endswith("RotaryEmbedding") and hasattr(child, "inv_freq"):

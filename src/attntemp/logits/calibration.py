@@ -37,8 +37,8 @@ def flatten_labelled(
         got = tuple(scores.shape) if torch.is_tensor(scores) else type(scores).__name__
         raise ValueError(f"{name} must be a float tensor [N, C] or [B, L, V], got {got}")
     if not torch.is_tensor(labels) or labels.is_floating_point() or labels.dtype == torch.bool:
-        got = labels.dtype if torch.is_tensor(labels) else type(labels).__name__
-        raise ValueError(f"labels must be an integer tensor, got {got}")
+        kind = labels.dtype if torch.is_tensor(labels) else type(labels).__name__
+        raise ValueError(f"labels must be an integer tensor, got {kind}")
     if tuple(labels.shape) != tuple(scores.shape[:-1]):
         raise ValueError(
             f"labels shape {tuple(labels.shape)} does not match {name} shape "

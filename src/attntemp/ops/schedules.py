@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import abc
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -179,7 +180,7 @@ def ssmax(s: float = 0.43) -> SSMax:
     return SSMax(float(s))
 
 
-SCHEDULES = {
+SCHEDULES: dict[str, Callable[..., Schedule]] = {
     "constant": Constant,
     "yarn": Yarn,
     "yarn_sqrt": YarnSqrt,

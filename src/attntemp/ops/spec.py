@@ -36,8 +36,11 @@ def _freeze(name: str, params: Params) -> tuple[tuple[str, Any], ...]:
         return ()
     if isinstance(params, Mapping):
         items = list(params.items())
-    elif isinstance(params, Sequence) and not isinstance(params, str) and all(
-            isinstance(p, (tuple, list)) and len(p) == 2 for p in params):
+    elif (
+        isinstance(params, Sequence)
+        and not isinstance(params, str)
+        and all(isinstance(p, (tuple, list)) and len(p) == 2 for p in params)
+    ):
         items = [tuple(p) for p in params]
     else:
         raise ValueError(f"{name}={params!r} is not allowed; expected an object of named values")
@@ -72,9 +75,15 @@ class TemperatureSpec:
     rope: tuple[tuple[str, Any], ...]
     _schedule: schedules.Schedule = field(init=False, repr=False, compare=False)
 
-    def __init__(self, multiplier: float = 1.0, layers: Sequence[float] | None = None,
-                 heads: Sequence[Sequence[float]] | torch.Tensor | None = None, schedule: str = "constant",
-                 schedule_params: Params = (), rope: Params = ()) -> None:
+    def __init__(
+        self,
+        multiplier: float = 1.0,
+        layers: Sequence[float] | None = None,
+        heads: Sequence[Sequence[float]] | torch.Tensor | None = None,
+        schedule: str = "constant",
+        schedule_params: Params = (),
+        rope: Params = (),
+    ) -> None:
         set_ = object.__setattr__
         set_(self, "multiplier", checks.positive("multiplier", multiplier))
         set_(self, "layers", None if layers is None else _row("layers", layers))

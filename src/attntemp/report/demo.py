@@ -116,6 +116,7 @@ def step_sweep(model, tok, cfg: DemoConfig, trained: int, out: Path) -> tuple[li
     rows = store.rows()
     store.close()
     png = plot_metric_vs_multiplier(rows, "perplexity", "tail_ppl", trained, out / "ppl_vs_multiplier.png")
+    assert png is not None  # the sweep above gave perplexity rows
     md = [
         "## 2. Tail perplexity versus the multiplier m = 1/T",
         "",
@@ -145,6 +146,7 @@ def step_tune_and_passkey(model, tok, cfg: DemoConfig, ctx: EvalContext, out: Pa
     )
     ev = run_tune(tcfg, model, tok)
     spec = TemperatureSpec.from_dict(ev["spec"])
+    assert spec.heads is not None  # granularity="head" tunes one m per head
     png = plot_entropy_shift(
         json.loads((out / "tune" / "entropy.json").read_text()),
         out / "entropy_shift.png",

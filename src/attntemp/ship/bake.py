@@ -139,7 +139,7 @@ def _scale_q_rows(weight: torch.Tensor, bias: torch.Tensor | None, m: torch.Tens
         _scale_heads(bias.view(h, stride)[:, :head_dim], m)  # [H, D]
 
 
-def _offset_norm(norm: torch.nn.Module) -> bool:
+def _offset_norm(norm: Any) -> bool:
     """True for Gemma-style norms that multiply by ``1 + weight`` (zero weight is not zero output)."""
     w = norm.weight
     saved = w.detach().clone()
@@ -149,7 +149,7 @@ def _offset_norm(norm: torch.nn.Module) -> bool:
     return bool(out.abs().max() > 0)
 
 
-def _scale_norm(norm: torch.nn.Module, m: float) -> None:
+def _scale_norm(norm: Any, m: float) -> None:
     """Scale a per-head RMSNorm's output by m through its weight (``w`` or ``1 + w`` form)."""
     w = norm.weight
     if _offset_norm(norm):
@@ -158,7 +158,7 @@ def _scale_norm(norm: torch.nn.Module, m: float) -> None:
         w.copy_((w.float() * m).to(w.dtype))
 
 
-def _scale_layer(mod: torch.nn.Module, step: LayerBake) -> None:
+def _scale_layer(mod: Any, step: LayerBake) -> None:
     m = torch.tensor(step.multipliers, dtype=torch.float32)  # [H]
     if bool((m == 1).all()):
         return
@@ -236,10 +236,10 @@ def reload_logits(path: Path, ids: torch.Tensor, attn_implementation: str) -> to
     """Load ``path`` with plain transformers (no attntemp) and return its fp32 logits ``[B, L, V]``."""
     from transformers import AutoModelForCausalLM
 
-    fresh = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation=attn_implementation).to(
-        ids.device
+    fresh: Any = AutoModelForCausalLM.from_pretrained(
+        path, dtype=torch.float32, attn_implementation=attn_implementation
     )
-    return logits(fresh.eval(), ids)
+    return logits(fresh.to(ids.device).eval(), ids)
 
 
 def _record(model, spec: TemperatureSpec, steps, diff: float, tokens: int) -> dict[str, Any]:
@@ -308,7 +308,8 @@ def save_baked(
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
     try:
-        model.save_pretrained(tmp, safe_serialization=True)
+        hf_model: Any = model  # a transformers model: save_pretrained
+        hf_model.save_pretrained(tmp, safe_serialization=True)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
         diff = float((reload_logits(tmp, ids, impl) - want).abs().max())

@@ -128,7 +128,7 @@ def global_multiplier(spec: TemperatureSpec, engine: str) -> float:
 
 def _resolve_rope(spec: TemperatureSpec, trained_length: int | None) -> dict[str, Any]:
     """spec.rope with original_max_position_embeddings filled from ``trained_length`` (must agree)."""
-    params = {k: list(v) if isinstance(v, tuple) else v for k, v in spec.rope}
+    params: dict[str, Any] = {k: list(v) if isinstance(v, tuple) else v for k, v in spec.rope}
     if trained_length is not None:
         checks.positive_int("trained_length", trained_length)
         l0 = params.get("original_max_position_embeddings")
@@ -207,9 +207,13 @@ def _transformers(m: float, params: dict[str, Any], rope_theta: float | None) ->
         raise ValueError("rope_type='ntk' is written as a new rope_theta; bake it with `attntemp bake`")
     if abs(m - 1) > _EPS:
         raise _no_knob("transformers", kind, m)
-    rp = _rope_dict(params, rope_theta) if kind else None
+    rope_params = _rope_dict(params, rope_theta) if kind else None
     return ExportResult(
-        "transformers", m, rp, notes=() if kind else ("m = 1: nothing to change",), source=SOURCES["transformers"]
+        "transformers",
+        m,
+        rope_params,
+        notes=() if kind else ("m = 1: nothing to change",),
+        source=SOURCES["transformers"],
     )
 
 

@@ -110,12 +110,17 @@ def tune_entropy(
             break
     spec = TemperatureSpec(heads=table.tolist(), rope=rope)
     before = measure(model, ids, TemperatureSpec(rope=rope), positions=[trained_length], progress=False)
+    after_heads: torch.Tensor | np.ndarray = after  # [layers, H]
     if granularity == "global":  # the last pass ran at the previous m: measure at the final one
-        after = measure(model, ids, spec, positions=[trained_length], progress=False).by_head(
+        after_heads = measure(model, ids, spec, positions=[trained_length], progress=False).by_head(
             "entropy", start=trained_length
         )
     return EntropyMatch(
-        spec, ref.numpy(), before.by_head("entropy", start=trained_length), np.asarray(after, dtype=np.float64), passes
+        spec,
+        ref.numpy(),
+        before.by_head("entropy", start=trained_length),
+        np.asarray(after_heads, dtype=np.float64),
+        passes,
     )
 
 

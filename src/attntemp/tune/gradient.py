@@ -58,12 +58,13 @@ def _training_mode(model: nn.Module, checkpointing: bool) -> Iterator[None]:
     """
     from transformers.modeling_layers import GradientCheckpointingLayer
 
+    hf_model: Any = model  # a transformers model: gradient checkpointing and input-grad hooks
     modes = {m: m.training for m in model.modules()}
     was = any(getattr(m, "gradient_checkpointing", False) is True for m in model.modules())
     had_hooks = bool(getattr(model, "_require_grads_hooks", None))
     model.eval()
     if checkpointing:
-        on = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+        on = getattr(model, "activation_checkpointing_enable", None) or hf_model.gradient_checkpointing_enable
         on({"use_reentrant": False})
         for m in model.modules():
             m.training = m.training or isinstance(m, GradientCheckpointingLayer)
@@ -74,9 +75,9 @@ def _training_mode(model: nn.Module, checkpointing: bool) -> Iterator[None]:
             m.training = mode
         if checkpointing and not was:
             off = getattr(model, "activation_checkpointing_disable", None)
-            (off or model.gradient_checkpointing_disable)()
+            (off or hf_model.gradient_checkpointing_disable)()
         if checkpointing and not had_hooks:
-            model.disable_input_require_grads()
+            hf_model.disable_input_require_grads()
 
 
 def _save(path: Path, payload: dict[str, Any]) -> None:
