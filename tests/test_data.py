@@ -44,7 +44,7 @@ def test_file_source_normalises_line_ends_and_replaces_bad_bytes(tmp_path):
     path = tmp_path / "a.txt"
     path.write_bytes(b"one\r\ntwo\rthree\n\xff end")
     (doc,) = corpus.load_text(str(path))
-    assert doc == corpus.Document("a.txt", "one\ntwo\nthree\n\ufffd end")
+    assert doc == corpus.Document("a.txt", "one\ntwo\nthree\n\ufffd end", hash_split=False)
 
 
 def test_folder_source_reads_text_files_sorted(tmp_path):
@@ -165,3 +165,16 @@ def test_keys_and_passkey_documents_are_seeded():
         key = int(answer.rstrip("."))
         assert prompt.endswith(corpus.QUESTION) and corpus.KEY_LINE.format(key=key) in prompt
         assert 200 <= len(prompt.encode()) <= 300
+
+
+def test_a_users_text_is_held_out_whole_and_pools_are_disjoint_halves(tmp_path, stdlib):
+    (tmp_path / "a.txt").write_text("x" * 100)
+    (tmp_path / "b.md").write_text("y" * 100)
+    mine = corpus.load_text(str(tmp_path))
+    assert corpus.split(mine, "heldout") == mine and corpus.split(mine, "train") == []
+    held = corpus.split(stdlib, "heldout")
+    ev, tu = corpus.pool(held, "evaluation"), corpus.pool(held, "tuning")
+    assert not {d.name for d in ev} & {d.name for d in tu} and len(ev) + len(tu) == len(held)
+    assert 0.3 < len(ev) / len(held) < 0.7
+    with pytest.raises(ValueError, match="Did you mean 'tuning'"):
+        corpus.pool(held, "tunning")

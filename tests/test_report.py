@@ -1,6 +1,7 @@
 """The report: tables and plots from a sweep database and tuning evidence."""
 
 import json
+import math
 
 import pytest
 
@@ -33,12 +34,33 @@ def test_report_from_sweep_and_evidence(tmp_path):
     (tune / "entropy.json").write_text(json.dumps({"reference": [[1, 2]], "before": [[2, 3]], "after": [[1, 2]]}))
     md, page = build_report(tmp_path)
     text = md.read_text()
-    assert "| perplexity | tail_ppl | 1024 | yarn | 5.36 | 1.2 | 5.04 | 1.296 |" in text
-    assert "| perplexity | tail_ppl | 512 | none | 5 | 1 | 5 | 1.143 |" in text
+    # an older database keeps no per-window values: the figures stand alone, said so
+    no_ci = "no interval (fewer than 2 windows or trials)"
+    row = f"| perplexity | tail_ppl | 1024 | yarn | 5.36 (no interval) | 1.2 | 5.04 (no interval) | {no_ci} | 1.296 |"
+    assert row in text
+    assert "| perplexity | tail_ppl | 512 | none | 5 (no interval) | 1 | 5 (no interval) | - | 1.143 |" in text
     for png in ("ppl_vs_multiplier.png", "passkey_heatmap.png", "needle_heatmap.png", "tune/entropy_shift.png"):
         assert (tmp_path / png).stat().st_size > 2000
         assert f'src="{png}"' in page.read_text()
     assert "## tuning evidence: x" in text
+
+
+def test_best_table_shows_intervals_and_the_paired_verdict(tmp_path):
+    from attntemp.ops.intervals import paired_ratio_interval, perplexity_interval
+    from attntemp.report.build import best_table
+
+    windows = {1.0: [500.0, 620.0, 410.0, 700.0], 1.2: [470.0, 600.0, 380.0, 660.0]}  # summed tail NLL
+    rows = []
+    for m, nll in windows.items():
+        ppl = math.exp(sum(nll) / (4 * 256))
+        metrics = {"tail_ppl": ppl, "ppl": ppl, "tail_start": 256, "window_tail_nll": nll, "window_nll": nll,
+                   "tail_tokens": 256, "tokens": 256, "windows_digest": "d"}
+        rows.append({"task": "perplexity", "length": 512, "rope": "yarn", "multiplier": m, "metrics": metrics})
+    table = best_table(rows, 256)
+    at1 = perplexity_interval(windows[1.0], [256] * 4).format()
+    ratio = paired_ratio_interval(windows[1.2], windows[1.0], [256] * 4)
+    assert ratio.high < 1  # every window is better at m = 1.2
+    assert f"| {at1} | 1.2 |" in table and f"{ratio.fixed(4)} better" in table
 
 
 def test_report_refuses_an_empty_or_missing_folder(tmp_path):

@@ -64,3 +64,36 @@ def test_needle_prompt(tiny):
     with pytest.raises(ValueError, match="too short"):
         needle_prompt(tok, hay, 1, 40, 0.5)
     assert torch.is_tensor(heldout_windows(tok, 64, n=1))
+
+
+def test_per_window_values_rebuild_every_figure(tiny, stdlib_docs):
+    model, tok = tiny
+    ctx = EvalContext(256, stdlib_docs, n_docs=3, trials=4)
+    with attntemp.patch(model, attntemp.TemperatureSpec()):
+        r = get_task("perplexity").evaluate(model, tok, 512, [1.0, 1.3], ctx)
+        k = get_task("passkey").evaluate(model, tok, 384, [1.0, 1.3], ctx)
+    for p in r:
+        n = len(p["window_tail_nll"])
+        assert n == 3 and p["tail_tokens"] == 511 - 256 and p["tokens"] == 511
+        assert math.exp(sum(p["window_tail_nll"]) / (n * p["tail_tokens"])) == pytest.approx(p["tail_ppl"], rel=1e-9)
+        assert math.exp(sum(p["window_nll"]) / (n * p["tokens"])) == pytest.approx(p["ppl"], rel=1e-9)
+        assert [sum(b) for b in p["bucket_nll"]] == pytest.approx(p["window_nll"], rel=1e-9)
+        assert sum(p["bucket_tokens"]) == p["tokens"]
+    for p in k:
+        assert len(p["hits"]) == 4 and sum(p["hits"]) / 4 == p["acc"]
+        assert sum(p["logps"]) / 4 == pytest.approx(p["logp"], rel=1e-6)
+    ppl = get_task("perplexity")
+    same = ppl.paired(r[0], r[0], "tail_ppl")
+    assert (same.value, same.low, same.high) == (1.0, 1.0, 1.0)
+    assert ppl.paired(r[1], r[0], "tail_ppl").value == pytest.approx(r[1]["tail_ppl"] / r[0]["tail_ppl"], rel=1e-9)
+    acc = get_task("passkey").interval(k[0], "acc")
+    assert acc.method == "Wilson" and acc.low <= k[0]["acc"] <= acc.high
+
+
+def test_a_single_window_has_no_interval(tiny, stdlib_docs):
+    model, tok = tiny
+    with attntemp.patch(model, attntemp.TemperatureSpec()):
+        r = get_task("perplexity").evaluate(model, tok, 300, [1.0], EvalContext(256, stdlib_docs, n_docs=1))[0]
+    task = get_task("perplexity")
+    assert task.interval(r, "tail_ppl") is None and task.describe(r, "tail_ppl").endswith("(no interval)")
+    assert task.compare(r, r, "tail_ppl").startswith("no interval")

@@ -89,9 +89,22 @@ def test_run_tune_global_and_entropy_write_evidence(tiny, tmp_path):
     best = min(v for _, v in curve)
     assert ev["info"]["search"]["value"] == pytest.approx(best)
     assert 0.5 <= ev["spec"]["multiplier"] <= 2.5
-    assert (tmp_path / "g" / "spec.json").is_file() and "| tuned |" in (tmp_path / "g" / "evidence.md").read_text()
+    text = (tmp_path / "g" / "evidence.md").read_text()
+    assert (tmp_path / "g" / "spec.json").is_file() and "| tuned |" in text
+    # held out: the trained length and half / twice the tuning length, each with the tuned spec's own rope
+    assert sorted(ev["checks"]) == [192, 256, 768] and "## held-out length 768 tokens" in text
+    for scored in (ev, *ev["checks"].values()):
+        comps = {(c["against"], c["metric"]): c for c in scored["comparisons"]}
+        vs1 = comps[("m=1", "tail_ppl")]
+        res = scored["results"]
+        ratio = res["tuned"]["perplexity"]["tail_ppl"] / res["m=1"]["perplexity"]["tail_ppl"]
+        assert vs1["interval"]["value"] == pytest.approx(ratio, rel=1e-9)
+        assert vs1["verdict"] in ("better", "worse", "not distinguishable")
+        assert ("yarn (0.1 ln s + 1)^2", "ppl") in comps
+    # the tuner never saw an evaluation document: the search scored the tuning pool
     ev = run_tune(TuneConfig(out=str(tmp_path / "e"), length=384, granularity="head", objective="entropy",
-                             tasks=("perplexity",), n_docs=2, progress=False), model, tok)
+                             tasks=("perplexity",), n_docs=2, progress=False, check_lengths=()), model, tok)
+    assert ev["checks"] == {}
     info = json.loads((tmp_path / "e" / "entropy.json").read_text())
     assert len(info["after"]) == 4 and all(math.isfinite(x) for row in info["after"] for x in row)
     assert "tail_ppl" in ev["results"]["tuned"]["perplexity"]

@@ -39,4 +39,4 @@ def test_model_defaults_then_flags(monkeypatch):
     small, flagged, tiny = seen
     assert (small.scales, small.n_docs, small.trials) == ((1.5, 2.0), 1, 3)
     assert (flagged.scales, flagged.trials, flagged.n_docs) == ((3.0,), 7, 1)
-    assert (tiny.scales, tiny.n_docs, tiny.trials) == ((4, 8), 4, 20) and len(tiny.multipliers) == 9
+    assert (tiny.scales, tiny.n_docs, tiny.trials) == ((4, 8), 16, 50) and len(tiny.multipliers) == 9

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..evaluate.sweep import SweepConfig, run_sweep
-from ..report.build import best_table
+from ..report.build import BEST_NOTE, best_table
 from ..utils.options import add_options, from_args
 
 
@@ -23,5 +23,6 @@ def run(args: argparse.Namespace) -> int:
     finally:
         store.close()
     print(best_table(rows, trained))
+    print(f"\n{BEST_NOTE}\n")
     print(f"{len(rows)} points in {cfg.out}/sweep.db; `attntemp report {cfg.out}` makes the plots")
     return 0

@@ -34,10 +34,14 @@ KEY_RANGE = (1, 50000)
 
 @dataclass(frozen=True)
 class Document:
-    """One named text: ``name`` is stable across machines (a relative path or a book name)."""
+    """One named text: ``name`` is stable across machines (a relative path or a book name).
+
+    ``hash_split``: whether the stdlib train/held-out split applies (the shipped tiny model was
+    trained on the train part of the stdlib); a text the user names is held out whole."""
 
     name: str
     text: str
+    hash_split: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -55,9 +59,9 @@ def _decode(raw: bytes) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def _read(path: pathlib.Path, name: str) -> Document:
+def _read(path: pathlib.Path, name: str, hash_split: bool = True) -> Document:
     text = path.read_text(encoding="utf-8", errors="replace")
-    return Document(name, text.replace("\r\n", "\n").replace("\r", "\n"))
+    return Document(name, text.replace("\r\n", "\n").replace("\r", "\n"), hash_split)
 
 
 def stdlib_documents(skip_tests: bool = True) -> list[Document]:
@@ -92,18 +96,18 @@ def _gutenberg(book: str, folder: str | os.PathLike[str] | None) -> list[Documen
     if not book or not path.is_file():
         books = sorted(p.stem for p in root.glob("*.txt"))
         checks.choice("source book", book, books)
-    return [Document(f"gutenberg:{book}", _decode(path.read_bytes()))]
+    return [Document(f"gutenberg:{book}", _decode(path.read_bytes()), hash_split=False)]
 
 
 def _path_source(source: str) -> list[Document]:
     path = pathlib.Path(source)
     if path.is_file():
-        return [_read(path, path.name)]
+        return [_read(path, path.name, hash_split=False)]
     if path.is_dir():
         files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in TEXT_SUFFIXES)
         if not files:
             raise ValueError(f"source={source!r} holds no {'/'.join(TEXT_SUFFIXES)} files")
-        return [_read(p, p.relative_to(path).as_posix()) for p in files]
+        return [_read(p, p.relative_to(path).as_posix(), hash_split=False) for p in files]
     raise ValueError(
         f"source={source!r} is not allowed; expected 'stdlib', 'gutenberg:<book>', or an existing file or folder"
     )
@@ -127,10 +131,22 @@ def is_heldout(name: str) -> bool:
 
 
 def split(docs: Sequence[Document], part: str = "train") -> list[Document]:
-    """The ``part`` ("train" or "heldout") of ``docs``, in their order; the two are disjoint."""
+    """The ``part`` ("train" or "heldout") of ``docs``, in their order; the two are disjoint.
+    Documents without ``hash_split`` (a user's own text) are all held out."""
     checks.choice("part", part, ("train", "heldout"))
     want = part == "heldout"
-    return [d for d in docs if is_heldout(d.name) == want]
+    return [d for d in docs if (is_heldout(d.name) if d.hash_split else True) == want]
+
+
+POOLS = ("evaluation", "tuning")
+
+
+def pool(docs: Sequence[Document], which: str) -> list[Document]:
+    """The ``which`` pool ("evaluation" or "tuning") of ``docs``: a stable half by a hash of each
+    name, so a tuner never sees a document its evidence is scored on, at any length."""
+    checks.choice("pool", which, POOLS)
+    want = POOLS.index(which)
+    return [d for d in docs if hashlib.sha256(f"pool:{d.name}".encode()).digest()[0] % 2 == want]
 
 
 def count_tokens(tokenizer: Any, text: str) -> int:
@@ -223,15 +239,6 @@ def heldout_windows(
     chosen = select_documents(docs, tokenizer, min_tokens or length, n, part="heldout")
     rows = [tokenizer(d.text, add_special_tokens=False)["input_ids"][:length] for d in chosen]
     return torch.tensor(rows, dtype=torch.long)  # [n, length]
-
-
-def split_windows(
-    tok: Any, length: int, n: int, docs: Sequence[Document] | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(tuning, evaluation)`` windows ``[n, L]`` each, from different held-out documents (the
-    evaluation windows are those every task scores first)."""
-    ids = heldout_windows(tok, length, n=2 * n, docs=docs)  # [2n, L]
-    return ids[n:], ids[:n]
 
 
 def windows_digest(ids: torch.Tensor) -> str:

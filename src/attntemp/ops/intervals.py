@@ -47,6 +47,10 @@ class Interval:
         """``"6.06 [5.87, 6.25]"``."""
         return f"{self.value:.{digits}g} [{self.low:.{digits}g}, {self.high:.{digits}g}]"
 
+    def fixed(self, decimals: int = 4) -> str:
+        """``"0.9931 [0.9802, 1.0062]"``: fixed decimals, for ratios and differences near 1 or 0."""
+        return f"{self.value:.{decimals}f} [{self.low:.{decimals}f}, {self.high:.{decimals}f}]"
+
     def to_dict(self) -> dict[str, float | str]:
         return {"value": self.value, "low": self.low, "high": self.high, "level": self.level, "method": self.method}
 

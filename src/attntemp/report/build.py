@@ -13,7 +13,6 @@ from ..evaluate.tasks import TASKS
 from ..ops.schedules import yarn_multiplier
 from ..utils.options import option
 from .figures import (
-    curves,
     plot_entropy_shift,
     plot_heatmap_grid,
     plot_metric_vs_multiplier,
@@ -46,20 +45,42 @@ def load_rows(folder: Path) -> list[dict[str, Any]]:
     return _store_rows(folder)[0]
 
 
-def best_table(rows, trained: int | None) -> str:
-    """Per task metric, length and RoPE: the value at m = 1, the best m and its value."""
+BEST_NOTE = (
+    "Values with their 95% interval (bootstrap over documents; Wilson for accuracies). The best m is "
+    "chosen on these same documents, so its paired comparison with m = 1 favours it: `attntemp tune` "
+    "checks a tuned value on other documents and lengths."
+)
+
+
+def best_table(rows: list[dict[str, Any]], trained: int | None) -> str:
+    """Per task, length and RoPE: the headline metric at m = 1 and at the best m on the grid, with
+    95% intervals, the paired comparison of the two and its verdict, and YaRN's own m."""
     lines = [
-        "| task | metric | length | rope | at m = 1 | best m | best value | YaRN m |",
-        "|---|---|---|---|---|---|---|---|",
+        "| task | metric | length | rope | at m = 1 | best m | best value | best vs m = 1 (paired) | YaRN m |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
-    for task, cls in TASKS.items():
-        metric, higher = cls.metrics[0].name, cls.metrics[0].higher_is_better
-        for (length, rope), pts in sorted(curves(rows, task, metric).items()):
-            at1 = next((v for m, v in pts if abs(m - 1) < 1e-9), float("nan"))
-            m_best, v_best = (max if higher else min)(pts, key=lambda p: p[1])
+    for name, cls in TASKS.items():
+        task, metric = cls(), cls.metrics[0]
+        for (length, rope), pts in sorted(_points(rows, name).items()):
+            best = (max if metric.higher_is_better else min)(pts, key=lambda r: r["metrics"][metric.name])
+            base = next((r for r in pts if abs(r["multiplier"] - 1) < 1e-9), None)
+            at1 = "-" if base is None else task.describe(base["metrics"], metric.name)
+            vs = "-" if base is None or best is base else task.compare(best["metrics"], base["metrics"], metric.name)
             ym = f"{yarn_multiplier(length / trained):.3f}" if trained and length > trained else "-"
-            lines.append(f"| {task} | {metric} | {length} | {rope} | {at1:.4g} | {m_best:g} | {v_best:.4g} | {ym} |")
+            lines.append(
+                f"| {name} | {metric.name} | {length} | {rope} | {at1} | {best['multiplier']:g} | "
+                f"{task.describe(best['metrics'], metric.name)} | {vs} | {ym} |"
+            )
     return "\n".join(lines)
+
+
+def _points(rows: list[dict[str, Any]], task: str) -> dict[tuple[int, str], list[dict[str, Any]]]:
+    """The sweep points of ``task`` by (length, rope)."""
+    out: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["task"] == task:
+            out.setdefault((r["length"], r["rope"]), []).append(r)
+    return out
 
 
 def _evidence_trained_length(folder: Path) -> int | None:
@@ -82,6 +103,8 @@ def build_report(folder: str | Path) -> tuple[Path, Path]:
             f"Sweep: {len(rows)} points from `sweep.db`; trained length {trained}.",
             "",
             best_table(rows, trained),
+            "",
+            BEST_NOTE,
             "",
         ]
     figs = [

@@ -23,13 +23,14 @@ import torch
 from ..analysis.measure import measure
 from ..evaluate.corpus import heldout_windows
 from ..evaluate.sweep import SweepConfig, run_sweep
-from ..evaluate.tasks import EvalContext, EvalOptions, eval_context
+from ..evaluate.tasks import EvalContext, EvalOptions, eval_context, get_task
 from ..hf import introspect
 from ..hf.loading import load_model
 from ..hf.rope_scaling import rope_for
 from ..ops.spec import TemperatureSpec
 from ..ship.bake import save_baked
-from ..tune.runner import TuneConfig, candidates, evaluate_specs, run_tune
+from ..tune.evidence import BASELINE, candidates, evaluate_specs
+from ..tune.runner import TuneConfig, run_tune
 from ..utils import checks, options
 from ..utils.options import option
 from .build import best_table
@@ -143,6 +144,7 @@ def step_tune_and_passkey(model, tok, cfg: DemoConfig, ctx: EvalContext, out: Pa
         granularity="head",
         objective="entropy",
         tasks=("perplexity", "passkey"),
+        check_lengths=(),  # the other lengths are scored below, each with its own YaRN scale
     )
     ev = run_tune(tcfg, model, tok)
     spec = TemperatureSpec.from_dict(ev["spec"])
@@ -152,25 +154,23 @@ def step_tune_and_passkey(model, tok, cfg: DemoConfig, ctx: EvalContext, out: Pa
         out / "entropy_shift.png",
         f"per-head entropy at L={n} (YaRN) vs L={trained}",
     )
-    lines = ["| length | spec | passkey acc | key log-prob | tail ppl |", "|---|---|---|---|---|"]
+    lines = [
+        "| length | spec | passkey acc | key log-prob | tail ppl | tail ppl / m = 1 (paired) |",
+        "|---|---|---|---|---|---|",
+    ]
+    passkey, ppl = get_task("passkey"), get_task("perplexity")
     for s in (1, *cfg.scales):
         length = int(trained * s)
         if length == n:  # run_tune has just evaluated these candidates at this length
             res = ev["results"]
         else:
-            res = evaluate_specs(
-                model,
-                tok,
-                length,
-                candidates("yarn", length, trained, None),
-                ("passkey", "perplexity"),
-                ctx,
-                cfg.progress,
-            )
+            specs = candidates(rope_for("yarn", length, trained), None)
+            res = evaluate_specs(model, tok, length, specs, ("passkey", "perplexity"), ctx, cfg.progress)
         for name, r in res.items():
+            vs = "-" if name == BASELINE else ppl.compare(r["perplexity"], res[BASELINE]["perplexity"], "tail_ppl")
             lines.append(
-                f"| {length} | {name} | {r['passkey']['acc']:.2f} | {r['passkey']['logp']:.3f} | "
-                f"{r['perplexity']['tail_ppl']:.3f} |"
+                f"| {length} | {name} | {passkey.describe(r['passkey'], 'acc', 2)} | "
+                f"{passkey.describe(r['passkey'], 'logp', 3)} | {ppl.describe(r['perplexity'], 'tail_ppl')} | {vs} |"
             )
     md = [
         "## 3. Per-head entropy matching and passkey retrieval",

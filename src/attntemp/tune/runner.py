@@ -1,32 +1,30 @@
-"""``run_tune``: tune a TemperatureSpec for one model and length, then check it on held-out
-documents against the untuned model (and YaRN's own temperature when the RoPE method is yarn).
+"""``run_tune``: tune a TemperatureSpec for one model and length on the tuning pool of documents,
+then check it on the evaluation pool against the untuned model (and YaRN's own temperature when
+the RoPE method is yarn), at the tuning length and at held-out lengths (:mod:`.evidence`).
 
-Writes ``spec.json`` (the TemperatureSpec), ``evidence.json`` and ``evidence.md`` (before/after per
-task), and for entropy matching ``entropy.json`` (reference, before and after per head).
+Writes ``spec.json`` (the TemperatureSpec), ``evidence.json`` (every figure with the per-window and
+per-trial values it is made of, the paired comparisons) and ``evidence.md``, and for entropy
+matching ``entropy.json`` (reference, before and after per head).
 """
 
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from tqdm.auto import tqdm
-
-from ..evaluate.corpus import split_windows
-from ..evaluate.tasks import TASKS, EvalOptions, eval_context, get_task
+from ..evaluate.corpus import heldout_windows
+from ..evaluate.tasks import TASKS, EvalContext, EvalOptions, eval_context, tuning_context
 from ..hf import introspect
 from ..hf.loading import load_model
-from ..hf.patch import patch
 from ..hf.rope_scaling import SCALINGS, rope_for
-from ..ops.schedules import yarn_multiplier
 from ..ops.spec import GRANULARITIES, TemperatureSpec
 from ..utils import checks, options
 from ..utils.options import option
 from .entropy import tune_entropy
+from .evidence import candidates, check_lengths, comparisons, evaluate_specs, evidence_markdown
 from .gradient import run_gradient_tuning
 from .search import SEARCH_OBJECTIVES, tune_global
 
@@ -51,6 +49,12 @@ class TuneConfig(EvalOptions):
     )
     tasks: tuple[str, ...] = option(("perplexity", "passkey"), "evidence tasks, comma list", parse=options.names)
     steps: int = option(60, "gradient steps (--method gradient)")
+    check_lengths: tuple[int, ...] | None = option(
+        None,
+        "held-out lengths to check the tuned spec at, comma list ('' for none) (default: the trained "
+        "length, half and twice --length)",
+        parse=options.ints,
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -60,6 +64,8 @@ class TuneConfig(EvalOptions):
         checks.choice("rope", self.rope, SCALINGS)
         checks.choice("method", self.method, TUNE_METHODS)
         checks.positive_int("steps", self.steps)
+        for i, n in enumerate(self.check_lengths or ()):
+            checks.positive_int(f"check_lengths[{i}]", n)
         for t in self.tasks:
             checks.choice("task", t, TASKS)
         if self.method == "search" and self.granularity != "global" and self.objective != "entropy":
@@ -69,44 +75,25 @@ class TuneConfig(EvalOptions):
             )
 
 
-def candidates(
-    rope_method: str, length: int, trained: int, tuned: TemperatureSpec | None
-) -> dict[str, TemperatureSpec]:
-    """The specs compared in the evidence: untuned (m = 1), YaRN's temperature, the tuned one."""
-    rope = rope_for(rope_method, length, trained)
-    out = {"m=1": TemperatureSpec(rope=rope)}
-    if rope_method == "yarn" and rope and rope["factor"] > 1:
-        out["yarn (0.1 ln s + 1)^2"] = TemperatureSpec(multiplier=yarn_multiplier(rope["factor"]), rope=rope)
-    if tuned is not None:
-        out["tuned"] = tuned
-    return out
-
-
-def evaluate_specs(
-    model, tok, length: int, specs: dict[str, TemperatureSpec], tasks, ctx, progress: bool = False
-) -> dict:
-    """``{spec name: {task: metrics}}`` on the evaluation documents."""
-    result: dict[str, dict[str, Any]] = {}
-    with tqdm(total=len(specs) * len(tasks), desc=f"evaluate L={length}", disable=not progress, leave=False) as bar:
-        for name, spec in specs.items():
-            result[name] = {}
-            with patch(model, spec):
-                for t in tasks:
-                    bar.set_postfix(spec=name, task=t)
-                    result[name][t] = get_task(t).evaluate(model, tok, length, [1.0], ctx)[0]
-                    bar.update(1)
-    return result
-
-
-def _tune(cfg: TuneConfig, model, tok, trained: int, ctx, out: Path) -> tuple[TemperatureSpec, dict]:
-    rope = rope_for(cfg.rope, cfg.length, trained)
+def _tune(cfg: TuneConfig, model: Any, tok: Any, ctx: EvalContext, out: Path) -> tuple[TemperatureSpec, dict]:
+    """Tune on the tuning pool (other documents than the evidence's; other passkey keys and depths)."""
+    rope = rope_for(cfg.rope, cfg.length, ctx.trained_length)
+    tctx = tuning_context(ctx)
     if cfg.method == "gradient":
         return run_gradient_tuning(
-            model, tok, cfg.length, cfg.steps, out, granularity=cfg.granularity, rope=rope, docs=ctx.docs
+            model,
+            tok,
+            cfg.length,
+            cfg.steps,
+            out,
+            granularity=cfg.granularity,
+            rope=rope,
+            docs=list(tctx.docs),
+            progress=cfg.progress,
         )
     if cfg.objective == "entropy":
-        tun, _ = split_windows(tok, cfg.length, cfg.n_docs, ctx.docs)
-        match = tune_entropy(model, tun, trained, cfg.granularity, rope, progress=cfg.progress)
+        ids = heldout_windows(tok, cfg.length, n=cfg.n_docs, docs=tctx.docs)  # [n, L]
+        match = tune_entropy(model, ids, ctx.trained_length, cfg.granularity, rope, progress=cfg.progress)
         info = {
             "passes": match.passes,
             "reference": match.reference.tolist(),
@@ -115,9 +102,18 @@ def _tune(cfg: TuneConfig, model, tok, trained: int, ctx, out: Path) -> tuple[Te
         }
         (out / "entropy.json").write_text(json.dumps(info))
         return match.spec, {"entropy_passes": match.passes}
-    tctx = replace(ctx, skip_docs=ctx.n_docs, seed=ctx.seed + 1000)  # other documents, keys, depths
     found = tune_global(model, tok, cfg.length, cfg.objective, tctx, rope)
     return TemperatureSpec(multiplier=found["multiplier"], rope=rope), {"search": found}
+
+
+def _scored(
+    model: Any, tok: Any, length: int, spec: TemperatureSpec, cfg: TuneConfig, ctx: EvalContext
+) -> dict[str, Any]:
+    """The candidates at ``length`` (the tuned spec's own RoPE for all) and their comparisons."""
+    results = evaluate_specs(
+        model, tok, length, candidates(dict(spec.rope) or None, spec), cfg.tasks, ctx, cfg.progress
+    )
+    return {"results": results, "comparisons": comparisons(results, list(cfg.tasks))}
 
 
 def run_tune(cfg: TuneConfig, model=None, tok=None) -> dict[str, Any]:
@@ -129,42 +125,21 @@ def run_tune(cfg: TuneConfig, model=None, tok=None) -> dict[str, Any]:
     trained = introspect.trained_length(model)
     ctx = eval_context(cfg, trained)
     t0 = time.perf_counter()
-    spec, info = _tune(cfg, model, tok, trained, ctx, out)
+    spec, info = _tune(cfg, model, tok, ctx, out)
     seconds = time.perf_counter() - t0
     spec.save(out / "spec.json")
-    results = evaluate_specs(
-        model, tok, cfg.length, candidates(cfg.rope, cfg.length, trained, spec), cfg.tasks, ctx, cfg.progress
-    )
+    at_length = _scored(model, tok, cfg.length, spec, cfg, ctx)
+    checks_ = {n: _scored(model, tok, n, spec, cfg, ctx) for n in check_lengths(cfg.check_lengths, cfg.length, trained)}
     evidence = {
         "config": asdict(cfg),
         "trained_length": trained,
         "tune_seconds": seconds,
+        "evidence_seconds": time.perf_counter() - t0 - seconds,
         "info": info,
-        "results": results,
+        **at_length,
+        "checks": checks_,
         "spec": spec.to_dict(),
     }
     (out / "evidence.json").write_text(json.dumps(evidence, indent=1, default=float))
     (out / "evidence.md").write_text(evidence_markdown(evidence))
     return evidence
-
-
-def evidence_markdown(ev: dict[str, Any]) -> str:
-    """A before/after table of the evidence."""
-    cfg = ev["config"]
-    cols = [(t, m.name) for t in cfg["tasks"] for m in get_task(t).metrics]
-    lines = [
-        f"# tuning evidence: {cfg['model']}, length {cfg['length']}, rope {cfg['rope']}, "
-        f"{cfg['granularity']} by {cfg['method']} ({cfg['objective']})",
-        "",
-        "| spec | " + " | ".join(f"{t} {m}" for t, m in cols) + " |",
-        "|---|" + "---|" * len(cols),
-    ]
-    for name, res in ev["results"].items():
-        lines.append(f"| {name} | " + " | ".join(f"{res[t][m]:.4g}" for t, m in cols) + " |")
-    spec = TemperatureSpec.from_dict(ev["spec"])
-    if spec.heads:
-        table = np.asarray(spec.heads)
-        lines += ["", f"tuned multipliers: mean {table.mean():.3f}, min {table.min():.3f}, max {table.max():.3f}"]
-    elif spec.multiplier != 1.0:
-        lines += ["", f"tuned global multiplier m = {spec.multiplier:.4f} (T = {1 / spec.multiplier:.4f})"]
-    return "\n".join(lines) + "\n"

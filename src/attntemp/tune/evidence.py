@@ -1,0 +1,163 @@
+"""The evidence of a tuned spec: it and its baselines scored on the evaluation pool (documents no
+tuner saw), at the tuning length and at held-out lengths, every figure with its 95% interval and
+the tuned spec against each baseline as a paired comparison (ratio or difference) with a verdict
+in words: "better", "worse" or "not distinguishable".
+
+Baselines: m = 1 with the same RoPE, and YaRN's own m = (0.1 ln s + 1)^2 when the RoPE is YaRN.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from ..evaluate.tasks import EvalContext, get_task
+from ..hf.patch import patch
+from ..ops.intervals import Interval
+from ..ops.schedules import yarn_multiplier
+from ..ops.spec import TemperatureSpec
+
+BASELINE = "m=1"
+YARN = "yarn (0.1 ln s + 1)^2"
+TUNED = "tuned"
+
+
+def candidates(rope: dict[str, Any] | None, tuned: TemperatureSpec | None) -> dict[str, TemperatureSpec]:
+    """The specs compared: m = 1 and YaRN's own temperature with ``rope``, and the tuned spec."""
+    out = {BASELINE: TemperatureSpec(rope=rope)}
+    if rope and rope.get("rope_type") == "yarn" and rope["factor"] > 1:
+        out[YARN] = TemperatureSpec(multiplier=yarn_multiplier(rope["factor"]), rope=rope)
+    if tuned is not None:
+        out[TUNED] = tuned
+    return out
+
+
+def evaluate_specs(
+    model: Any,
+    tok: Any,
+    length: int,
+    specs: dict[str, TemperatureSpec],
+    tasks: Any,
+    ctx: EvalContext,
+    progress: bool = False,
+) -> dict[str, dict[str, Any]]:
+    """``{spec name: {task: metrics}}`` on the evaluation documents (per-window values kept)."""
+    result: dict[str, dict[str, Any]] = {}
+    with tqdm(total=len(specs) * len(tasks), desc=f"evaluate L={length}", disable=not progress, leave=False) as bar:
+        for name, spec in specs.items():
+            result[name] = {}
+            with patch(model, spec):
+                for t in tasks:
+                    bar.set_postfix(spec=name, task=t)
+                    result[name][t] = get_task(t).evaluate(model, tok, length, [1.0], ctx)[0]
+                    bar.update(1)
+    return result
+
+
+def check_lengths(given: tuple[int, ...] | None, length: int, trained: int) -> tuple[int, ...]:
+    """The held-out lengths: ``given``, else the trained length, half and twice the tuning length
+    (the tuning length itself left out; lengths under 32 tokens too short to score)."""
+    pick = given if given is not None else (trained, length // 2, 2 * length)
+    return tuple(sorted({n for n in pick if n != length and n >= 32}))
+
+
+def _spec_table(results: dict[str, dict[str, Any]], tasks: list[str]) -> list[str]:
+    cols = [(t, m.name) for t in tasks for m in get_task(t).metrics]
+    lines = ["| spec | " + " | ".join(f"{t} {m}" for t, m in cols) + " |", "|---|" + "---|" * len(cols)]
+    for name, res in results.items():
+        lines.append(f"| {name} | " + " | ".join(get_task(t).describe(res[t], m) for t, m in cols) + " |")
+    return lines
+
+
+def comparisons(results: dict[str, dict[str, Any]], tasks: list[str]) -> list[dict[str, Any]]:
+    """The tuned spec against each baseline, per task metric: the paired interval and the verdict."""
+    out = []
+    for base in (b for b in (BASELINE, YARN) if b in results and TUNED in results):
+        for t in tasks:
+            task = get_task(t)
+            for m in task.metrics:
+                ci = task.paired(results[TUNED][t], results[base][t], m.name)
+                verdict = None if ci is None else task.verdict(ci, m.name)
+                out.append(
+                    {
+                        "against": base,
+                        "task": t,
+                        "metric": m.name,
+                        "comparison": m.comparison,
+                        "interval": None if ci is None else ci.to_dict(),
+                        "verdict": verdict,
+                    }
+                )
+    return out
+
+
+def _fixed(ci: dict[str, Any]) -> str:
+    return Interval(ci["value"], ci["low"], ci["high"]).fixed()
+
+
+def _comparison_lines(comps: list[dict[str, Any]]) -> list[str]:
+    lines = [
+        "| tuned against | task metric | ratio or difference, 95% paired interval | verdict |",
+        "|---|---|---|---|",
+    ]
+    for c in comps:
+        ci = c["interval"]
+        shown = "no interval (fewer than 2 windows or trials)" if ci is None else f"{c['comparison']} {_fixed(ci)}"
+        lines.append(f"| {c['against']} | {c['task']} {c['metric']} | {shown} | {c['verdict'] or '-'} |")
+    return lines
+
+
+def _headline_summary(ev: dict[str, Any]) -> list[str]:
+    """One line per length: does the tuned spec's headline gain over m = 1 hold there?"""
+    t = ev["config"]["tasks"][0]
+    metric = get_task(t).headline.name
+    rows = [(ev["config"]["length"], ev["comparisons"])] + [(int(n), c["comparisons"]) for n, c in ev["checks"].items()]
+    lines = []
+    for length, comps in rows:
+        c = next((c for c in comps if c["against"] == BASELINE and c["task"] == t and c["metric"] == metric), None)
+        if c and c["interval"]:
+            ci = c["interval"]
+            lines.append(
+                f"- at {length} tokens, {t} {metric} tuned / m = 1: {ci['value']:.3g} "
+                f"[{ci['low']:.3g}, {ci['high']:.3g}]: {c['verdict']}"
+            )
+    return lines
+
+
+def evidence_markdown(ev: dict[str, Any]) -> str:
+    """The evidence as markdown: a table per length, the paired comparisons, a summary in words."""
+    cfg = ev["config"]
+    tasks = list(cfg["tasks"])
+    lines = [
+        f"# tuning evidence: {cfg['model']}, length {cfg['length']}, rope {cfg['rope']}, "
+        f"{cfg['granularity']} by {cfg['method']} ({cfg['objective']})",
+        "",
+        f"Scored on {cfg['n_docs']} evaluation documents no tuner saw ({cfg['trials']} passkey / needle trials); "
+        "each figure with its 95% interval (bootstrap over documents, Wilson for accuracies).",
+        "",
+        *_headline_summary(ev),
+        "",
+        f"## at the tuning length, {cfg['length']} tokens",
+        "",
+        *_spec_table(ev["results"], tasks),
+        "",
+        *_comparison_lines(ev["comparisons"]),
+    ]
+    for n, check in ev["checks"].items():
+        lines += [
+            "",
+            f"## held-out length {n} tokens (same spec, same RoPE)",
+            "",
+            *_spec_table(check["results"], tasks),
+            "",
+            *_comparison_lines(check["comparisons"]),
+        ]
+    spec = TemperatureSpec.from_dict(ev["spec"])
+    if spec.heads:
+        table = np.asarray(spec.heads)
+        lines += ["", f"tuned multipliers: mean {table.mean():.3f}, min {table.min():.3f}, max {table.max():.3f}"]
+    elif spec.multiplier != 1.0:
+        lines += ["", f"tuned global multiplier m = {spec.multiplier:.4f} (T = {1 / spec.multiplier:.4f})"]
+    return "\n".join(lines) + "\n"
