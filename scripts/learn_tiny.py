@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--rope", choices=("none", "yarn"), default="none")
     ap.add_argument("--granularity", choices=GRANULARITIES, default="head")
-    ap.add_argument("--schedule", choices=("none", "log_position"), default="none")
+    ap.add_argument("--schedule", choices=("none", "log_length"), default="none")
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--n-train", type=int, default=8)
     ap.add_argument("--n-eval", type=int, default=8)

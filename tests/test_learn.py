@@ -54,7 +54,7 @@ def test_gradient_matches_central_finite_differences(monkeypatch):
         for layer in m.model.layers:
             layer.self_attn.q_proj.weight.mul_(8)  # sharper attention: temperatures matter more
     x = X[:, :24]
-    with LT.learnable(m, schedule="log_position", trained_length=8) as temps:
+    with LT.learnable(m, schedule="log_length", trained_length=8) as temps:
         randomise(temps, scale=0.3)
         lm.next_token_loss(m, x, start=4).backward()
         probes = [(temps.log_m, (0, 1)), (temps.log_m, (1, 3)), (temps.slope, (0, 2)), (temps.slope, (1, 0))]
@@ -177,7 +177,7 @@ class Interrupt(Exception):
 
 def test_checkpoint_resume_equals_an_uninterrupted_run(tmp_path):
     m = model("llama")
-    kw = dict(steps=6, lr=0.1, batch_size=1, checkpoint_every=2, progress=False, schedule="log_position")
+    kw = dict(steps=6, lr=0.1, batch_size=1, checkpoint_every=2, progress=False, schedule="log_length")
     x = X[:, :32]
     whole = G.train_temperatures(m, x, checkpoint=tmp_path / "a.pt", **kw)
 
@@ -198,8 +198,8 @@ def test_checkpoint_resume_equals_an_uninterrupted_run(tmp_path):
         G.train_temperatures(m, x, checkpoint=tmp_path / "b.pt", **{**kw, "lr": 0.2})
 
 
-def test_log_position_multiplier_is_exp_a_below_trained_length():
-    temps = LT.LearnableTemperatures(2, 4, schedule="log_position", trained_length=16)
+def test_log_length_multiplier_is_exp_a_below_trained_length_and_its_spec_is_exact():
+    temps = LT.LearnableTemperatures(2, 4, schedule="log_length", trained_length=16)
     randomise(temps)
     pos = torch.arange(40).unsqueeze(0)  # [1, 40]
     for layer in range(2):
@@ -209,16 +209,16 @@ def test_log_position_multiplier_is_exp_a_below_trained_length():
         want = a.exp().unsqueeze(-1) * ((pos[0, 16:] + 1) / 16).unsqueeze(0) ** b.unsqueeze(-1)
         assert torch.allclose(m[0, :, 16:], want, rtol=1e-5)
     mdl = model("llama")
-    with LT.learnable(mdl, schedule="log_position", trained_length=16) as temps:
+    with LT.learnable(mdl, schedule="log_length", trained_length=16) as temps:
         randomise(temps)
         sloped = logits(mdl)
-        with pytest.raises(ValueError, match="position slope"):
-            temps.to_spec()
-        const = temps.to_spec(constant_part=True)
-    with P.patch(mdl, const):
-        flat = logits(mdl)
-    assert (flat[:, :16] - sloped[:, :16]).abs().max() < 1e-5
-    assert (flat[:, 16:] - sloped[:, 16:]).abs().max() > 1e-3
+        spec = temps.to_spec()  # the log_length schedule: the learned function itself
+    assert spec.schedule == "log_length" and spec.position_dependent
+    with P.patch(mdl, spec):
+        exact = logits(mdl)
+    assert (exact - sloped).abs().max() < 1e-5  # at every position, past the trained length too
+    with P.patch(mdl, TemperatureSpec()):
+        assert (logits(mdl)[:, 16:] - sloped[:, 16:]).abs().max() > 1e-3  # the slope did something
 
 
 def test_gradient_checkpointing_recomputes_and_learns_the_same():
@@ -264,3 +264,15 @@ def test_run_gradient_tuning_writes_its_outputs(tmp_path):
     with P.patch(m, spec):
         assert lm.perplexity(m, eval_ids, 32) == pytest.approx(ev["tail_ppl_after"], rel=1e-6)
     assert ev["tail_ppl_before"] != ev["tail_ppl_after"]
+
+
+def test_one_spec_learned_from_several_lengths(tmp_path):
+    m = model("llama")
+    short, long = X[:2, :16], X[:2, :32]
+    assert torch.equal(G._batch([short, long], 0, 1), short[:1])
+    assert torch.equal(G._batch([short, long], 1, 1), long[:1])
+    assert torch.equal(G._batch([short, long], 2, 1), short[1:2])  # the second round takes the next rows
+    res = G.train_temperatures(m, [short, long], steps=4, lr=0.1, progress=False, schedule="log_length")
+    assert len(res.losses) == 4 and res.spec.schedule == "log_length"
+    with pytest.raises(ValueError, match="non-empty list"):
+        G.train_temperatures(m, [], steps=2, progress=False)

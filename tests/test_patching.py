@@ -155,7 +155,8 @@ def test_whole_layer_by_hand_llama():
 
 
 @pytest.mark.parametrize("schedule, params", [("logn", {"trained_len": 8}), ("ssmax", {"s": 0.5}),
-                                              ("llama4", {"floor_scale": 4})])
+                                              ("llama4", {"floor_scale": 4}),
+                                              ("log_length", {"trained_len": 8, "a": 0.1, "b": 0.7})])
 def test_position_schedules_follow_absolute_positions_through_the_cache(schedule, params):
     m = model("llama")
     x = X[:1, :30]

@@ -88,3 +88,26 @@ def test_position_dependence_flags():
 def test_bad_values(make, match):
     with pytest.raises(ValueError, match=match):
         make()
+
+
+def test_log_length_is_a_power_law_past_the_trained_length():
+    n = torch.tensor([1, 256, 512, 1024])
+    m = S.log_length(256, a=0.1, b=0.5)(0, 1, None, n).flatten()
+    expect = [math.exp(0.1 + 0.5 * math.log(max(1.0, v / 256))) for v in n.tolist()]
+    assert m.tolist() == pytest.approx(expect, rel=1e-6) and m[0] == m[1]  # constant e^a up to L0
+    per_head = S.log_length(256, a=0.0, b=[[0.0, 1.0], [2.0, -1.0]])
+    assert per_head(1, 2, None, n).shape == (2, 4)
+    assert per_head(1, 2, None, n)[:, 3].tolist() == pytest.approx([16.0, 0.25])  # (1024/256)^b, b = 2, -1
+    assert per_head(0, 2, None, n)[:, :2].tolist() == [[1.0, 1.0], [1.0, 1.0]]  # a = 0: nothing below L0
+
+
+def test_log_length_in_a_spec_round_trips_and_checks_the_model():
+    b = [[0.1, 0.2, 0.3], [0.4, 0.5, 0.6]]
+    spec = TemperatureSpec(schedule="log_length", schedule_params={"trained_len": 64, "a": [0.0, 0.1], "b": b})
+    assert spec.position_dependent and TemperatureSpec.from_json(spec.to_json()) == spec
+    assert spec.to_dict()["schedule_params"]["b"] == b
+    spec.check_model(2, 3)
+    with pytest.raises(ValueError, match=r"b has shape \[2, 3\]; the model has 2 layers of 4 heads"):
+        spec.check_model(2, 4)
+    with pytest.raises(ValueError, match=r"a='x' is not allowed"):
+        TemperatureSpec(schedule="log_length", schedule_params={"trained_len": 64, "a": "x"})

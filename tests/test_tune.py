@@ -143,3 +143,16 @@ def test_after_entropy_from_the_matching_pass_equals_a_fresh_measure(granularity
     assert np.isfinite(match.after).all()
     np.testing.assert_allclose(match.after, fresh, rtol=1e-4, atol=1e-5)
     assert abs(match.after - match.before).max() > 0.01  # the spec moved entropy: the comparison can fail
+
+
+def test_gradient_tune_of_a_length_schedule_from_two_lengths_checked_at_a_third(tiny, tmp_path):
+    model, tok = tiny
+    cfg = TuneConfig(out=str(tmp_path), length=384, lengths=(512,), method="gradient", granularity="head",
+                     schedule="log_length", steps=3, tasks=("perplexity",), n_docs=2, check_lengths=(768,),
+                     progress=False)
+    ev = run_tune(cfg, model, tok)
+    spec = TemperatureSpec.from_dict(ev["spec"])
+    assert spec.schedule == "log_length" and dict(spec.schedule_params)["trained_len"] == 256
+    assert list(ev["checks"]) == [768] and ev["info"]["lengths"] == [384, 512]
+    with pytest.raises(ValueError, match="method='gradient'"):
+        TuneConfig(out="x", schedule="log_length")

@@ -5,14 +5,14 @@ RoPE extension) and sets each attention module's ``LayerState.extra`` to a
 :class:`LearnableTemperatures`, whose ``log_m`` (one per head, layer or model) are then the only
 trainable parameters: a few hundred numbers for a long-context adaptation that touches no weight.
 
-Position dependence (``schedule="log_position"``), after SSMax (arXiv:2501.19399, m = s ln n) and
-Llama 4's NoPE-layer temperature (m = 1 + 0.1 log1p(floor((pos+1)/8192))), adds a slope b:
+Length dependence (``schedule="log_length"``, the schedule :class:`attntemp.ops.schedules.LogLength`)
+adds a slope b per parameter, over the n keys a query sees:
 
-    ln m(l, h, pos) = a[l, h] + b[l, h] * ln(max(1, (pos + 1) / L0))
+    ln m(l, h, n) = a[l, h] + b[l, h] * ln(max(1, n / L0))
 
-with L0 the trained length: m = exp(a) exactly at positions < L0, and m = exp(a) ((pos+1)/L0)^b
-beyond. A TemperatureSpec cannot hold per-head slopes, so ``to_spec`` refuses a nonzero slope
-unless ``constant_part=True`` (then it returns exp(a), exact only below L0).
+with L0 the trained length: m = exp(a) up to L0 and exp(a) (n / L0)^b beyond, after SSMax
+(arXiv:2501.19399, m = s ln n) and Llama 4's NoPE-layer temperature. ``to_spec`` returns it as a
+``log_length`` TemperatureSpec: exact at every length, bakeable nowhere, patchable everywhere.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from ..utils import checks
 from . import patch
 from .introspect import attention_modules, text_config
 
-SCHEDULES = ("log_position",)
+SCHEDULES = ("log_length",)
 _LEARN = "_attntemp_learnable"
 
 
@@ -56,10 +56,10 @@ def _init_table(init: TemperatureSpec | None, layers: int, heads: int, granulari
 
 
 class LearnableTemperatures(nn.Module):
-    """``log_m`` ([L, H], [L, 1] or [1, 1] by granularity) and an optional log-position slope.
+    """``log_m`` ([L, H], [L, 1] or [1, 1] by granularity) and an optional log-length slope.
 
-    Called as ``LayerState.extra``: ``(layer, positions [B|1, Lq], n_keys) -> m`` broadcastable to
-    ``[B, H, Lq]`` (``n_keys`` is unused). See the module docstring for the formula.
+    Called as ``LayerState.extra``: ``(layer, positions [B|1, Lq], n_keys [B|1, Lq]) -> m``
+    broadcastable to ``[B, H, Lq]``. See the module docstring for the formula.
     """
 
     def __init__(
@@ -87,38 +87,40 @@ class LearnableTemperatures(nn.Module):
         self.base = TemperatureSpec()  # the spec applied under it (set by apply_learnable)
 
     def forward(self, layer: int, positions: torch.Tensor, n_keys: torch.Tensor) -> torch.Tensor:
-        """m: ``[1, H|1, 1]`` (constant) or ``[B|1, H|1, Lq]`` (log_position)."""
+        """m: ``[1, H|1, 1]`` (constant) or ``[B|1, H|1, Lq]`` (log_length)."""
         row = layer if self.log_m.shape[0] > 1 else 0
         ln_m = self.log_m[row].reshape(1, -1, 1)  # [1, H|1, 1]
         if self.slope is None:
             return ln_m.exp()
         assert self.trained_length is not None  # set with a schedule, as slope is
-        x = ((positions.to(ln_m.dtype) + 1) / self.trained_length).clamp_min(1.0).log()  # [B|1, Lq]
+        x = (n_keys.to(ln_m.dtype) / self.trained_length).clamp_min(1.0).log()  # [B|1, Lq]
         return (ln_m + self.slope[row].reshape(1, -1, 1) * x.unsqueeze(1)).exp()  # [B|1, H|1, Lq]
 
     def table(self) -> torch.Tensor:
         """The constant multipliers exp(log_m) as a detached ``[L, H]`` float64 table."""
         return self.log_m.detach().double().exp().expand(self.num_layers, self.num_heads).cpu()
 
-    def to_spec(self, base_spec: TemperatureSpec | None = None, constant_part: bool = False) -> TemperatureSpec:
-        """A per-head spec: exp(log_m) times ``base_spec``'s static multipliers (default: ``self.base``).
-
-        The base's rope and position schedule are kept. A nonzero log-position slope raises unless
-        ``constant_part=True`` (the spec is then exp(a): exact at positions < trained_length only).
-        """
+    def to_spec(self, base_spec: TemperatureSpec | None = None) -> TemperatureSpec:
+        """The learned function as a spec, exact: ``base_spec``'s static multipliers (default:
+        ``self.base``) times exp(log_m) per head, and with a slope the ``log_length`` schedule with
+        a = ln of that and b = the slope. The base's rope (and a position schedule without a slope)
+        are kept."""
         base = self.base if base_spec is None else base_spec
-        if self.slope is not None and not constant_part and bool((self.slope != 0).any()):
-            raise ValueError(
-                f"schedule={self.schedule!r} learned a position slope, which a TemperatureSpec "
-                f"cannot hold; pass constant_part=True for exp(a) (exact below "
-                f"trained_length={self.trained_length}) or keep the module"
-            )
         base.check_model(self.num_layers, self.num_heads)
         heads = base.heads_table(self.num_layers, self.num_heads).double() * self.table()  # [L, H]
-        kw: dict[str, Any] = {}
+        if self.slope is None:
+            kw: dict[str, Any] = {}
+            if base.position_dependent:
+                kw = {"schedule": base.schedule, "schedule_params": base.schedule_params}
+            return TemperatureSpec.per_head(heads, rope=base.rope, **kw)
         if base.position_dependent:
-            kw = {"schedule": base.schedule, "schedule_params": base.schedule_params}
-        return TemperatureSpec.per_head(heads, rope=base.rope, **kw)
+            raise ValueError(
+                f"the base spec has schedule={base.schedule!r}; a learned log_length slope cannot "
+                "be combined with another position schedule in one spec"
+            )
+        slope = self.slope.detach().double().expand(self.num_layers, self.num_heads).cpu()  # [L, H]
+        params = {"trained_len": self.trained_length, "a": heads.log().tolist(), "b": slope.tolist()}
+        return TemperatureSpec(schedule="log_length", schedule_params=params, rope=base.rope)
 
 
 def base_spec(init: TemperatureSpec | None, rope: dict[str, Any] | None) -> TemperatureSpec:
@@ -151,7 +153,7 @@ def apply_learnable(
 ) -> LearnableTemperatures:
     """Patch ``model`` with learnable temperatures and freeze every weight; undo with restore_learnable.
 
-    ``trained_length`` (L0 of log_position) defaults to ``trained_length_of(model, base)``."""
+    ``trained_length`` (L0 of log_length) defaults to ``trained_length_of(model, base)``."""
     if learnable_of(model) is not None:
         raise ValueError("the model already has learnable temperatures; call restore_learnable(model) first")
     base = base_spec(init, rope)

@@ -6,7 +6,8 @@ each query sees ``[Lq]``; it returns the multiplier broadcastable to ``[num_head
 The scale factor ``s`` is a field of the schedules that use one.
 
 References: YaRN (Peng et al., arXiv:2309.00071, eq. 22: sqrt(1/t) = 0.1 ln s + 1), Qwen v1
-``use_logn_attn``, Llama 4's NoPE-layer attention temperature, SSMax (arXiv:2501.19399).
+``use_logn_attn``, Llama 4's NoPE-layer attention temperature, SSMax (arXiv:2501.19399),
+scale-invariant attention (arXiv:2505.17083) for the length law ``log_length``.
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ class Schedule(abc.ABC):
     @abc.abstractmethod
     def __call__(self, layer: int, num_heads: int, positions: torch.Tensor, n_keys: torch.Tensor) -> torch.Tensor:
         """The multiplier m = 1/T, broadcastable to ``[num_heads, Lq]``."""
+
+    def check_model(self, num_layers: int, num_heads: int) -> None:  # noqa: B027 (most have no parameters)
+        """Raise unless the schedule's parameters fit a model of this size (most have none to check)."""
 
 
 def _const(value: float, positions: torch.Tensor) -> torch.Tensor:
@@ -156,6 +160,84 @@ class SSMax(Schedule):
         return (self.s * torch.log(n)).clamp_min(1e-6).unsqueeze(0)  # [1, Lq]
 
 
+Coefficient = float | tuple[float, ...] | tuple[tuple[float, ...], ...]
+
+
+def _coefficient(name: str, value: object) -> Coefficient:
+    """A number, one per layer, or one per (layer, head): as floats in (nested) tuples."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        v = float(value)
+        if not math.isfinite(v):
+            raise ValueError(f"{name}={value!r} is not allowed; expected a finite number")
+        return v
+    if isinstance(value, (list, tuple)) and value:
+        rows = tuple(_coefficient(f"{name}[{i}]", v) for i, v in enumerate(value))
+        if all(isinstance(r, float) for r in rows) or all(
+            isinstance(r, tuple) and all(isinstance(x, float) for x in r) for r in rows
+        ):
+            return rows  # type: ignore[return-value]
+    raise ValueError(
+        f"{name}={value!r} is not allowed; expected a number, a list per layer, or a list of lists per (layer, head)"
+    )
+
+
+def _row(c: Coefficient, layer: int, num_heads: int, device: torch.device) -> torch.Tensor:
+    """The coefficient of ``layer`` as ``[H or 1, 1]`` fp32."""
+    if isinstance(c, float):
+        return torch.tensor([[c]], device=device)  # [1, 1]
+    row = c[layer]
+    if isinstance(row, tuple):
+        return torch.tensor(row, dtype=torch.float32, device=device).reshape(-1, 1)  # [H, 1]
+    return torch.tensor([[row]], dtype=torch.float32, device=device)  # [1, 1]
+
+
+def _shape(c: Coefficient) -> tuple[int, ...]:
+    if isinstance(c, float):
+        return ()
+    first = c[0]
+    return (len(c),) if isinstance(first, float) else (len(c), len(first))
+
+
+@dataclass(frozen=True)
+class LogLength(Schedule):
+    """A power law of the visible keys n past the trained length L0, per layer or head:
+
+    ``ln m = a + b ln(max(1, n / L0))``, i.e. ``m = e^a`` up to L0 and ``e^a (n / L0)^b`` beyond.
+
+    ``a`` and ``b`` are each a number, one per layer, or one per (layer, head). With ``a = 0``
+    nothing changes up to the trained length. Qwen's log-n (``m = ln n / ln L0``) and SSMax
+    (``m = s ln n``, arXiv:2501.19399) grow like ``ln n``; this law spans sharper and softer
+    growth with one slope, the form of the position-dependent logit scaling of scale-invariant
+    attention (arXiv:2505.17083). Learnable by ``attntemp tune --method gradient --schedule log_length``.
+    """
+
+    trained_len: int = 2048
+    a: Coefficient = 0.0
+    b: Coefficient = 0.0
+    position_dependent: bool = field(default=True, init=False)
+
+    def __post_init__(self) -> None:
+        checks.positive_int("trained_len", self.trained_len)
+        object.__setattr__(self, "a", _coefficient("a", self.a))
+        object.__setattr__(self, "b", _coefficient("b", self.b))
+
+    def check_model(self, num_layers: int, num_heads: int) -> None:
+        for name in ("a", "b"):
+            shape = _shape(getattr(self, name))
+            if shape and (shape[0] != num_layers or (len(shape) == 2 and shape[1] != num_heads)):
+                raise ValueError(
+                    f"schedule_params {name} has shape {list(shape)}; the model has {num_layers} "
+                    f"layers of {num_heads} heads (expected a number, [{num_layers}] or "
+                    f"[{num_layers}, {num_heads}])"
+                )
+
+    def __call__(self, layer, num_heads, positions, n_keys):
+        dev = n_keys.device
+        x = (n_keys.to(torch.float32) / self.trained_len).clamp_min(1.0).log().unsqueeze(0)  # [1, Lq]
+        a, b = _row(self.a, layer, num_heads, dev), _row(self.b, layer, num_heads, dev)  # [H|1, 1]
+        return (a + b * x).exp()  # [H|1, Lq]
+
+
 def constant(multiplier: float = 1.0) -> Constant:
     return Constant(multiplier)
 
@@ -176,6 +258,10 @@ def llama4(floor_scale: float = 8192.0, attn_scale: float = 0.1) -> Llama4:
     return Llama4(float(floor_scale), float(attn_scale))
 
 
+def log_length(trained_len: int, a: object = 0.0, b: object = 0.0) -> LogLength:
+    return LogLength(trained_len, a, b)  # type: ignore[arg-type]
+
+
 def ssmax(s: float = 0.43) -> SSMax:
     return SSMax(float(s))
 
@@ -187,4 +273,5 @@ SCHEDULES: dict[str, Callable[..., Schedule]] = {
     "logn": LogN,
     "llama4": Llama4,
     "ssmax": SSMax,
+    "log_length": LogLength,
 }

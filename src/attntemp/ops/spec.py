@@ -44,7 +44,16 @@ def _freeze(name: str, params: Params) -> tuple[tuple[str, Any], ...]:
         items = [tuple(p) for p in params]
     else:
         raise ValueError(f"{name}={params!r} is not allowed; expected an object of named values")
-    return tuple(sorted((str(k), tuple(v) if isinstance(v, list) else v) for k, v in items))
+    return tuple(sorted((str(k), _deep_tuple(v)) for k, v in items))
+
+
+def _deep_tuple(v: Any) -> Any:
+    """Lists (and lists of lists) as tuples: a spec is hashable."""
+    return tuple(_deep_tuple(x) for x in v) if isinstance(v, (list, tuple)) else v
+
+
+def _deep_list(v: Any) -> Any:
+    return [_deep_list(x) for x in v] if isinstance(v, (list, tuple)) else v
 
 
 Params = Mapping[str, Any] | Sequence[tuple[str, Any]] | None
@@ -133,6 +142,7 @@ class TemperatureSpec:
             for i, row in enumerate(self.heads):
                 if len(row) != num_heads:
                     raise ValueError(f"heads[{i}] has {len(row)} values; the model has {num_heads} heads")
+        self._schedule.check_model(num_layers, num_heads)
 
     def static_multipliers(self, layer: int, num_heads: int) -> torch.Tensor:
         """The position-independent part ``multiplier * layers[l] * heads[l]`` as ``[H]`` fp32."""
@@ -162,8 +172,8 @@ class TemperatureSpec:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("_schedule", None)
-        d["schedule_params"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.schedule_params}
-        d["rope"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.rope} or None
+        d["schedule_params"] = {k: _deep_list(v) for k, v in self.schedule_params}
+        d["rope"] = {k: _deep_list(v) for k, v in self.rope} or None
         for key in ("layers", "heads"):
             if d[key] is not None:
                 d[key] = json.loads(json.dumps(d[key]))

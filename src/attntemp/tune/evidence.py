@@ -56,11 +56,11 @@ def evaluate_specs(
     return result
 
 
-def check_lengths(given: tuple[int, ...] | None, length: int, trained: int) -> tuple[int, ...]:
-    """The held-out lengths: ``given``, else the trained length, half and twice the tuning length
-    (the tuning length itself left out; lengths under 32 tokens too short to score)."""
-    pick = given if given is not None else (trained, length // 2, 2 * length)
-    return tuple(sorted({n for n in pick if n != length and n >= 32}))
+def check_lengths(given: tuple[int, ...] | None, tuned: tuple[int, ...], trained: int) -> tuple[int, ...]:
+    """The held-out lengths: ``given``, else the trained length, half the shortest and twice the
+    longest tuning length (tuning lengths left out; lengths under 32 tokens too short to score)."""
+    pick = given if given is not None else (trained, min(tuned) // 2, 2 * max(tuned))
+    return tuple(sorted({n for n in pick if n not in tuned and n >= 32}))
 
 
 def _spec_table(results: dict[str, dict[str, Any]], tasks: list[str]) -> list[str]:

@@ -11,7 +11,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +38,7 @@ def lr_at(step: int, steps: int, lr: float, warmup: int) -> float:
 
 @dataclass(frozen=True)
 class TrainResult:
-    """Loss and lr per step (all steps, across resumes), state; spec None if a slope was learned."""
+    """Loss and lr per step (all steps, across resumes), state, and the learned spec (exact)."""
 
     losses: tuple[float, ...]
     lrs: tuple[float, ...]
@@ -46,7 +46,7 @@ class TrainResult:
     resumed_from: int
     seconds: float
     state: dict[str, torch.Tensor]
-    spec: TemperatureSpec | None
+    spec: TemperatureSpec
 
 
 @contextmanager
@@ -104,7 +104,7 @@ def _resume(
 
 def train_temperatures(
     model: nn.Module,
-    ids: torch.Tensor,
+    ids: torch.Tensor | Sequence[torch.Tensor],
     steps: int,
     lr: float = 0.05,
     start: int = 0,
@@ -121,7 +121,9 @@ def train_temperatures(
     rope: dict[str, Any] | None = None,
     callback: Callable[[int, float], None] | None = None,
 ) -> TrainResult:
-    """Tune the temperatures on next-token loss of ``ids`` [N, L] (predictions at positions >= start).
+    """Tune the temperatures on next-token loss of ``ids`` [N, L] (predictions at positions >= start),
+    or of several such tensors of different lengths (step s trains on tensor ``s % k``: one spec
+    learned from several lengths at once).
 
     AdamW (no weight decay) on the log-multipliers only, linear warmup (default 10% of steps) then
     cosine decay; step s uses rows ``s*batch_size ...`` of ``ids`` (cyclic). Inside ``learnable(model)``
@@ -151,16 +153,31 @@ def train_temperatures(
             "warmup": warmup,
             "granularity": temps.granularity,
             "schedule": temps.schedule,
-            "ids": corpus.windows_digest(ids.cpu()),
+            "ids": ",".join(corpus.windows_digest(t.cpu()) for t in _groups(ids)),
         }
         path = None if checkpoint is None else Path(checkpoint)
         return _loop(model, temps, ids, plan, path, resume, checkpoint_every, progress, callback)
 
 
+def _groups(ids: torch.Tensor | Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """The training windows as a list of ``[N, L]`` tensors, one per length."""
+    groups = [ids] if isinstance(ids, torch.Tensor) else list(ids)
+    if not groups or any(g.dim() != 2 for g in groups):
+        raise ValueError("ids must be a [N, L] tensor of token ids or a non-empty list of them")
+    return groups
+
+
+def _batch(groups: list[torch.Tensor], step: int, batch_size: int) -> torch.Tensor:
+    """Step ``step``'s rows: tensor ``step % k``, rows ``(step // k) * batch_size ...`` (cyclic)."""
+    g = groups[step % len(groups)]
+    rows = torch.arange(batch_size) + (step // len(groups)) * batch_size
+    return g[rows % g.shape[0]]  # [b, L]
+
+
 def _loop(
     model: nn.Module,
     temps: LearnableTemperatures,
-    ids: torch.Tensor,
+    ids: torch.Tensor | Sequence[torch.Tensor],
     plan: dict[str, Any],
     checkpoint: Path | None,
     resume: bool,
@@ -173,14 +190,14 @@ def _loop(
     if checkpoint is not None and resume and checkpoint.is_file():
         saved = _resume(checkpoint, temps, opt, plan)
         step, losses, lrs, first = saved["step"], list(saved["losses"]), list(saved["lrs"]), saved["step"]
-    rows = torch.arange(plan["batch_size"])
+    groups = _groups(ids)
     t0 = time.perf_counter()
     with tqdm(total=plan["steps"], initial=step, disable=not progress, desc="temperatures") as bar:
         while step < plan["steps"]:
             rate = lr_at(step, plan["steps"], plan["lr"], plan["warmup"])
             for group in opt.param_groups:
                 group["lr"] = rate
-            batch = ids[(rows + step * plan["batch_size"]) % ids.shape[0]].to(temps.log_m.device)  # [b, L]
+            batch = _batch(groups, step, plan["batch_size"]).to(temps.log_m.device)  # [b, L]
             opt.zero_grad(set_to_none=True)
             loss = lm.next_token_loss(model, batch, plan["start"])
             loss.backward()
@@ -205,8 +222,9 @@ def _loop(
             if callback is not None:
                 callback(step, value)
     state = {k: v.detach().clone() for k, v in temps.state_dict().items()}
-    spec = None if temps.slope is not None and bool((temps.slope != 0).any()) else temps.to_spec()
-    return TrainResult(tuple(losses), tuple(lrs), plan["steps"], first, time.perf_counter() - t0, state, spec)
+    return TrainResult(
+        tuple(losses), tuple(lrs), plan["steps"], first, time.perf_counter() - t0, state, temps.to_spec()
+    )
 
 
 def _tail_start(start: str | int, length: int, trained_length: int) -> int:
@@ -247,7 +265,7 @@ def _write_outputs(
 def run_gradient_tuning(
     model: nn.Module,
     tokenizer: Any,
-    length: int,
+    length: int | Sequence[int],
     steps: int,
     out_dir: str | Path,
     granularity: str = "head",
@@ -264,29 +282,27 @@ def run_gradient_tuning(
     gradient_checkpointing: bool = False,
     checkpoint_every: int = 10,
 ) -> tuple[TemperatureSpec, dict[str, Any]]:
-    """Learn temperatures on ``n_train`` held-out windows of ``length`` tokens; score ``n_eval`` others.
+    """Learn temperatures on ``n_train`` held-out windows of ``length`` tokens (or of each of
+    several lengths, one spec for all); score ``n_eval`` other windows at each length.
 
     Writes out_dir/learned_spec.json, learned_heatmap.png, train_log.json, evidence.json and
     checkpoint.pt (a rerun resumes from it). Evidence: tail perplexity on the evaluation windows with
-    the base (rope and init) before and the learned spec after. With a log-position slope the spec
-    is the constant part and ``tail_ppl_after_learnable`` scores the exact learned function.
+    the base (rope and init) before and the learned spec after, per length (the first length's
+    under ``tail_ppl_before`` / ``tail_ppl_after``).
     """
+    lengths = [length] if isinstance(length, int) else list(length)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    windows = corpus.heldout_windows(tokenizer, length, n_train + n_eval, docs=docs)  # [n_train+n_eval, N]
-    digests = {
-        "train_windows": corpus.windows_digest(windows[:n_train]),
-        "eval_windows": corpus.windows_digest(windows[n_train:]),
-    }
-    windows = windows.to(next(model.parameters()).device)
-    train_ids, eval_ids = windows[:n_train], windows[n_train:]
+    device = next(model.parameters()).device
+    windows = [corpus.heldout_windows(tokenizer, n, n_train + n_eval, docs=docs) for n in lengths]  # [n_tr+n_ev, N]
     base = base_spec(init, rope)
     l0 = trained_length_of(model, base)
-    first = _tail_start(start, length, l0)
+    first = _tail_start(start, min(lengths), l0)
+    train_ids = [w[:n_train].to(device) for w in windows]
+    eval_ids = [w[n_train:].to(device) for w in windows]
     with patch.patch(model, (init or TemperatureSpec()).with_rope(dict(base.rope) or None)):
-        before = lm.perplexity(model, eval_ids, first, batch_size=batch_size)
-    evidence: dict[str, Any] = {}
+        before = [lm.perplexity(model, e, first, batch_size=batch_size) for e in eval_ids]
     with learnable(model, init, granularity, schedule, rope=rope) as temps:
         result = train_temperatures(
             model,
@@ -300,14 +316,12 @@ def run_gradient_tuning(
             gradient_checkpointing=gradient_checkpointing,
             checkpoint_every=checkpoint_every,
         )
-        spec = temps.to_spec(constant_part=True)
-        if result.spec is None:
-            evidence["tail_ppl_after_learnable"] = lm.perplexity(model, eval_ids, first, batch_size)
-    with patch.patch(model, spec):
-        after = lm.perplexity(model, eval_ids, first, batch_size=batch_size)
+    with patch.patch(model, result.spec):
+        after = [lm.perplexity(model, e, first, batch_size=batch_size) for e in eval_ids]
     table = temps.table()
     evidence = {
-        "length": length,
+        "length": lengths[0],
+        "lengths": lengths,
         "trained_length": l0,
         "start": first,
         "steps": steps,
@@ -317,10 +331,10 @@ def run_gradient_tuning(
         "n_train": n_train,
         "n_eval": n_eval,
         "lr": lr,
-        "tail_ppl_before": before,
-        "tail_ppl_after": after,
-        **evidence,
-        "spec_is_constant_part": result.spec is None,
+        "tail_ppl_before": before[0],
+        "tail_ppl_after": after[0],
+        "tail_ppl_before_by_length": before,
+        "tail_ppl_after_by_length": after,
         "resumed_from": result.resumed_from,
         "loss_first": result.losses[0],
         "loss_last": result.losses[-1],
@@ -328,8 +342,9 @@ def run_gradient_tuning(
         "m_max": float(table.max()),
         "seconds_train": result.seconds,
         "seconds": time.perf_counter() - t0,
-        **digests,
+        "train_windows": ",".join(corpus.windows_digest(w[:n_train]) for w in windows),
+        "eval_windows": ",".join(corpus.windows_digest(w[n_train:]) for w in windows),
     }
-    _write_outputs(out, spec, temps, result, {k: evidence[k] for k in ("length", "start", "steps", "lr")})
+    _write_outputs(out, result.spec, temps, result, {k: evidence[k] for k in ("lengths", "start", "steps", "lr")})
     (out / "evidence.json").write_text(json.dumps(evidence, indent=2) + "\n")
-    return spec, evidence
+    return result.spec, evidence

@@ -49,6 +49,17 @@ class TuneConfig(EvalOptions):
     )
     tasks: tuple[str, ...] = option(("perplexity", "passkey"), "evidence tasks, comma list", parse=options.names)
     steps: int = option(60, "gradient steps (--method gradient)")
+    schedule: str | None = option(
+        None,
+        "gradient: also learn a slope per head, log_length (ln m = a + b "
+        "ln(max(1, n / L0))): one spec for every length",
+    )
+    lengths: tuple[int, ...] = option(
+        (), "gradient: more lengths to train on besides --length, comma list", parse=options.ints
+    )
+    bracket: tuple[float, ...] = option((0.5, 2.5), "search: the range of m, LO,HI", parse=options.floats)
+    grid: int = option(9, "search: log-spaced points that bracket the optimum (one batched pass)")
+    iters: int = option(8, "search: golden-section steps in ln m after the grid")
     check_lengths: tuple[int, ...] | None = option(
         None,
         "held-out lengths to check the tuned spec at, comma list ('' for none) (default: the trained "
@@ -64,6 +75,17 @@ class TuneConfig(EvalOptions):
         checks.choice("rope", self.rope, SCALINGS)
         checks.choice("method", self.method, TUNE_METHODS)
         checks.positive_int("steps", self.steps)
+        for i, n in enumerate(self.lengths):
+            checks.positive_int(f"lengths[{i}]", n)
+        if self.schedule is not None:
+            checks.choice("schedule", self.schedule, ("log_length",))
+        if (self.schedule or self.lengths) and self.method != "gradient":
+            raise ValueError("schedule and lengths are learned by gradient: pass method='gradient'")
+        checks.positive_int("iters", self.iters)
+        if checks.positive_int("grid", self.grid) < 3:
+            raise ValueError(f"grid={self.grid} is not allowed; expected an integer >= 3")
+        if len(self.bracket) != 2 or not 0 < self.bracket[0] < self.bracket[1]:
+            raise ValueError(f"bracket={self.bracket} is not allowed; expected two numbers 0 < LO < HI")
         for i, n in enumerate(self.check_lengths or ()):
             checks.positive_int(f"check_lengths[{i}]", n)
         for t in self.tasks:
@@ -83,12 +105,13 @@ def _tune(cfg: TuneConfig, model: Any, tok: Any, ctx: EvalContext, out: Path) ->
         return run_gradient_tuning(
             model,
             tok,
-            cfg.length,
+            (cfg.length, *cfg.lengths),
             cfg.steps,
             out,
             granularity=cfg.granularity,
             rope=rope,
             docs=list(tctx.docs),
+            schedule=cfg.schedule,
             progress=cfg.progress,
         )
     if cfg.objective == "entropy":
@@ -102,7 +125,8 @@ def _tune(cfg: TuneConfig, model: Any, tok: Any, ctx: EvalContext, out: Path) ->
         }
         (out / "entropy.json").write_text(json.dumps(info))
         return match.spec, {"entropy_passes": match.passes}
-    found = tune_global(model, tok, cfg.length, cfg.objective, tctx, rope)
+    lo, hi = cfg.bracket
+    found = tune_global(model, tok, cfg.length, cfg.objective, tctx, rope, (lo, hi), cfg.grid, cfg.iters)
     return TemperatureSpec(multiplier=found["multiplier"], rope=rope), {"search": found}
 
 
@@ -129,7 +153,8 @@ def run_tune(cfg: TuneConfig, model=None, tok=None) -> dict[str, Any]:
     seconds = time.perf_counter() - t0
     spec.save(out / "spec.json")
     at_length = _scored(model, tok, cfg.length, spec, cfg, ctx)
-    checks_ = {n: _scored(model, tok, n, spec, cfg, ctx) for n in check_lengths(cfg.check_lengths, cfg.length, trained)}
+    held_out = check_lengths(cfg.check_lengths, (cfg.length, *cfg.lengths), trained)
+    checks_ = {n: _scored(model, tok, n, spec, cfg, ctx) for n in held_out}
     evidence = {
         "config": asdict(cfg),
         "trained_length": trained,
