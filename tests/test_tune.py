@@ -9,6 +9,7 @@ import torch
 from tiny_configs import model as tiny_random
 
 from attntemp.analysis.measure import measure
+from attntemp.evaluate.corpus import heldout_windows
 from attntemp.ops.search import bisect_log_m, golden_section
 from attntemp.ops.spec import TemperatureSpec
 from attntemp.tune.entropy import _match_layer, capture_qk, tune_entropy
@@ -156,3 +157,23 @@ def test_gradient_tune_of_a_length_schedule_from_two_lengths_checked_at_a_third(
     assert list(ev["checks"]) == [768] and ev["info"]["lengths"] == [384, 512]
     with pytest.raises(ValueError, match="method='gradient'"):
         TuneConfig(out="x", schedule="log_length")
+
+
+@pytest.mark.parametrize("target", ["entropy", "norm_entropy", "entropy_growth", "max_weight"])
+def test_every_entropy_target_is_hit_per_head(tiny, target):
+    model, tok = tiny
+    ids = heldout_windows(tok, 512, n=2)
+    match = tune_entropy(model, ids, 256, "head", progress=False, target=target)
+    m = np.asarray(match.spec.heads)
+    inside = (m > 0.21) & (m < 4.9)  # heads not clamped at the bisection's bounds
+    assert inside.mean() > 0.5 and match.target == target
+    assert np.allclose(match.after[inside], match.reference[inside], rtol=2e-3, atol=2e-3)
+    assert not np.allclose(match.before, match.reference, rtol=2e-3, atol=2e-3)  # matching moved something
+
+
+def test_entropy_growth_target_allows_ln_n():
+    from attntemp.tune.entropy import TARGETS
+
+    grow = TARGETS["entropy_growth"].shift(256, 512, 256)
+    expect = np.log(np.arange(257, 513)).mean() - np.log(np.arange(129, 257)).mean()
+    assert grow == pytest.approx(expect) and TARGETS["entropy"].shift(256, 512, 256) == 0.0

@@ -117,16 +117,18 @@ def plot_needle_depths(rows, path: Path, multiplier: float = 1.0) -> Path | None
 
 
 def plot_entropy_shift(info: dict, path: Path, title: str) -> Path:
+    """Per (layer, head): the matched statistic minus its target, before and after matching."""
     ref = np.asarray(info["reference"])
+    what = info.get("target", "entropy")
     panels = [("before tuning", np.asarray(info["before"]) - ref), ("after tuning", np.asarray(info["after"]) - ref)]
     span = max(float(np.abs(p).max()) for _, p in panels) or 1.0
     fig, axes = plt.subplots(1, 2, figsize=(8, 0.8 + 0.35 * ref.shape[0] + 1.5))
     for ax, (name, table) in zip(axes, panels, strict=True):
         im = ax.imshow(table, aspect="auto", origin="lower", cmap="coolwarm", vmin=-span, vmax=span)
-        ax.set_title(f"{name}: entropy - trained-length entropy", fontsize=8)
+        ax.set_title(f"{name}: {what} - its target", fontsize=8)
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
-    fig.colorbar(im, ax=axes, label="nats")
+    fig.colorbar(im, ax=axes, label="nats" if "entropy" in what else what)
     fig.suptitle(title, fontsize=9)
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -9,6 +9,16 @@ its heads on the q and k it receives and hands the matched m to that layer's own
 layers above see the tuned layers below. Per head and per layer one pass is the answer (a second
 would reproduce it). The global match is a fixed point: run every layer at m, match each layer,
 set m to the mean of the matches, and repeat until m moves by less than ``tol`` (in ln m).
+
+What is matched (``target``, :data:`TARGETS`), each a per-head mean over the tail queries held at
+its value over queries [L0/2, L0) at the trained length:
+
+- ``entropy``: the entropy itself (attention should stay as spread as it was trained);
+- ``norm_entropy``: H / ln n over the n visible keys (as spread relative to what it could be);
+- ``entropy_growth``: the entropy plus the ln n that a uniform spread of the extra keys adds,
+  ``E_tail[ln n] - E_ref[ln n]`` (attention may widen with the context, no more);
+- ``max_weight``: the largest weight, the maximum-probability alignment of Chi et al. 2023
+  (arXiv:2311.00684), whose entropy alignment is ``entropy`` here.
 """
 
 from __future__ import annotations
@@ -63,11 +73,45 @@ def _seen(query: torch.Tensor, key: torch.Tensor, scaling: float, kwargs: dict) 
     }
 
 
-def head_entropy(seen: dict, m: torch.Tensor, start: int) -> torch.Tensor:
-    """Mean entropy ``[H]`` of queries at positions >= ``start`` under per-head multipliers m."""
+@dataclass(frozen=True)
+class Target:
+    """A matching target: the statistic, its direction in m, and how far it may move from the
+    reference at length N (``shift(start, N, L0)``, 0 for most)."""
+
+    name: str
+    stat: str
+    sign: float  # +1 when the statistic falls as m grows (entropies), -1 when it rises (max weight)
+    grows: bool = False  # entropy_growth: the reference plus E_tail[ln n] - E_ref[ln n]
+
+    def shift(self, start: int, length: int, trained: int) -> float:
+        if not self.grows:
+            return 0.0
+        tail = np.log(np.arange(start + 1, length + 1)).mean()  # n = position + 1 in the tail
+        ref = np.log(np.arange(trained // 2 + 1, trained + 1)).mean()
+        return float(tail - ref)
+
+
+TARGETS = {
+    t.name: t
+    for t in (
+        Target("entropy", "entropy", 1.0),
+        Target("norm_entropy", "norm_entropy", 1.0),
+        Target("entropy_growth", "entropy", 1.0, grows=True),
+        Target("max_weight", "max_weight", -1.0),
+    )
+}
+
+
+def head_stat(seen: dict, m: torch.Tensor, start: int, stat: str = "entropy") -> torch.Tensor:
+    """Mean ``stat`` ``[H]`` of queries at positions >= ``start`` under per-head multipliers m."""
     q = seen["q"][:, :, start:]  # [B, H, Lq', D]
     st = attention_stats(q, seen["k"], m.reshape(1, -1, 1), seen["scaling"], seen["softcap"], seen["window"])
-    return st["entropy"].mean(dim=(0, 2)).float().cpu()  # [H], on the CPU beside the tuner's tables
+    return st[stat].nanmean(dim=(0, 2)).float().cpu()  # [H], on the CPU beside the tuner's tables
+
+
+def head_entropy(seen: dict, m: torch.Tensor, start: int) -> torch.Tensor:
+    """Mean entropy ``[H]`` of queries at positions >= ``start`` under per-head multipliers m."""
+    return head_stat(seen, m, start, "entropy")
 
 
 @dataclass(frozen=True)
@@ -77,6 +121,7 @@ class EntropyMatch:
     before: np.ndarray  # [L, H] entropy at length N, multipliers 1 (with the rope)
     after: np.ndarray  # [L, H] entropy at length N with the tuned multipliers
     passes: int
+    target: str = "entropy"  # reference, before and after hold this target's statistic
 
 
 @torch.no_grad()
@@ -89,20 +134,24 @@ def tune_entropy(
     max_passes: int = 3,
     tol: float = 1e-3,
     progress: bool = True,
+    target: str = "entropy",
 ) -> EntropyMatch:
-    """Per-head (or per-layer, or global) multipliers matching tail entropy at ``ids``' length to
-    the entropy at the trained length. ``ids`` ``[B, N]`` with N > trained length."""
+    """Per-head (or per-layer, or global) multipliers matching the tail's ``target`` statistic at
+    ``ids``' length to its value at the trained length (see :data:`TARGETS`). ``ids`` ``[B, N]``
+    with N > trained length."""
     checks.choice("granularity", granularity, GRANULARITIES)
+    goal = TARGETS[checks.choice("target", target, TARGETS)]
     n_layers = len(attention_modules(model))
     ref_stats = measure(model, ids[:, :trained_length], positions=[trained_length // 2], progress=False)
-    ref = torch.tensor(ref_stats.by_head("entropy", start=trained_length // 2), dtype=torch.float32)
+    ref_stat = torch.tensor(ref_stats.by_head(goal.stat, start=trained_length // 2), dtype=torch.float32)
+    ref = ref_stat + goal.shift(trained_length, ids.shape[1], trained_length)  # [layers, H], what the tail must hit
     table = torch.ones(n_layers, ref.shape[1])  # [layers, H]
     after = torch.full_like(table, float("nan"))  # [layers, H] tail entropy at the matched m, set by the pass
     passes = 0
     for passes in range(1, max_passes + 1):
         old = table.clone()
         with tqdm(total=n_layers, desc=f"entropy match pass {passes}", disable=not progress, leave=False) as bar:
-            _match_pass(model, ids, rope, ref, table, after, trained_length, granularity, bar)
+            _match_pass(model, ids, rope, ref, table, after, trained_length, granularity, bar, goal)
         if granularity != "global":
             break  # exact after one ordered pass: layer l saw the matched layers below it
         table[:] = table.mean()  # one value: the mean of the per-layer matches, the next pass's m
@@ -113,23 +162,30 @@ def tune_entropy(
     after_heads: torch.Tensor | np.ndarray = after  # [layers, H]
     if granularity == "global":  # the last pass ran at the previous m: measure at the final one
         after_heads = measure(model, ids, spec, positions=[trained_length], progress=False).by_head(
-            "entropy", start=trained_length
+            goal.stat, start=trained_length
         )
     return EntropyMatch(
         spec,
         ref.numpy(),
-        before.by_head("entropy", start=trained_length),
+        before.by_head(goal.stat, start=trained_length),
         np.asarray(after_heads, dtype=np.float64),
         passes,
+        target,
     )
 
 
-def _match_layer(seen: dict, ref: torch.Tensor, start: int, granularity: str) -> torch.Tensor:
+def _match_layer(
+    seen: dict, ref: torch.Tensor, start: int, granularity: str, goal: Target = TARGETS["entropy"]
+) -> torch.Tensor:
+    """The m per head (or one for the layer) whose tail statistic hits ``ref`` ``[H]``."""
     h = ref.shape[0]
+
+    def f(m: torch.Tensor) -> torch.Tensor:  # decreasing in m: bisection's convention
+        return goal.sign * head_stat(seen, m.expand(h), start, goal.stat)  # [H]
+
     if granularity == "head":
-        return bisect_log_m(lambda m: head_entropy(seen, m, start), ref)
-    target = ref.mean().reshape(1)
-    m = bisect_log_m(lambda m: head_entropy(seen, m.expand(h), start).mean().reshape(1), target)
+        return bisect_log_m(f, goal.sign * ref)
+    m = bisect_log_m(lambda m: f(m).mean().reshape(1), goal.sign * ref.mean().reshape(1))
     return m.expand(h)
 
 
@@ -143,6 +199,7 @@ def _match_pass(
     start: int,
     granularity: str,
     bar: tqdm,
+    goal: Target = TARGETS["entropy"],
 ) -> None:
     """One forward: each layer's probe writes its matched multipliers into ``table`` ``[layers, H]``
     and its tail entropy at them into ``after``, and runs its own attention with them, so every
@@ -153,9 +210,9 @@ def _match_pass(
     def probe(module, query, key, m, scaling, kwargs):
         i = module.layer_idx
         seen = _seen(query, key, scaling, kwargs)
-        table[i] = _match_layer(seen, ref[i], start, granularity)  # [H]
-        if not glob:  # the global pass runs at the previous m: its entropy is measured afterwards
-            after[i] = head_entropy(seen, table[i], start)  # [H]
+        table[i] = _match_layer(seen, ref[i], start, granularity, goal)  # [H]
+        if not glob:  # the global pass runs at the previous m: its statistic is measured afterwards
+            after[i] = head_stat(seen, table[i], start, goal.stat)  # [H]
         bar.update(1)
         return None if glob else table[i].to(query.device).reshape(-1, 1)  # [H, 1]
 

@@ -23,7 +23,7 @@ from ..hf.rope_scaling import SCALINGS, rope_for
 from ..ops.spec import GRANULARITIES, TemperatureSpec
 from ..utils import checks, options
 from ..utils.options import option
-from .entropy import tune_entropy
+from .entropy import TARGETS, tune_entropy
 from .evidence import candidates, check_lengths, comparisons, evaluate_specs, evidence_markdown
 from .gradient import run_gradient_tuning
 from .search import SEARCH_OBJECTIVES, tune_global
@@ -49,6 +49,8 @@ class TuneConfig(EvalOptions):
     )
     tasks: tuple[str, ...] = option(("perplexity", "passkey"), "evidence tasks, comma list", parse=options.names)
     steps: int = option(60, "gradient steps (--method gradient)")
+    target: str = option("entropy", f"--objective entropy: what to hold at its trained-length value: "
+                         f"{', '.join(TARGETS)}")
     schedule: str | None = option(
         None,
         "gradient: also learn a slope per head, log_length (ln m = a + b "
@@ -75,6 +77,7 @@ class TuneConfig(EvalOptions):
         checks.choice("rope", self.rope, SCALINGS)
         checks.choice("method", self.method, TUNE_METHODS)
         checks.positive_int("steps", self.steps)
+        checks.choice("target", self.target, TARGETS)
         for i, n in enumerate(self.lengths):
             checks.positive_int(f"lengths[{i}]", n)
         if self.schedule is not None:
@@ -116,8 +119,11 @@ def _tune(cfg: TuneConfig, model: Any, tok: Any, ctx: EvalContext, out: Path) ->
         )
     if cfg.objective == "entropy":
         ids = heldout_windows(tok, cfg.length, n=cfg.n_docs, docs=tctx.docs)  # [n, L]
-        match = tune_entropy(model, ids, ctx.trained_length, cfg.granularity, rope, progress=cfg.progress)
+        match = tune_entropy(
+            model, ids, ctx.trained_length, cfg.granularity, rope, progress=cfg.progress, target=cfg.target
+        )
         info = {
+            "target": match.target,
             "passes": match.passes,
             "reference": match.reference.tolist(),
             "before": match.before.tolist(),
