@@ -49,8 +49,9 @@ class TuneConfig(EvalOptions):
     )
     tasks: tuple[str, ...] = option(("perplexity", "passkey"), "evidence tasks, comma list", parse=options.names)
     steps: int = option(60, "gradient steps (--method gradient)")
-    target: str = option("entropy", f"--objective entropy: what to hold at its trained-length value: "
-                         f"{', '.join(TARGETS)}")
+    target: str = option(
+        "entropy", f"--objective entropy: what to hold at its trained-length value: {', '.join(TARGETS)}"
+    )
     schedule: str | None = option(
         None,
         "gradient: also learn a slope per head, log_length (ln m = a + b "
@@ -132,7 +133,7 @@ def _tune(cfg: TuneConfig, model: Any, tok: Any, ctx: EvalContext, out: Path) ->
         (out / "entropy.json").write_text(json.dumps(info))
         return match.spec, {"entropy_passes": match.passes}
     lo, hi = cfg.bracket
-    found = tune_global(model, tok, cfg.length, cfg.objective, tctx, rope, (lo, hi), cfg.grid, cfg.iters)
+    found = tune_global(model, tok, cfg.length, cfg.objective, tctx, rope, (lo, hi), cfg.grid, cfg.iters, cfg.progress)
     return TemperatureSpec(multiplier=found["multiplier"], rope=rope), {"search": found}
 
 

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from ..evaluate.tasks import EvalContext, get_task
 from ..hf.patch import patch
@@ -28,13 +29,17 @@ def tune_global(
     bracket: tuple[float, float] = (0.5, 2.5),
     grid: int = 9,
     iters: int = 8,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """Best global m for ``objective``'s metric: a log-spaced grid (one batched pass) brackets
-    the optimum, then golden-section search in ln m refines it inside the bracket."""
+    the optimum, then golden-section search in ln m refines it inside the bracket (at most
+    ``grid + iters + 2`` multipliers evaluated; a bar counts them)."""
     task = get_task(checks.choice("objective", objective, SEARCH_OBJECTIVES))
     sign = -1.0 if task.higher_is_better(task.objective) else 1.0
     spec = TemperatureSpec(rope=rope)
     cache: dict[float, float] = {}
+
+    bar = tqdm(total=grid + iters + 2, desc=f"search m at L={length}", disable=not progress, leave=False)
 
     def loss(ms: Sequence[float]) -> list[float]:
         todo = [m for m in ms if round(m, 6) not in cache]
@@ -42,6 +47,8 @@ def tune_global(
             with patch(model, spec):
                 for m, r in zip(todo, task.evaluate(model, tok, length, todo, ctx), strict=True):
                     cache[round(m, 6)] = sign * r[task.objective]
+            bar.update(len(todo))
+            bar.set_postfix(m=f"{todo[-1]:.4g}", **{task.objective: f"{sign * cache[round(todo[-1], 6)]:.4g}"})
         return [cache[round(m, 6)] for m in ms]
 
     pts = np.exp(np.linspace(math.log(bracket[0]), math.log(bracket[1]), grid)).tolist()
@@ -51,5 +58,6 @@ def tune_global(
     best = math.exp(golden_section(lambda x: loss([math.exp(x)])[0], math.log(lo), math.log(hi), iters))
     if loss([best])[0] > vals[i]:
         best = pts[i]
+    bar.close()
     curve = sorted((m, sign * v) for m, v in cache.items())
     return {"multiplier": best, "metric": task.objective, "value": sign * loss([best])[0], "curve": curve}
