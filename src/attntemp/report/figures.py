@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..analysis.measure import AttentionStats
+from ..evaluate.tasks import get_task
 from ..ops.schedules import yarn_multiplier, yarn_sqrt_multiplier
 
 
@@ -26,7 +27,24 @@ def curves(rows, task: str, metric: str) -> dict[tuple[int, str], list[tuple[flo
     return {k: sorted(v) for k, v in out.items()}
 
 
+def _band(rows, task: str, metric: str, length: int, rope: str) -> tuple[list[float], list[float], list[float]]:
+    """The 95% interval of ``metric`` per multiplier (points without per-window values left out)."""
+    scorer = get_task(task)
+    ms, lows, highs = [], [], []
+    for r in sorted(
+        (r for r in rows if (r["task"], r["length"], r["rope"]) == (task, length, rope)), key=lambda r: r["multiplier"]
+    ):
+        ci = scorer.interval(r["metrics"], metric)
+        if ci is not None:
+            ms.append(r["multiplier"])
+            lows.append(ci.low)
+            highs.append(ci.high)
+    return ms, lows, highs
+
+
 def plot_metric_vs_multiplier(rows, task, metric, trained: int | None, path: Path) -> Path | None:
+    """``metric`` against m per length (one panel each) and RoPE (one line each), with its 95%
+    interval as a band where the points keep their per-window values."""
     data = curves(rows, task, metric)
     if not data:
         return None
@@ -35,7 +53,10 @@ def plot_metric_vs_multiplier(rows, task, metric, trained: int | None, path: Pat
     for ax, length in zip(axes[0], lengths, strict=True):
         for (ln, rope), pts in sorted(data.items()):
             if ln == length:
-                ax.plot(*zip(*pts, strict=True), marker="o", ms=3, label=rope)
+                (line,) = ax.plot(*zip(*pts, strict=True), marker="o", ms=3, label=rope)
+                ms, lows, highs = _band(rows, task, metric, length, rope)
+                if ms:
+                    ax.fill_between(ms, lows, highs, color=line.get_color(), alpha=0.2, lw=0)
         if trained and length > trained:
             s = length / trained
             ax.axvline(yarn_multiplier(s), color="k", ls="--", lw=0.8, label="(0.1 ln s + 1)^2")
@@ -44,7 +65,7 @@ def plot_metric_vs_multiplier(rows, task, metric, trained: int | None, path: Pat
         if "ppl" in metric:
             ax.set_yscale("log")
         ax.set_xlabel("logit multiplier m = 1/T")
-        ax.set_ylabel(f"{task} {metric}")
+        ax.set_ylabel(f"{task} {metric} (band: 95% interval)")
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -125,6 +146,8 @@ def plot_entropy_shift(info: dict, path: Path, title: str) -> Path:
     fig, axes = plt.subplots(1, 2, figsize=(8, 0.8 + 0.35 * ref.shape[0] + 1.5))
     for ax, (name, table) in zip(axes, panels, strict=True):
         im = ax.imshow(table, aspect="auto", origin="lower", cmap="coolwarm", vmin=-span, vmax=span)
+        ax.set_xticks(range(table.shape[1]))
+        ax.set_yticks(range(table.shape[0]))
         ax.set_title(f"{name}: {what} - its target", fontsize=8)
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
