@@ -34,7 +34,7 @@ from ..utils import checks
 from ..utils.options import option
 from . import corpus
 from .corpus import heldout_windows
-from .lm import first_integer, greedy, multiplier_nll, repeat_rows
+from .lm import first_integer, greedy, multiplier_nll, repeat_rows, token_nll
 
 NEEDLE = "The special magic number is {key}."
 NEEDLE_QUESTION = "What is the special magic number? The special magic number is"
@@ -269,9 +269,7 @@ def score_prompts(model, tok, prompts, multipliers, batch_size) -> list[dict[str
             rows, m = repeat_rows(full, multipliers)  # [k*n, P + A]
             plen = len(part[0][0])
             with batch_multipliers(model, m):
-                logits = model(input_ids=rows.to(model.device), use_cache=False).logits.float()
-                lp = torch.log_softmax(logits[:, plen - 1 : -1], -1)  # [k*n, A, V]
-                ans_lp = lp.gather(-1, rows[:, plen:, None].to(lp.device)).squeeze(-1).mean(-1)  # [k*n]
+                ans_lp = -token_nll(model, rows.to(model.device), start=plen - 1).mean(-1)  # [k*n]: answer tokens
                 gen = greedy(model, rows[:, :plen].to(model.device), rows.shape[1] - plen + 2)  # [k*n, A+2]
             texts = tok.batch_decode(gen, skip_special_tokens=True)
             keys = [key for _, _, key in part] * k
