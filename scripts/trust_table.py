@@ -18,9 +18,12 @@ import json
 import time
 from pathlib import Path
 
-from attntemp.evaluate.tasks import get_task
+from attntemp.evaluate import corpus
+from attntemp.evaluate.tasks import EvalContext, get_task
 from attntemp.hf.loading import load_model
-from attntemp.tune.evidence import BASELINE, TUNED, YARN
+from attntemp.hf.rope_scaling import rope_for
+from attntemp.ops.spec import TemperatureSpec
+from attntemp.tune.evidence import BASELINE, TUNED, YARN, candidates, comparisons, evaluate_specs
 from attntemp.tune.runner import TuneConfig, run_tune
 
 METHODS = {  # folder: (label, TuneConfig fields)
@@ -36,6 +39,25 @@ METHODS = {  # folder: (label, TuneConfig fields)
         for t in ("entropy", "norm_entropy", "entropy_growth", "max_weight")
     },
 }
+
+
+RULES = {  # label-free published laws, applied as they are (no tuning): label: schedule
+    "Qwen log-n, m = ln n / ln L0 (no tuning)": "logn",
+    "sqrt law, m = sqrt(ln n / ln L0) (no tuning)": "sqrt_logn",
+}
+
+
+def _rule(model, tok, rope: str, schedule: str, args: argparse.Namespace) -> dict:
+    """A fixed schedule scored like a tuned spec: at the length and the held-out lengths."""
+    trained = 256
+    spec = TemperatureSpec(schedule=schedule, schedule_params={"trained_len": trained},
+                           rope=rope_for(rope, args.length, trained))
+    ctx = EvalContext(trained, corpus.pool(corpus.load_text("stdlib"), "evaluation"), n_docs=args.docs)
+    scored = {}
+    for n in (args.length, *args.checks):
+        res = evaluate_specs(model, tok, n, candidates(dict(spec.rope) or None, spec), ("perplexity",), ctx)
+        scored[n] = {"results": res, "comparisons": comparisons(res, ["perplexity"])}
+    return {**scored[args.length], "checks": {n: scored[n] for n in args.checks}, "spec": spec.to_dict()}
 
 
 def _cell(scored: dict, name: str) -> str:
@@ -61,6 +83,11 @@ def run(args: argparse.Namespace) -> tuple[str, list[dict]]:
                              progress=False, **kw)
             t0 = time.perf_counter()
             ev = run_tune(cfg, model, tok)
+            rows.append({"rope": rope, "method": label, "seconds": time.perf_counter() - t0, "evidence": ev})
+            print(f"{rope:5s} {label}: {time.perf_counter() - t0:.0f} s", flush=True)
+        for label, schedule in RULES.items():
+            t0 = time.perf_counter()
+            ev = _rule(model, tok, rope, schedule, args)
             rows.append({"rope": rope, "method": label, "seconds": time.perf_counter() - t0, "evidence": ev})
             print(f"{rope:5s} {label}: {time.perf_counter() - t0:.0f} s", flush=True)
     return table(rows, args), rows

@@ -111,3 +111,11 @@ def test_log_length_in_a_spec_round_trips_and_checks_the_model():
         spec.check_model(2, 4)
     with pytest.raises(ValueError, match=r"a='x' is not allowed"):
         TemperatureSpec(schedule="log_length", schedule_params={"trained_len": 64, "a": "x"})
+
+
+def test_sqrt_logn_is_one_up_to_the_trained_length_then_sqrt_of_log_ratio():
+    n = torch.tensor([1, 1024, 1025, 4096])
+    m = S.sqrt_logn(1024)(0, 1, None, n).flatten()
+    assert m[:2].tolist() == [1.0, 1.0]
+    assert m[2:].tolist() == pytest.approx([math.sqrt(math.log(1025) / math.log(1024)), math.sqrt(1.2)], rel=1e-6)
+    assert S.sqrt_logn(8).position_dependent

@@ -124,6 +124,25 @@ class LogN(Schedule):
 
 
 @dataclass(frozen=True)
+class SqrtLogN(Schedule):
+    """``m = sqrt(ln n / ln L0)`` for ``n > L0`` visible keys, else 1: the sqrt(2 ln n) growth of the
+    largest of n Gaussian scores, normalised to 1 at the trained length (the law that, with Qwen's
+    ln n, arXiv:2605.12697 tells apart from each row's score gaps)."""
+
+    trained_len: int = 2048
+    position_dependent: bool = field(default=True, init=False)
+
+    def __post_init__(self) -> None:
+        if checks.positive_int("trained_len", self.trained_len) < 2:
+            raise ValueError(f"trained_len={self.trained_len} is not allowed; expected >= 2")
+
+    def __call__(self, layer, num_heads, positions, n_keys):
+        n = n_keys.to(torch.float32)  # [Lq]
+        m = (torch.log(n) / math.log(self.trained_len)).sqrt()  # [Lq]
+        return torch.where(n > self.trained_len, m, torch.ones_like(m)).unsqueeze(0)  # [1, Lq]
+
+
+@dataclass(frozen=True)
 class Llama4(Schedule):
     """Llama 4 (NoPE layers): ``m = 1 + attn_scale * log1p(floor((pos + 1) / floor_scale))``."""
 
@@ -254,6 +273,10 @@ def logn(trained_len: int) -> LogN:
     return LogN(trained_len)
 
 
+def sqrt_logn(trained_len: int) -> SqrtLogN:
+    return SqrtLogN(trained_len)
+
+
 def llama4(floor_scale: float = 8192.0, attn_scale: float = 0.1) -> Llama4:
     return Llama4(float(floor_scale), float(attn_scale))
 
@@ -274,4 +297,5 @@ SCHEDULES: dict[str, Callable[..., Schedule]] = {
     "llama4": Llama4,
     "ssmax": SSMax,
     "log_length": LogLength,
+    "sqrt_logn": SqrtLogN,
 }
