@@ -80,3 +80,15 @@ def test_bucket_edges():
     assert bucket_edges(100, [10, 50]) == [0, 10, 50, 100]
     with pytest.raises(ValueError, match="positions='every'"):
         bucket_edges(10, "every")
+
+
+def test_average_of_per_document_runs_equals_one_batched_measure(tiny, stdlib_docs):
+    from attntemp.evaluate.corpus import heldout_windows
+
+    model, tok = tiny
+    ids = heldout_windows(tok, 300, n=2, docs=stdlib_docs)
+    batched = measure(model, ids, n_buckets=6, progress=False)
+    each = AttentionStats.average([measure(model, ids[i : i + 1], n_buckets=6, progress=False) for i in range(2)])
+    for name in batched.stats:
+        assert np.allclose(each.stats[name], batched.stats[name], rtol=1e-4, atol=1e-5, equal_nan=True), name
+    assert each.meta["batch"] == 2

@@ -73,6 +73,17 @@ class AttentionStats:
         ok = ~np.isnan(v)
         return (np.where(ok, v, 0) * w).sum(-1) / np.maximum((ok * w).sum(-1), 1e-12)
 
+    @classmethod
+    def average(cls, runs: Sequence[AttentionStats]) -> AttentionStats:
+        """The mean of equal-shaped runs (e.g. one per document): what one batched ``measure`` of
+        the same equal-length rows gives."""
+        first = runs[0]
+        if any(r.bucket_edges != first.bucket_edges or r.shape != first.shape for r in runs):
+            raise ValueError("runs must share bucket edges and shape to be averaged")
+        stats = {k: np.nanmean(np.stack([r.stats[k] for r in runs]), axis=0) for k in first.stats}
+        meta = {**first.meta, "batch": sum(int(r.meta.get("batch", 1)) for r in runs)}
+        return cls(stats, first.bucket_edges, first.length, first.sink_tokens, first.recent_tokens, meta)
+
     def compare(
         self, other: AttentionStats, mass_threshold: float = 0.1, entropy_threshold: float = 0.05
     ) -> StatsComparison:

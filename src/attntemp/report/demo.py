@@ -20,13 +20,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..analysis.measure import measure
+from ..analysis.measure import AttentionStats, measure
 from ..evaluate.corpus import heldout_windows
 from ..evaluate.sweep import SweepConfig, run_sweep
 from ..evaluate.tasks import EvalContext, EvalOptions, eval_context, get_task
 from ..hf import introspect
 from ..hf.loading import load_model
 from ..hf.rope_scaling import rope_for
+from ..ops.intervals import mean_interval
 from ..ops.spec import TemperatureSpec
 from ..ship.bake import save_baked
 from ..tune.evidence import BASELINE, TUNED, YARN, candidates, evaluate_specs
@@ -84,6 +85,13 @@ def demo_config(model: str = "tiny", **overrides: Any) -> DemoConfig:
     return DemoConfig(model=model, **{**MODEL_DEFAULTS.get(model, {}), **given})
 
 
+def _mean_ci(values: list[float]) -> str:
+    """The mean over documents with its 95% bootstrap interval ("(no interval)" for one document)."""
+    if len(values) < 2:
+        return f"{values[0]:.3f} (no interval)"
+    return mean_interval(values).format(4)
+
+
 def step_entropy(model, tok, cfg: DemoConfig, ctx: EvalContext, out: Path) -> tuple[list[str], dict]:
     trained = ctx.trained_length
     longest = int(trained * max(cfg.scales))
@@ -92,15 +100,17 @@ def step_entropy(model, tok, cfg: DemoConfig, ctx: EvalContext, out: Path) -> tu
     for s in (1, *cfg.scales):
         n = int(trained * s)
         for rope in ("none", "yarn") if s > 1 else ("none",):
-            st = measure(
-                model, ids[:, :n], TemperatureSpec(rope=rope_for(rope, n, trained)), n_buckets=12, progress=cfg.progress
-            )
-            runs[f"L={n}, rope {rope}"] = st
-            tail = st.by_head("entropy", start=n * 3 // 4).mean()
-            rows.append(f"| {n} | {rope} | {tail:.3f} | {st.by_head('recent_mass').mean():.3f} |")
+            spec = TemperatureSpec(rope=rope_for(rope, n, trained))
+            docs = [measure(model, ids[i : i + 1, :n], spec, n_buckets=12, progress=False) for i in range(len(ids))]
+            runs[f"L={n}, rope {rope}"] = AttentionStats.average(docs)
+            tail = [float(d.by_head("entropy", start=n * 3 // 4).mean()) for d in docs]  # per document
+            recent = [float(d.by_head("recent_mass").mean()) for d in docs]
+            rows.append(f"| {n} | {rope} | {_mean_ci(tail)} | {_mean_ci(recent)} |")
     png = plot_entropy_by_position(runs, trained, out / "entropy_by_position.png")
     md = [
         "## 1. Attention entropy past the trained length",
+        "",
+        "Means over documents with 95% bootstrap intervals over documents.",
         "",
         "| length | rope | entropy of the last quarter of queries (nats) | mass on the last 64 keys |",
         "|---|---|---|---|",
