@@ -187,6 +187,29 @@ def _passkey_rows(length: int, res: dict[str, dict], names: dict[str, str]) -> l
     return rows
 
 
+def _passkey_table(
+    model, tok, cfg: DemoConfig, ctx: EvalContext, n: int, tuned: dict[str, tuple[TemperatureSpec, dict]]
+) -> list[str]:
+    """Rows at every length: at the tuning length ``n`` the tunes' own evidence (the same documents
+    and trials), elsewhere m = 1 and YaRN's own m with that length's YaRN scale."""
+    trained = ctx.trained_length
+    lines = [
+        "| length | spec | passkey acc | key log-prob | tail ppl | tail ppl / m = 1 (paired) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for s in (1, *cfg.scales):
+        length = int(trained * s)
+        if length == n:
+            first = next(iter(tuned.values()))[1]["results"]
+            res = {BASELINE: first[BASELINE], YARN: first[YARN]}
+            res |= {label: ev["results"][TUNED] for label, (_, ev) in tuned.items()}
+        else:
+            specs = candidates(rope_for("yarn", length, trained), None)
+            res = evaluate_specs(model, tok, length, specs, ("passkey", "perplexity"), ctx, cfg.progress)
+        lines += _passkey_rows(length, res, {BASELINE: "m = 1", YARN: "YaRN's own m"})
+    return lines
+
+
 def step_tune_and_passkey(model, tok, cfg: DemoConfig, ctx: EvalContext, out: Path) -> tuple[list[str], Any]:
     trained = ctx.trained_length
     n = int(trained * cfg.scales[0])
@@ -208,21 +231,7 @@ def step_tune_and_passkey(model, tok, cfg: DemoConfig, ctx: EvalContext, out: Pa
         out / "entropy_shift.png",
         f"per-head entropy at L={n} (YaRN) vs L={trained}",
     )
-    lines = [
-        "| length | spec | passkey acc | key log-prob | tail ppl | tail ppl / m = 1 (paired) |",
-        "|---|---|---|---|---|---|",
-    ]
-    for s in (1, *cfg.scales):
-        length = int(trained * s)
-        if length == n:  # the tunes have just scored these on the same documents and trials
-            first = next(iter(tuned.values()))[1]["results"]
-            res = {BASELINE: first[BASELINE], YARN: first[YARN]} | {
-                lbl: ev["results"][TUNED] for lbl, (_, ev) in tuned.items()
-            }
-        else:
-            specs = candidates(rope_for("yarn", length, trained), None)
-            res = evaluate_specs(model, tok, length, specs, ("passkey", "perplexity"), ctx, cfg.progress)
-        lines += _passkey_rows(length, res, {BASELINE: "m = 1", YARN: "YaRN's own m"})
+    lines = _passkey_table(model, tok, cfg, ctx, n, tuned)
     win = _winner(tuned)
     spec = tuned[win][0] if win else candidates(rope_for("yarn", n, trained), None)[YARN]
     heads = np.asarray(tuned[next(iter(tuned))][0].heads)

@@ -262,6 +262,25 @@ def _write_outputs(
     (out / "train_log.json").write_text(json.dumps(log, indent=2) + "\n")
 
 
+def _scores(
+    before: list[float], after: list[float], result: TrainResult, temps: LearnableTemperatures
+) -> dict[str, Any]:
+    """The evidence's figures: tail perplexity before and after per length, the loss, the m range."""
+    table = temps.table()
+    return {
+        "tail_ppl_before": before[0],
+        "tail_ppl_after": after[0],
+        "tail_ppl_before_by_length": before,
+        "tail_ppl_after_by_length": after,
+        "resumed_from": result.resumed_from,
+        "loss_first": result.losses[0],
+        "loss_last": result.losses[-1],
+        "m_min": float(table.min()),
+        "m_max": float(table.max()),
+        "seconds_train": result.seconds,
+    }
+
+
 def run_gradient_tuning(
     model: nn.Module,
     tokenizer: Any,
@@ -318,7 +337,6 @@ def run_gradient_tuning(
         )
     with patch.patch(model, result.spec):
         after = [lm.perplexity(model, e, first, batch_size=batch_size) for e in eval_ids]
-    table = temps.table()
     evidence = {
         "length": lengths[0],
         "lengths": lengths,
@@ -331,16 +349,7 @@ def run_gradient_tuning(
         "n_train": n_train,
         "n_eval": n_eval,
         "lr": lr,
-        "tail_ppl_before": before[0],
-        "tail_ppl_after": after[0],
-        "tail_ppl_before_by_length": before,
-        "tail_ppl_after_by_length": after,
-        "resumed_from": result.resumed_from,
-        "loss_first": result.losses[0],
-        "loss_last": result.losses[-1],
-        "m_min": float(table.min()),
-        "m_max": float(table.max()),
-        "seconds_train": result.seconds,
+        **_scores(before, after, result, temps),
         "seconds": time.perf_counter() - t0,
         "train_windows": ",".join(corpus.windows_digest(w[:n_train]) for w in windows),
         "eval_windows": ",".join(corpus.windows_digest(w[n_train:]) for w in windows),
