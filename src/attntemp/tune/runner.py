@@ -84,7 +84,10 @@ class TuneConfig(EvalOptions):
         if self.schedule is not None:
             checks.choice("schedule", self.schedule, ("log_length",))
         if (self.schedule or self.lengths) and self.method != "gradient":
-            raise ValueError("schedule and lengths are learned by gradient: pass method='gradient'")
+            raise ValueError(
+                f"schedule={self.schedule!r} and lengths={list(self.lengths)} are learned by gradient "
+                "tuning; add method='gradient' (--method gradient)"
+            )
         checks.positive_int("iters", self.iters)
         if checks.positive_int("grid", self.grid) < 3:
             raise ValueError(f"grid={self.grid} is not allowed; expected an integer >= 3")
