@@ -8,7 +8,8 @@ ratios of tail perplexity with 95% bootstrap intervals and a verdict in words.
     python scripts/trust_table.py --out runs/trust_tiny        # ~10 min on 2 cores; table on stdout
 
 Writes ``OUT/<rope>/<method>/`` (each tune's spec.json, evidence.json, evidence.md) and
-``OUT/table.md``, ``OUT/table.json``.
+``OUT/table.md``, ``OUT/table.json``. A rerun reuses every ``evidence.json`` already there (delete a
+folder to redo that method).
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ METHODS = {  # folder: (label, TuneConfig fields)
     "log_length": (
         "length schedule log_length, gradient at L/2 and L",
         {"method": "gradient", "granularity": "head", "steps": 60, "schedule": "log_length", "lengths": "half"},
+    ),
+    "log_length_slope": (
+        "length schedule, slope only (a = 0), gradient at L/2 and L",
+        {"method": "gradient", "granularity": "head", "steps": 60, "schedule": "log_length_slope", "lengths": "half"},
     ),
     **{
         f"target_{t}": (f"per head, entropy target {t}",
@@ -60,6 +65,12 @@ def _rule(model, tok, rope: str, schedule: str, args: argparse.Namespace) -> dic
     return {**scored[args.length], "checks": {n: scored[n] for n in args.checks}, "spec": spec.to_dict()}
 
 
+def _load(path: Path) -> dict:
+    """A saved evidence.json, its held-out lengths back as ints (JSON keys are strings)."""
+    ev = json.loads(path.read_text())
+    return {**ev, "checks": {int(n): c for n, c in ev["checks"].items()}}
+
+
 def _cell(scored: dict, name: str) -> str:
     """``"0.6123 [0.5500, 0.6800] better"``: spec ``name`` against m = 1 on tail perplexity, paired."""
     res = scored["results"]
@@ -78,6 +89,10 @@ def run(args: argparse.Namespace) -> tuple[str, list[dict]]:
             kw = dict(given)
             if kw.get("lengths") == "half":
                 kw["lengths"] = (args.length // 2,)
+            done = out / rope / folder / "evidence.json"
+            if done.is_file():
+                rows.append({"rope": rope, "method": label, "seconds": None, "evidence": _load(done)})
+                continue
             cfg = TuneConfig(out=str(out / rope / folder), length=args.length,
                              rope=rope, tasks=("perplexity",), n_docs=args.docs, check_lengths=tuple(args.checks),
                              progress=False, **kw)
@@ -87,7 +102,13 @@ def run(args: argparse.Namespace) -> tuple[str, list[dict]]:
             print(f"{rope:5s} {label}: {time.perf_counter() - t0:.0f} s", flush=True)
         for label, schedule in RULES.items():
             t0 = time.perf_counter()
+            done = out / rope / f"rule_{schedule}" / "evidence.json"
+            if done.is_file():
+                rows.append({"rope": rope, "method": label, "seconds": None, "evidence": _load(done)})
+                continue
             ev = _rule(model, tok, rope, schedule, args)
+            done.parent.mkdir(parents=True, exist_ok=True)
+            done.write_text(json.dumps(ev, default=float))
             rows.append({"rope": rope, "method": label, "seconds": time.perf_counter() - t0, "evidence": ev})
             print(f"{rope:5s} {label}: {time.perf_counter() - t0:.0f} s", flush=True)
     return table(rows, args), rows

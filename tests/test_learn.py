@@ -276,3 +276,17 @@ def test_one_spec_learned_from_several_lengths(tmp_path):
     assert len(res.losses) == 4 and res.spec.schedule == "log_length"
     with pytest.raises(ValueError, match="non-empty list"):
         G.train_temperatures(m, [], steps=2, progress=False)
+
+
+def test_slope_only_schedule_changes_nothing_up_to_the_trained_length():
+    m = model("llama")
+    x = X[:2, :32]
+    with LT.learnable(m, schedule="log_length_slope", trained_length=8):
+        res = G.train_temperatures(m, x, steps=4, lr=0.2, progress=False)
+    a, b = dict(res.spec.schedule_params)["a"], dict(res.spec.schedule_params)["b"]
+    assert all(v == 0.0 for row in a for v in row) and any(v != 0.0 for row in b for v in row)
+    with P.patch(m, res.spec):
+        tempered = logits(m)
+    plain = logits(m)
+    trained = dict(res.spec.schedule_params)["trained_len"]
+    assert (tempered[:, :trained] - plain[:, :trained]).abs().max() < 1e-5

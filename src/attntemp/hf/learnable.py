@@ -13,6 +13,8 @@ adds a slope b per parameter, over the n keys a query sees:
 with L0 the trained length: m = exp(a) up to L0 and exp(a) (n / L0)^b beyond, after SSMax
 (arXiv:2501.19399, m = s ln n) and Llama 4's NoPE-layer temperature. ``to_spec`` returns it as a
 ``log_length`` TemperatureSpec: exact at every length, bakeable nowhere, patchable everywhere.
+``schedule="log_length_slope"`` learns b alone with a held at its init (0 without one): nothing
+changes up to the trained length.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from ..utils import checks
 from . import patch
 from .introspect import attention_modules, text_config
 
-SCHEDULES = ("log_length",)
+SCHEDULES = ("log_length", "log_length_slope")  # the second learns b alone: a stays at init (0: m = 1 up to L0)
 _LEARN = "_attntemp_learnable"
 
 
@@ -82,7 +84,7 @@ class LearnableTemperatures(nn.Module):
         if schedule is not None:
             self.trained_length = checks.positive_int("trained_length", trained_length)
         table = _init_table(init, num_layers, num_heads, granularity).to(dtype=dtype, device=device)
-        self.log_m = nn.Parameter(table)
+        self.log_m = nn.Parameter(table, requires_grad=schedule != "log_length_slope")
         self.slope = nn.Parameter(torch.zeros_like(table)) if schedule else None
         self.base = TemperatureSpec()  # the spec applied under it (set by apply_learnable)
 

@@ -18,6 +18,7 @@ from typing import Any
 from ..evaluate.corpus import heldout_windows
 from ..evaluate.tasks import TASKS, EvalContext, EvalOptions, eval_context, tuning_context
 from ..hf import introspect
+from ..hf.learnable import SCHEDULES as LEARNABLE_SCHEDULES
 from ..hf.loading import load_model
 from ..hf.rope_scaling import SCALINGS, rope_for
 from ..ops.spec import GRANULARITIES, TemperatureSpec
@@ -54,8 +55,8 @@ class TuneConfig(EvalOptions):
     )
     schedule: str | None = option(
         None,
-        "gradient: also learn a slope per head, log_length (ln m = a + b "
-        "ln(max(1, n / L0))): one spec for every length",
+        "gradient: also learn a slope per head, log_length (ln m = a + b ln(max(1, n / L0))), or the slope "
+        "alone, log_length_slope (a = 0: nothing changes up to L0): one spec for every length",
     )
     lengths: tuple[int, ...] = option(
         (), "gradient: more lengths to train on besides --length, comma list", parse=options.ints
@@ -82,7 +83,7 @@ class TuneConfig(EvalOptions):
         for i, n in enumerate(self.lengths):
             checks.positive_int(f"lengths[{i}]", n)
         if self.schedule is not None:
-            checks.choice("schedule", self.schedule, ("log_length",))
+            checks.choice("schedule", self.schedule, LEARNABLE_SCHEDULES)
         if (self.schedule or self.lengths) and self.method != "gradient":
             raise ValueError(
                 f"schedule={self.schedule!r} and lengths={list(self.lengths)} are learned by gradient "
