@@ -132,6 +132,48 @@ def table(rows: list[dict], args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
+def _ratio(scored: dict, name: str) -> tuple[float, float, float] | None:
+    res = scored["results"]
+    ci = get_task("perplexity").paired(res[name]["perplexity"], res[BASELINE]["perplexity"], "tail_ppl")
+    return None if ci is None else (ci.value, ci.low, ci.high)
+
+
+def plot(rows: list[dict], args: argparse.Namespace, path: Path) -> Path:
+    """A forest plot: each spec's paired tail-perplexity ratio to m = 1 with its 95% interval, one
+    panel per RoPE, one colour per length (the tuning length and the held-out ones)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lengths = [args.length, *args.checks]
+    ropes = list(dict.fromkeys(r["rope"] for r in rows))
+    fig, axes = plt.subplots(1, len(ropes), figsize=(7 * len(ropes), 0.45 * len(rows) / len(ropes) + 1.6),
+                             squeeze=False, sharey=True)
+    for ax, rope in zip(axes[0], ropes, strict=True):
+        mine = [r for r in rows if r["rope"] == rope]
+        labels = [r["method"].replace(", gradient at L/2 and L", "") for r in mine]
+        for j, n in enumerate(lengths):
+            for i, r in enumerate(mine):
+                ev = r["evidence"]
+                got = _ratio(ev if n == args.length else ev["checks"][n], TUNED)
+                if got is not None:
+                    v, lo, hi = got
+                    ax.errorbar(v, i + (j - 1) * 0.22, xerr=[[v - lo], [hi - v]], fmt="o", ms=3, capsize=2,
+                                color=f"C{j}", label=f"{n} tokens" + (" (tuned here)" if n == args.length else "")
+                                if i == 0 else None)
+        ax.axvline(1.0, color="k", lw=0.8)
+        ax.set_yticks(range(len(mine)), labels, fontsize=7)
+        ax.set_xlabel("tail perplexity / m = 1 (paired, 95% interval); < 1 is better")
+        ax.set_title(f"rope {rope}", fontsize=9)
+        ax.legend(fontsize=7, loc="lower right")
+    axes[0][0].invert_yaxis()  # the table's order, top down (the panels share the axis)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="runs/trust_tiny", help="output folder")
@@ -143,6 +185,7 @@ def main() -> None:
     md, rows = run(args)
     out = Path(args.out)
     (out / "table.md").write_text(md + "\n")
+    plot(rows, args, out / "trust.png")
     (out / "table.json").write_text(json.dumps([{k: v for k, v in r.items() if k != "evidence"} | {
         "spec": r["evidence"]["spec"], "checks": list(r["evidence"]["checks"])} for r in rows], indent=1))
     print(md)
