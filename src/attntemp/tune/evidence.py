@@ -134,8 +134,9 @@ def evidence_markdown(ev: dict[str, Any]) -> str:
         f"# tuning evidence: {cfg['model']}, length {cfg['length']}, rope {cfg['rope']}, "
         f"{cfg['granularity']} by {cfg['method']} ({cfg['objective']})",
         "",
-        f"Scored on {cfg['n_docs']} evaluation documents no tuner saw ({cfg['trials']} passkey / needle trials); "
-        "each figure with its 95% interval (bootstrap over documents, Wilson for accuracies).",
+        f"Scored on {cfg['n_docs']} evaluation documents no tuner saw"
+        + (f" ({cfg['trials']} passkey / needle trials)" if {"passkey", "needle"} & set(tasks) else "")
+        + "; each figure with its 95% interval (bootstrap over documents, Wilson for accuracies).",
         "",
         *_headline_summary(ev),
         "",
