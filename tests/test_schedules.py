@@ -115,7 +115,7 @@ def test_log_length_in_a_spec_round_trips_and_checks_the_model():
 
 def test_sqrt_logn_is_one_up_to_the_trained_length_then_sqrt_of_log_ratio():
     n = torch.tensor([1, 1024, 1025, 4096])
-    m = S.sqrt_logn(1024)(0, 1, None, n).flatten()
+    m = S.sqrt_logn(1024)(0, 1, n - 1, n).flatten()  # 0-indexed positions, 1-indexed p = n
     assert m[:2].tolist() == [1.0, 1.0]
     assert m[2:].tolist() == pytest.approx([math.sqrt(math.log(1025) / math.log(1024)), math.sqrt(1.2)], rel=1e-6)
     assert S.sqrt_logn(8).position_dependent

@@ -124,22 +124,13 @@ class LogN(Schedule):
 
 
 @dataclass(frozen=True)
-class SqrtLogN(Schedule):
-    """``m = sqrt(ln n / ln L0)`` for ``n > L0`` visible keys, else 1: the sqrt(2 ln n) growth of the
-    largest of n Gaussian scores, normalised to 1 at the trained length (the law that, with Qwen's
-    ln n, arXiv:2605.12697 tells apart from each row's score gaps)."""
-
-    trained_len: int = 2048
-    position_dependent: bool = field(default=True, init=False)
-
-    def __post_init__(self) -> None:
-        if checks.positive_int("trained_len", self.trained_len) < 2:
-            raise ValueError(f"trained_len={self.trained_len} is not allowed; expected >= 2")
+class SqrtLogN(LogN):
+    """``m = sqrt(log_{L0}(p))`` for 1-indexed position ``p > L0``, else 1: the sqrt(2 ln n) growth
+    of the largest of n Gaussian scores, normalised to 1 at the trained length (the law that, with
+    Qwen's ln n, arXiv:2605.12697 tells apart from each row's score gaps)."""
 
     def __call__(self, layer, num_heads, positions, n_keys):
-        n = n_keys.to(torch.float32)  # [Lq]
-        m = (torch.log(n) / math.log(self.trained_len)).sqrt()  # [Lq]
-        return torch.where(n > self.trained_len, m, torch.ones_like(m)).unsqueeze(0)  # [1, Lq]
+        return super().__call__(layer, num_heads, positions, n_keys).sqrt()  # [1, Lq]
 
 
 @dataclass(frozen=True)
