@@ -55,8 +55,8 @@ class SweepConfig(EvalOptions):
             checks.positive_int(f"lengths[{i}]", n)
         for r in self.rope:
             checks.choice("rope", r, SCALINGS)
-        for t in self.tasks:
-            checks.choice("task", t, TASKS)
+        for i, t in enumerate(self.tasks):
+            checks.choice(f"tasks[{i}]", t, TASKS)
         for i, m in enumerate(self.multipliers):
             checks.positive(f"multipliers[{i}]", m)
         if not self.multipliers:

@@ -96,8 +96,8 @@ class TuneConfig(EvalOptions):
             raise ValueError(f"bracket={self.bracket} is not allowed; expected two numbers 0 < LO < HI")
         for i, n in enumerate(self.check_lengths or ()):
             checks.positive_int(f"check_lengths[{i}]", n)
-        for t in self.tasks:
-            checks.choice("task", t, TASKS)
+        for i, t in enumerate(self.tasks):
+            checks.choice(f"tasks[{i}]", t, TASKS)
         if self.method == "search" and self.granularity != "global" and self.objective != "entropy":
             raise ValueError(
                 f"granularity={self.granularity!r} with method='search' tunes by entropy "

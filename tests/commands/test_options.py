@@ -1,0 +1,64 @@
+"""The flags built from the config dataclasses: defaults and help written once, bad values refused
+with one line on stderr naming the flag and exit code 2, before any model is loaded."""
+
+import argparse
+import dataclasses
+
+import pytest
+
+from attntemp.cli import build_parser, main
+from attntemp.evaluate.sweep import SweepConfig
+from attntemp.tune.runner import TuneConfig
+from attntemp.utils.options import add_options, from_args
+
+
+def test_flags_carry_the_dataclass_defaults_and_help():
+    p = argparse.ArgumentParser()
+    add_options(p, SweepConfig)
+    cfg = from_args(SweepConfig, p.parse_args(["--out", "x"]))
+    assert cfg == SweepConfig(out="x")  # nothing given: the dataclass's own defaults
+    text = p.format_help()
+    for f in dataclasses.fields(SweepConfig):
+        if "cli" in f.metadata:
+            assert f.metadata["cli"]["help"].split("(")[0][:20].strip() in " ".join(text.split())
+    assert "(default: 512,1024)" in " ".join(text.split())
+    cfg = from_args(TuneConfig, _parse(TuneConfig, ["--out", "x", "--check-lengths", "", "--docs", "3"]))
+    assert cfg.check_lengths == () and cfg.n_docs == 3
+
+
+def _parse(cls, argv):
+    p = argparse.ArgumentParser()
+    add_options(p, cls)
+    return p.parse_args(argv)
+
+
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["sweep", "--out", "x", "--docs", "0"], "--docs=0"),
+        (["sweep", "--out", "x", "--lengths", "1,b"], "--lengths '1,b'"),
+        (["sweep", "--out", "x", "--lengths", "0"], "--lengths[0]=0"),
+        (["sweep", "--out", "x", "--rope", "yarm"], "Did you mean 'yarn'"),
+        (["sweep", "--out", "x", "--multipliers", "1:0.5:0.1"], "LO:HI:STEP"),
+        (["sweep", "--out", "x", "--tasks", "pasky"], "--tasks[0]='pasky'"),
+        (["tune", "--out", "x", "--length", "1e3"], "--length '1e3'"),
+        (["tune", "--out", "x", "--grid", "2"], "--grid=2"),
+        (["tune", "--out", "x", "--bracket", "1"], "--bracket=(1.0,)"),
+        (["tune", "--out", "x", "--target", "entropi"], "Did you mean 'entropy'"),
+        (["tune", "--out", "x", "--check-lengths", "-5"], "--check-lengths[0]=-5"),
+        (["tune", "--out", "x", "--lengths", "512"], "--method gradient"),
+        (["demo", "--scales", "0.5"], "--scales[0]=0.5"),
+        (["demo", "--gradient-steps", "-1"], "--gradient-steps=-1"),
+        (["measure", "--out", "x", "--length", "0"], "--length=0"),
+        (["bake", "--spec", "s.json", "--out", "x", "--check-tokens", "0"], "--check-tokens=0"),
+        (["export", "--spec", "s.json", "--engine", "vlm"], "Did you mean 'vllm'"),
+    ],
+)
+def test_bad_flags_give_one_line_and_exit_2(argv, flag, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and flag in err and err.startswith(f"attntemp {argv[0]}: error:")
+
+
+def test_every_command_builds_its_parser():
+    build_parser().parse_args(["tables"])
