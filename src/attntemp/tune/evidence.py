@@ -118,11 +118,7 @@ def _headline_summary(ev: dict[str, Any]) -> list[str]:
     for length, comps in rows:
         c = next((c for c in comps if c["against"] == BASELINE and c["task"] == t and c["metric"] == metric), None)
         if c and c["interval"]:
-            ci = c["interval"]
-            lines.append(
-                f"- at {length} tokens, {t} {metric} tuned / m = 1: {ci['value']:.3g} "
-                f"[{ci['low']:.3g}, {ci['high']:.3g}]: {c['verdict']}"
-            )
+            lines.append(f"- at {length} tokens, {t} {metric} tuned / m = 1: {_fixed(c['interval'])}: {c['verdict']}")
     return lines
 
 
