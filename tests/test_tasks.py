@@ -97,3 +97,13 @@ def test_a_single_window_has_no_interval(tiny, stdlib_docs):
     task = get_task("perplexity")
     assert task.interval(r, "tail_ppl") is None and task.describe(r, "tail_ppl").endswith("(no interval)")
     assert task.compare(r, r, "tail_ppl").startswith("no interval")
+
+
+def test_a_single_file_text_is_evaluated_whole_and_refused_for_tuning(tmp_path):
+    from attntemp.evaluate.tasks import EvalOptions, eval_context, tuning_context
+
+    (tmp_path / "mine.txt").write_text("some text " * 100)
+    ctx = eval_context(EvalOptions(text=str(tmp_path / "mine.txt")), 256)
+    assert [d.name for d in ctx.docs] == ["mine.txt"] and not ctx.tuning_docs
+    with pytest.raises(ValueError, match="cannot be split into a tuning and an evaluation pool"):
+        tuning_context(ctx)

@@ -101,6 +101,8 @@ def eval_context(opts: EvalOptions, trained_length: int) -> EvalContext:
     docs = corpus.load_text(opts.text)
     hay = corpus.load_text(opts.gutenberg) if opts.gutenberg else ()
     evaluation, tuning = corpus.pool(docs, "evaluation"), corpus.pool(docs, "tuning")
+    if not evaluation or not tuning:  # a text of one or a few documents: evaluate on all, tune on none
+        evaluation, tuning = list(docs), []
     return EvalContext(
         trained_length,
         evaluation,
@@ -116,7 +118,10 @@ def eval_context(opts: EvalOptions, trained_length: int) -> EvalContext:
 def tuning_context(ctx: EvalContext) -> EvalContext:
     """What a tuner scores on: the tuning pool, and other passkey keys and depths."""
     if not ctx.tuning_docs:
-        raise ValueError("the evaluation context has no tuning documents (build it with eval_context)")
+        raise ValueError(
+            f"text: its {len(ctx.docs)} document(s) cannot be split into a tuning and an evaluation pool; "
+            "tuning needs documents its evidence is not scored on: give a folder of several files"
+        )
     return replace(ctx, docs=ctx.tuning_docs, tuning_docs=(), seed=ctx.seed + 1000)
 
 
