@@ -12,7 +12,7 @@ import json
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,6 @@ class SweepConfig(EvalOptions):
     tasks: tuple[str, ...] = option(("perplexity",), f"comma list of {', '.join(TASKS)}", parse=options.names)
     batched: bool = option(True, "one forward per multiplier (no batching)", flag="--sequential", invert=True)
     trained_length: int | None = option(None, "the model's trained context L0 (default: from its config)", parse=int)
-    extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -17,6 +17,7 @@ from .figures import (
     plot_heatmap_grid,
     plot_metric_vs_multiplier,
     plot_needle_depths,
+    points,
 )
 from .html import markdown_to_html
 
@@ -40,11 +41,6 @@ def _store_rows(folder: Path) -> tuple[list[dict[str, Any]], int | None]:
         store.close()
 
 
-def load_rows(folder: Path) -> list[dict[str, Any]]:
-    """The sweep points of ``folder/sweep.db`` (none when there is no database)."""
-    return _store_rows(folder)[0]
-
-
 BEST_NOTE = (
     "Values with their 95% interval (bootstrap over documents; Wilson for accuracies). The best m is "
     "chosen on these same documents, so its paired comparison with m = 1 favours it: `attntemp tune` "
@@ -61,7 +57,7 @@ def best_table(rows: list[dict[str, Any]], trained: int | None) -> str:
     ]
     for name, cls in TASKS.items():
         task, metric = cls(), cls.metrics[0]
-        for (length, rope), pts in sorted(_points(rows, name).items()):
+        for (length, rope), pts in sorted(points(rows, name).items()):
             best = (max if metric.higher_is_better else min)(pts, key=lambda r: r["metrics"][metric.name])
             base = next((r for r in pts if abs(r["multiplier"] - 1) < 1e-9), None)
             at1 = "-" if base is None else task.describe(base["metrics"], metric.name)
@@ -72,15 +68,6 @@ def best_table(rows: list[dict[str, Any]], trained: int | None) -> str:
                 f"{task.describe(best['metrics'], metric.name)} | {vs} | {ym} |"
             )
     return "\n".join(lines)
-
-
-def _points(rows: list[dict[str, Any]], task: str) -> dict[tuple[int, str], list[dict[str, Any]]]:
-    """The sweep points of ``task`` by (length, rope)."""
-    out: dict[tuple[int, str], list[dict[str, Any]]] = {}
-    for r in rows:
-        if r["task"] == task:
-            out.setdefault((r["length"], r["rope"]), []).append(r)
-    return out
 
 
 def _evidence_trained_length(folder: Path) -> int | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -19,21 +20,29 @@ from ..evaluate.tasks import get_task
 from ..ops.schedules import yarn_multiplier, yarn_sqrt_multiplier
 
 
-def curves(rows, task: str, metric: str) -> dict[tuple[int, str], list[tuple[float, float]]]:
-    out: dict[tuple[int, str], list[tuple[float, float]]] = defaultdict(list)
+def points(rows: list[dict[str, Any]], task: str) -> dict[tuple[int, str], list[dict[str, Any]]]:
+    """The sweep points of ``task`` by (length, rope), each group in multiplier order."""
+    out: dict[tuple[int, str], list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
-        if r["task"] == task and metric in r["metrics"]:
-            out[(r["length"], r["rope"])].append((r["multiplier"], r["metrics"][metric]))
-    return {k: sorted(v) for k, v in out.items()}
+        if r["task"] == task:
+            out[(r["length"], r["rope"])].append(r)
+    return {k: sorted(v, key=lambda r: r["multiplier"]) for k, v in out.items()}
+
+
+def curves(rows: list[dict[str, Any]], task: str, metric: str) -> dict[tuple[int, str], list[tuple[float, float]]]:
+    """``(m, metric)`` pairs by (length, rope), for the points that have ``metric``."""
+    out = {
+        k: [(r["multiplier"], r["metrics"][metric]) for r in v if metric in r["metrics"]]
+        for k, v in points(rows, task).items()
+    }
+    return {k: v for k, v in out.items() if v}
 
 
 def _band(rows, task: str, metric: str, length: int, rope: str) -> tuple[list[float], list[float], list[float]]:
     """The 95% interval of ``metric`` per multiplier (points without per-window values left out)."""
     scorer = get_task(task)
     ms, lows, highs = [], [], []
-    for r in sorted(
-        (r for r in rows if (r["task"], r["length"], r["rope"]) == (task, length, rope)), key=lambda r: r["multiplier"]
-    ):
+    for r in points(rows, task).get((length, rope), []):
         ci = scorer.interval(r["metrics"], metric)
         if ci is not None:
             ms.append(r["multiplier"])

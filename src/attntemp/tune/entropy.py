@@ -109,11 +109,6 @@ def head_stat(seen: dict, m: torch.Tensor, start: int, stat: str = "entropy") ->
     return st[stat].nanmean(dim=(0, 2)).float().cpu()  # [H], on the CPU beside the tuner's tables
 
 
-def head_entropy(seen: dict, m: torch.Tensor, start: int) -> torch.Tensor:
-    """Mean entropy ``[H]`` of queries at positions >= ``start`` under per-head multipliers m."""
-    return head_stat(seen, m, start, "entropy")
-
-
 @dataclass(frozen=True)
 class EntropyMatch:
     spec: TemperatureSpec
