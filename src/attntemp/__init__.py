@@ -16,17 +16,41 @@ import importlib.abc
 import importlib.util
 import sys
 from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
-from .analysis.measure import AttentionStats, measure
-from .hf.learnable import learnable
-from .hf.loading import load_model
-from .hf.patch import apply, patch, restore
-from .hf.rope_scaling import extend_context, extended, restore_rope
-from .ops.softmax import entropy, tempered_softmax
-from .ops.spec import TemperatureSpec
-from .ship.bake import bake, save_baked
-from .ship.export import export
 from .utils.version import VERSION
+
+# The public names, each imported from its module on first use (PEP 562), so that `import
+# attntemp` (and `attntemp --help`) does not load torch and transformers.
+EXPORTS = {
+    "AttentionStats": "analysis.measure",
+    "measure": "analysis.measure",
+    "learnable": "hf.learnable",
+    "load_model": "hf.loading",
+    "apply": "hf.patch",
+    "patch": "hf.patch",
+    "restore": "hf.patch",
+    "extend_context": "hf.rope_scaling",
+    "extended": "hf.rope_scaling",
+    "restore_rope": "hf.rope_scaling",
+    "entropy": "ops.softmax",
+    "tempered_softmax": "ops.softmax",
+    "TemperatureSpec": "ops.spec",
+    "bake": "ship.bake",
+    "save_baked": "ship.bake",
+    "export": "ship.export",
+}
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ imports these
+    from .analysis.measure import AttentionStats, measure
+    from .hf.learnable import learnable
+    from .hf.loading import load_model
+    from .hf.patch import apply, patch, restore
+    from .hf.rope_scaling import extend_context, extended, restore_rope
+    from .ops.softmax import entropy, tempered_softmax
+    from .ops.spec import TemperatureSpec
+    from .ship.bake import bake, save_baked
+    from .ship.export import export
 
 __version__ = VERSION
 
@@ -82,11 +106,20 @@ if not any(isinstance(f, _MovedFinder) for f in sys.meta_path):
     sys.meta_path.append(_MovedFinder())
 
 
-def __getattr__(name: str) -> ModuleType:
-    """``attntemp.rope`` (attribute access, without an import statement) for the moved modules."""
+def __getattr__(name: str) -> Any:
+    """The public names of :data:`EXPORTS`, imported on first use; ``attntemp.rope`` (attribute
+    access, without an import statement) for the moved modules."""
+    if name in EXPORTS:
+        value = getattr(importlib.import_module(f"{__name__}.{EXPORTS[name]}"), name)
+        globals()[name] = value  # later lookups skip this function
+        return value
     if name in MOVED:
         return importlib.import_module(f"{__name__}.{MOVED[name]}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *EXPORTS})
 
 
 __all__ = [

@@ -62,3 +62,33 @@ def test_bad_flags_give_one_line_and_exit_2(argv, flag, capsys):
 
 def test_every_command_builds_its_parser():
     build_parser().parse_args(["tables"])
+
+
+def test_every_command_has_a_summary_and_help():
+    """The top-level listing comes from SUMMARIES (no import); each command's own --help builds."""
+    from attntemp.cli import COMMANDS, SUMMARIES
+
+    assert set(SUMMARIES) == set(COMMANDS)
+    for name in COMMANDS:
+        text = build_parser(only=[name])._subparsers._group_actions[0].choices[name].format_help()  # type: ignore[union-attr]
+        assert f"attntemp {name}" in text
+
+
+def test_top_level_help_and_version_load_no_torch():
+    """`attntemp --help` and `--version` answer without importing torch or transformers (the
+    reason they take well under a second), and `import attntemp` alone does not load them."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, contextlib, io\n"
+        "import attntemp\n"
+        "from attntemp.cli import main\n"
+        "for argv in (['--help'], ['--version']):\n"
+        "    with contextlib.redirect_stdout(io.StringIO()):\n"
+        "        try: main(argv)\n"
+        "        except SystemExit: pass\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'matplotlib') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -1,0 +1,127 @@
+"""Every label-free method and published rule against m = 1, YaRN's m and the best global m, on a
+real model at one length: the SmolLM2 row of the trust table (the tiny model's is
+``scripts/trust_table.py``).
+
+Entropy-matching specs are tuned on windows of the tuning pool; every spec is then scored on the
+same evaluation windows (documents no tuner saw) and compared, paired, with m = 1 and with YaRN's
+own m: tail-perplexity ratio, 95% bootstrap interval, verdict in words.
+
+    python scripts/trust_one_length.py --model smollm2 --text ../shared/data/gutenberg \\
+        --length 12288 --rope yarn --docs 4 --global-spec docs/results/smollm2_tune12k_spec.json \\
+        --out runs/smollm2_trust12k          # ~1.5-2 h on 2 CPU cores; resumable
+
+Writes ``OUT/specs/<name>.json``, ``OUT/results/<name>.json`` (per-window values, reused by a
+rerun), ``OUT/table.md`` and ``OUT/table.json``. The gradient spec is left out: backpropagating
+through SmolLM2 at 12k tokens does not fit a 2-core CPU session (run ``attntemp tune --method
+gradient`` on a GPU for it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from attntemp.evaluate import corpus
+from attntemp.evaluate.tasks import EvalContext, get_task
+from attntemp.hf import introspect
+from attntemp.hf.loading import load_model
+from attntemp.hf.patch import patch
+from attntemp.hf.rope_scaling import rope_for
+from attntemp.ops.spec import TemperatureSpec
+from attntemp.tune.entropy import TARGETS, tune_entropy
+from attntemp.tune.evidence import BASELINE, YARN, candidates
+
+RULES = {"rule logn": "logn", "rule sqrt_logn": "sqrt_logn"}  # label-free published laws, untuned
+
+
+def fixed_specs(args: argparse.Namespace, rope: dict | None, trained: int) -> dict[str, TemperatureSpec]:
+    """m = 1, YaRN's m, the best global m of an earlier tune, and the untuned rules."""
+    specs = candidates(rope, None)
+    if args.global_spec:
+        m = TemperatureSpec.load(args.global_spec).multiplier
+        specs["best global m (search)"] = TemperatureSpec(multiplier=m, rope=rope)
+    for label, schedule in RULES.items():
+        specs[label] = TemperatureSpec(schedule=schedule, schedule_params={"trained_len": trained}, rope=rope)
+    return specs
+
+
+def entropy_spec(model, tok, args, rope, trained: int, tuning: list, target: str, out: Path) -> TemperatureSpec:
+    """Per-head entropy matching with ``target`` on ``--tune-windows`` windows of the tuning pool."""
+    path = out / "specs" / f"target_{target}.json"
+    if path.is_file():
+        return TemperatureSpec.load(path)
+    ids = corpus.heldout_windows(tok, args.length, n=args.tune_windows, docs=tuning)  # [n, L]
+    t0 = time.perf_counter()
+    spec = tune_entropy(model, ids, trained, "head", rope, progress=True, target=target).spec
+    path.parent.mkdir(parents=True, exist_ok=True)
+    spec.save(path)
+    print(f"matched {target} in {time.perf_counter() - t0:.0f} s", flush=True)
+    return spec
+
+
+def scored(model, tok, name: str, spec: TemperatureSpec, args, ctx: EvalContext, out: Path) -> dict:
+    """Perplexity of ``spec`` on the evaluation windows (cached in ``OUT/results``)."""
+    path = out / "results" / f"{name.replace(' ', '_').replace('/', '_')}.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    t0 = time.perf_counter()
+    with patch(model, spec):
+        res = get_task("perplexity").evaluate(model, tok, args.length, [1.0], ctx)[0]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"spec": spec.to_dict(), "seconds": time.perf_counter() - t0, **res}, default=float))
+    print(f"scored {name}: tail ppl {res['tail_ppl']:.4g} in {time.perf_counter() - t0:.0f} s", flush=True)
+    return json.loads(path.read_text())
+
+
+def table(results: dict[str, dict], args: argparse.Namespace) -> str:
+    task = get_task("perplexity")
+    base = results[BASELINE]
+    lines = [
+        f"| spec (rope {args.rope}, {args.length} tokens, {args.docs} documents) | tail ppl [95%] | "
+        "/ m = 1, paired | / YaRN's m, paired |",
+        "|---|---|---|---|",
+    ]
+    for name, res in results.items():
+        vs_one = "-" if name == BASELINE else task.compare(res, base, "tail_ppl")
+        skip = name in (BASELINE, YARN) or YARN not in results
+        vs_yarn = "-" if skip else task.compare(res, results[YARN], "tail_ppl")
+        lines.append(f"| {name} | {task.describe(res, 'tail_ppl')} | {vs_one} | {vs_yarn} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="smollm2", help="model to load")
+    ap.add_argument("--text", default="../shared/data/gutenberg", help="text: a folder of documents")
+    ap.add_argument("--length", type=int, default=12288, help="the length every spec is scored at")
+    ap.add_argument("--rope", default="yarn", help="RoPE extension to the length")
+    ap.add_argument("--docs", type=int, default=4, help="evaluation windows (one per document)")
+    ap.add_argument("--tune-windows", type=int, default=2, help="tuning-pool windows for entropy matching")
+    ap.add_argument("--targets", default=",".join(TARGETS), help="entropy targets, comma list")
+    ap.add_argument("--global-spec", default=None, help="spec.json of a global tune to include")
+    ap.add_argument("--out", default="runs/smollm2_trust12k", help="output folder (reused by a rerun)")
+    args = ap.parse_args()
+    out = Path(args.out)
+    model, tok = load_model(args.model)
+    trained = introspect.trained_length(model)
+    rope = rope_for(args.rope, args.length, trained)
+    docs = corpus.load_text(args.text)
+    evaluation, tuning = corpus.pool(docs, "evaluation"), corpus.pool(docs, "tuning")
+    ctx = EvalContext(trained, evaluation, n_docs=args.docs, batch_size=1)
+    t_start = time.perf_counter()
+    results = {n: scored(model, tok, n, s, args, ctx, out) for n, s in fixed_specs(args, rope, trained).items()}
+    for target in args.targets.split(","):
+        spec = entropy_spec(model, tok, args, rope, trained, tuning, target, out)
+        results[f"per head, entropy target {target}"] = scored(model, tok, f"target_{target}", spec, args, ctx, out)
+    md = table(results, args)
+    (out / "table.md").write_text(md + "\n")
+    summary = {"args": vars(args), "trained_length": trained, "seconds": time.perf_counter() - t_start,
+               "rows": {n: {"tail_ppl": r["tail_ppl"], "seconds": r.get("seconds")} for n, r in results.items()}}
+    (out / "table.json").write_text(json.dumps(summary, indent=1, default=float))
+    print(md)
+
+
+if __name__ == "__main__":
+    main()
