@@ -2,16 +2,18 @@
 
 Fitted-T recovery on synthetic logits whose labels are drawn at a known T, ECE/MCE before and
 after, agreement with torchmetrics, and the effect of the T^2 factor on the distillation
-gradient.  Run: ``python scripts/calibration_figures.py``.
+gradient.  Run: ``python scripts/calibration_figures.py [--png reliability.png]`` (the PNG: the
+reliability diagram of the T = 2.5 case before and after temperature scaling).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import torch
 
-from attntemp.logits.calibration import calibration_error, calibration_metrics, fit_temperature
+from attntemp.logits.calibration import calibration_error, calibration_metrics, fit_temperature, reliability_diagram
 from attntemp.logits.distill import kd_loss, soft_kl
 
 
@@ -22,9 +24,28 @@ def recovery(g: torch.Generator) -> list[dict]:
         y = torch.multinomial(torch.softmax(z / t_true, -1), 1, generator=g).squeeze(-1)  # [N]
         fit = fit_temperature(z, y)
         before, after = (calibration_metrics(torch.softmax(z / t, -1), y) for t in (1.0, fit.temperature))
-        rows.append({"t_true": t_true, "t_fit": fit.temperature, "rel_err": fit.temperature / t_true - 1,
-                     "before": before.as_dict(), "after": after.as_dict()})
+        rows.append(
+            {
+                "t_true": t_true,
+                "t_fit": fit.temperature,
+                "rel_err": fit.temperature / t_true - 1,
+                "before": before.as_dict(),
+                "after": after.as_dict(),
+            }
+        )
     return rows
+
+
+def reliability_png(path: str, t_true: float = 2.5) -> None:
+    """The reliability diagram of synthetic logits whose labels were drawn at ``t_true``: before and
+    after the fitted temperature."""
+    g = torch.Generator().manual_seed(1)
+    z = 3.0 * torch.randn(20000, 10, generator=g, dtype=torch.float64)  # [N, C]
+    y = torch.multinomial(torch.softmax(z / t_true, -1), 1, generator=g).squeeze(-1)  # [N]
+    t = fit_temperature(z, y).temperature
+    reliability_diagram(
+        torch.softmax(z, -1), y, path, title=f"labels drawn at T = {t_true:g}", after=torch.softmax(z / t, -1)
+    )
 
 
 def torchmetrics_gap() -> float:
@@ -55,11 +76,18 @@ def grad_ratio(g: torch.Generator, with_t2: bool) -> float:
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--png", help="also write the T = 2.5 reliability diagram (before / after) here")
+    args = ap.parse_args()
     torch.set_num_threads(1)
+    if args.png:
+        reliability_png(args.png)
     g = torch.Generator().manual_seed(0)
-    out = {"recovery": recovery(g), "max_abs_diff_vs_torchmetrics": torchmetrics_gap(),
-           "kd_grad_norm_ratio_T1_over_T10": {"with_T2": grad_ratio(g, True),
-                                              "without_T2": grad_ratio(g, False)}}
+    out = {
+        "recovery": recovery(g),
+        "max_abs_diff_vs_torchmetrics": torchmetrics_gap(),
+        "kd_grad_norm_ratio_T1_over_T10": {"with_T2": grad_ratio(g, True), "without_T2": grad_ratio(g, False)},
+    }
     print(json.dumps(out, indent=2))
 
 

@@ -8,6 +8,7 @@ own m: tail-perplexity ratio, 95% bootstrap interval, verdict in words.
 
     python scripts/trust_one_length.py --model smollm2 --text ../shared/data/gutenberg \\
         --length 12288 --rope yarn --docs 4 --global-spec docs/results/smollm2_tune12k_spec.json \\
+        --global-evidence docs/results/smollm2_tune12k_evidence.json \\
         --out runs/smollm2_trust12k          # ~1.5-2 h on 2 CPU cores; resumable
 
 Writes ``OUT/specs/<name>.json``, ``OUT/results/<name>.json`` (per-window values, reused by a
@@ -36,15 +37,35 @@ from attntemp.tune.evidence import BASELINE, YARN, candidates
 RULES = {"rule logn": "logn", "rule sqrt_logn": "sqrt_logn"}  # label-free published laws, untuned
 
 
+GLOBAL = "best global m (search)"
+
+
 def fixed_specs(args: argparse.Namespace, rope: dict | None, trained: int) -> dict[str, TemperatureSpec]:
-    """m = 1, YaRN's m, the best global m of an earlier tune, and the untuned rules."""
+    """m = 1, YaRN's m and the best global m of an earlier tune (``--global-spec``)."""
     specs = candidates(rope, None)
     if args.global_spec:
-        m = TemperatureSpec.load(args.global_spec).multiplier
-        specs["best global m (search)"] = TemperatureSpec(multiplier=m, rope=rope)
-    for label, schedule in RULES.items():
-        specs[label] = TemperatureSpec(schedule=schedule, schedule_params={"trained_len": trained}, rope=rope)
+        specs[GLOBAL] = TemperatureSpec(multiplier=TemperatureSpec.load(args.global_spec).multiplier, rope=rope)
     return specs
+
+
+def rule_specs(rope: dict | None, trained: int) -> dict[str, TemperatureSpec]:
+    return {
+        label: TemperatureSpec(schedule=schedule, schedule_params={"trained_len": trained}, rope=rope)
+        for label, schedule in RULES.items()
+    }
+
+
+def reuse_global(args: argparse.Namespace, out: Path, baseline: dict) -> None:
+    """Take the tuned spec's scores from the earlier tune's evidence (``--global-evidence``) when
+    they were measured on exactly these windows (same digest as this run's m = 1)."""
+    if not args.global_evidence:
+        return
+    tuned = json.loads(Path(args.global_evidence).read_text())["results"]["tuned"]["perplexity"]
+    if tuned["windows_digest"] != baseline["windows_digest"]:
+        raise SystemExit("--global-evidence was scored on other windows; drop it to rescore")
+    path = out / "results" / f"{GLOBAL.replace(' ', '_')}.json"
+    if not path.is_file():
+        path.write_text(json.dumps({"source": args.global_evidence, **tuned}))
 
 
 def entropy_spec(model, tok, args, rope, trained: int, tuning: list, target: str, out: Path) -> TemperatureSpec:
@@ -101,6 +122,7 @@ def main() -> None:
     ap.add_argument("--tune-windows", type=int, default=2, help="tuning-pool windows for entropy matching")
     ap.add_argument("--targets", default=",".join(TARGETS), help="entropy targets, comma list")
     ap.add_argument("--global-spec", default=None, help="spec.json of a global tune to include")
+    ap.add_argument("--global-evidence", default=None, help="its evidence.json, reused if on the same windows")
     ap.add_argument("--out", default="runs/smollm2_trust12k", help="output folder (reused by a rerun)")
     args = ap.parse_args()
     out = Path(args.out)
@@ -111,16 +133,31 @@ def main() -> None:
     evaluation, tuning = corpus.pool(docs, "evaluation"), corpus.pool(docs, "tuning")
     ctx = EvalContext(trained, evaluation, n_docs=args.docs, batch_size=1)
     t_start = time.perf_counter()
-    results = {n: scored(model, tok, n, s, args, ctx, out) for n, s in fixed_specs(args, rope, trained).items()}
-    for target in args.targets.split(","):
+    results: dict[str, dict] = {}
+    baseline = scored(model, tok, BASELINE, TemperatureSpec(rope=rope), args, ctx, out)
+    reuse_global(args, out, baseline)
+    for name, spec in fixed_specs(args, rope, trained).items():
+        results[name] = scored(model, tok, name, spec, args, ctx, out)
+    for name, spec in rule_specs(rope, trained).items():  # untuned rules first: scoring only
+        results[name] = scored(model, tok, name, spec, args, ctx, out)
+        write(results, args, out, time.perf_counter() - t_start)
+    for target in filter(None, args.targets.split(",")):  # the table is rewritten after each row
         spec = entropy_spec(model, tok, args, rope, trained, tuning, target, out)
         results[f"per head, entropy target {target}"] = scored(model, tok, f"target_{target}", spec, args, ctx, out)
+        write(results, args, out, time.perf_counter() - t_start)
+    print(write(results, args, out, time.perf_counter() - t_start))
+
+
+def write(results: dict[str, dict], args: argparse.Namespace, out: Path, seconds: float) -> str:
     md = table(results, args)
     (out / "table.md").write_text(md + "\n")
-    summary = {"args": vars(args), "trained_length": trained, "seconds": time.perf_counter() - t_start,
-               "rows": {n: {"tail_ppl": r["tail_ppl"], "seconds": r.get("seconds")} for n, r in results.items()}}
+    rows = {
+        n: {"tail_ppl": r["tail_ppl"], "seconds": r.get("seconds"), "source": r.get("source")}
+        for n, r in results.items()
+    }
+    summary = {"args": vars(args), "seconds": seconds, "rows": rows}
     (out / "table.json").write_text(json.dumps(summary, indent=1, default=float))
-    print(md)
+    return md
 
 
 if __name__ == "__main__":

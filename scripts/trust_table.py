@@ -39,12 +39,16 @@ METHODS = {  # folder: (label, TuneConfig fields)
         {"method": "gradient", "granularity": "head", "steps": 60, "schedule": "log_length_slope", "lengths": "half"},
     ),
     **{
-        f"target_{t}": (f"per head, entropy target {t}",
-                        {"method": "search", "granularity": "head", "objective": "entropy", "target": t})
+        f"target_{t}": (
+            f"per head, entropy target {t}",
+            {"method": "search", "granularity": "head", "objective": "entropy", "target": t},
+        )
         for t in ("entropy", "norm_entropy", "entropy_growth", "max_weight")
     },
 }
 
+
+TRAINED = 256  # the tiny model's trained length L0
 
 RULES = {  # label-free published laws, applied as they are (no tuning): label: schedule
     "Qwen log-n, m = ln n / ln L0 (no tuning)": "logn",
@@ -55,8 +59,9 @@ RULES = {  # label-free published laws, applied as they are (no tuning): label: 
 def _rule(model, tok, rope: str, schedule: str, args: argparse.Namespace) -> dict:
     """A fixed schedule scored like a tuned spec: at the length and the held-out lengths."""
     trained = 256
-    spec = TemperatureSpec(schedule=schedule, schedule_params={"trained_len": trained},
-                           rope=rope_for(rope, args.length, trained))
+    spec = TemperatureSpec(
+        schedule=schedule, schedule_params={"trained_len": trained}, rope=rope_for(rope, args.length, trained)
+    )
     ctx = EvalContext(trained, corpus.pool(corpus.load_text("stdlib"), "evaluation"), n_docs=args.docs)
     scored = {}
     for n in (args.length, *args.checks):
@@ -93,9 +98,16 @@ def run(args: argparse.Namespace) -> tuple[str, list[dict]]:
             if done.is_file():
                 rows.append({"rope": rope, "method": label, "seconds": None, "evidence": _load(done)})
                 continue
-            cfg = TuneConfig(out=str(out / rope / folder), length=args.length,
-                             rope=rope, tasks=("perplexity",), n_docs=args.docs, check_lengths=tuple(args.checks),
-                             progress=False, **kw)
+            cfg = TuneConfig(
+                out=str(out / rope / folder),
+                length=args.length,
+                rope=rope,
+                tasks=("perplexity",),
+                n_docs=args.docs,
+                check_lengths=tuple(args.checks),
+                progress=False,
+                **kw,
+            )
             t0 = time.perf_counter()
             ev = run_tune(cfg, model, tok)
             rows.append({"rope": rope, "method": label, "seconds": time.perf_counter() - t0, "evidence": ev})
@@ -138,40 +150,52 @@ def _ratio(scored: dict, name: str) -> tuple[float, float, float] | None:
     return None if ci is None else (ci.value, ci.low, ci.high)
 
 
+LENGTH_MARKS = (("#B7A6D3", "o"), ("#7B5EA7", "s"), ("#3B1F66", "^"))  # light to dark: short to long
+
+
+def _length_label(n: int, args: argparse.Namespace) -> str:
+    scale = "trained length" if n == TRAINED else f"{n / TRAINED:g}x"
+    return f"{n} tokens ({scale}" + (", tuned here)" if n == args.length else ")")
+
+
+def _forest(ax, mine: list[dict], lengths: list[int], args: argparse.Namespace) -> None:
+    """One RoPE's panel: per spec (a row) and length (a marker), the paired ratio and its interval."""
+    for j, n in enumerate(lengths):
+        colour, marker = LENGTH_MARKS[j % len(LENGTH_MARKS)]
+        for i, r in enumerate(mine):
+            ev = r["evidence"]
+            got = _ratio(ev if n == args.length else ev["checks"][n], TUNED)
+            if got is not None:
+                v, lo, hi = got
+                ax.errorbar(v, i + (j - 1) * 0.24, xerr=[[v - lo], [hi - v]], fmt=marker, ms=4, capsize=2,
+                            color=colour, label=_length_label(n, args) if i == 0 else None)
+    ax.set_yticks(range(len(mine)), [r["method"].replace(", gradient at L/2 and L", "") for r in mine], fontsize=7)
+
+
 def plot(rows: list[dict], args: argparse.Namespace, path: Path) -> Path:
     """A forest plot: each spec's paired tail-perplexity ratio to m = 1 with its 95% interval, one
-    panel per RoPE, one colour per length (the tuning length and the held-out ones)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
+    panel per RoPE (titled in its palette colour), one marker per length, shortest to longest."""
     import matplotlib.pyplot as plt
 
-    lengths = [args.length, *args.checks]
+    from attntemp.analysis import style
+
+    lengths = sorted([args.length, *args.checks])
     ropes = list(dict.fromkeys(r["rope"] for r in rows))
-    fig, axes = plt.subplots(1, len(ropes), figsize=(7 * len(ropes), 0.45 * len(rows) / len(ropes) + 1.6),
-                             squeeze=False, sharey=True)
+    height = 0.42 * max(sum(r["rope"] == rope for r in rows) for rope in ropes) + 1.8
+    fig, axes = plt.subplots(1, len(ropes), figsize=(6 * len(ropes) + 2.5, height), squeeze=False, sharey=True,
+                             layout="constrained")
     for ax, rope in zip(axes[0], ropes, strict=True):
-        mine = [r for r in rows if r["rope"] == rope]
-        labels = [r["method"].replace(", gradient at L/2 and L", "") for r in mine]
-        for j, n in enumerate(lengths):
-            for i, r in enumerate(mine):
-                ev = r["evidence"]
-                got = _ratio(ev if n == args.length else ev["checks"][n], TUNED)
-                if got is not None:
-                    v, lo, hi = got
-                    ax.errorbar(v, i + (j - 1) * 0.22, xerr=[[v - lo], [hi - v]], fmt="o", ms=3, capsize=2,
-                                color=f"C{j}", label=f"{n} tokens" + (" (tuned here)" if n == args.length else "")
-                                if i == 0 else None)
-        ax.axvline(1.0, color="k", lw=0.8)
-        ax.set_yticks(range(len(mine)), labels, fontsize=7)
+        _forest(ax, [r for r in rows if r["rope"] == rope], lengths, args)
+        ax.axvline(1.0, **style.NULL, label="m = 1 (no change)" if rope == ropes[0] else None)
         ax.set_xlabel("tail perplexity / m = 1 (paired, 95% interval); < 1 is better")
-        ax.set_title(f"rope {rope}", fontsize=9)
-        ax.legend(fontsize=7, loc="lower right")
+        ax.xaxis.set_major_formatter(style.plain)
+        ax.set_title(f"rope {rope}", fontsize=10, color=style.rope_color(rope))
     axes[0][0].invert_yaxis()  # the table's order, top down (the panels share the axis)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    fig.legend(*axes[0][0].get_legend_handles_labels(), loc="outside lower center", ncol=len(lengths) + 1,
+               fontsize=8, frameon=False)
+    fig.suptitle(f"tuned at {args.length} tokens on the tuning pool, scored on {args.docs} evaluation documents "
+                 "at each length", fontsize=9)
+    return style.save(fig, path)
 
 
 def main() -> None:
@@ -186,8 +210,16 @@ def main() -> None:
     out = Path(args.out)
     (out / "table.md").write_text(md + "\n")
     plot(rows, args, out / "trust.png")
-    (out / "table.json").write_text(json.dumps([{k: v for k, v in r.items() if k != "evidence"} | {
-        "spec": r["evidence"]["spec"], "checks": list(r["evidence"]["checks"])} for r in rows], indent=1))
+    (out / "table.json").write_text(
+        json.dumps(
+            [
+                {k: v for k, v in r.items() if k != "evidence"}
+                | {"spec": r["evidence"]["spec"], "checks": list(r["evidence"]["checks"])}
+                for r in rows
+            ],
+            indent=1,
+        )
+    )
     print(md)
 
 

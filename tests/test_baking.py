@@ -133,7 +133,7 @@ def test_existing_output_folder_needs_overwrite(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     (out / "old.txt").write_text("x")
-    with pytest.raises(ValueError, match=r"exists and is not empty; pass overwrite=True"):
+    with pytest.raises(ValueError, match=r"already holds results \(old.txt\); pass overwrite=True"):
         B.save_baked(model("llama"), None, TemperatureSpec(multiplier=1.5), out)
     B.save_baked(model("llama"), None, TemperatureSpec(multiplier=1.5), out, overwrite=True)
     assert not (out / "old.txt").exists() and (out / B.SPEC_FILE).is_file()
@@ -150,3 +150,123 @@ def test_bake_refuses_a_second_bake_a_patched_model_and_non_fp32(tmp_path):
             B.bake(other, TemperatureSpec(multiplier=1.5))
     with pytest.raises(ValueError, match=r"\['torch.bfloat16'\] parameters.*float32"):
         B.save_baked(model("llama").to(torch.bfloat16), None, TemperatureSpec(), tmp_path / "bf16")
+
+
+# ----------------------------------------------------------------------------- hostile input (issue 15)
+def _dead_pid() -> int:
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+KILL_BETWEEN_RENAMES = """
+import os, signal, sys
+import torch
+sys.path.insert(0, {tests!r})
+from tiny_configs import model
+import attntemp.ship.bake as B
+from attntemp.ops.spec import TemperatureSpec
+out = {out!r}
+B.save_baked(model("llama"), None, TemperatureSpec(multiplier=1.5), out)
+real = os.rename
+def rename(a, b):
+    real(a, b)
+    if ".old-" in str(b):  # the old checkpoint moved aside, the new one not yet in place
+        os.kill(os.getpid(), signal.SIGKILL)
+os.rename = rename
+B.save_baked(model("llama"), None, TemperatureSpec(multiplier=2.0), out, overwrite=True)
+"""
+
+
+@pytest.mark.slow  # 14 s: a subprocess killed with SIGKILL; the fast test below covers the same recovery
+def test_a_bake_killed_between_its_renames_is_recovered_by_the_next(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = tmp_path / "baked"
+    code = KILL_BETWEEN_RENAMES.format(tests=str(Path(__file__).parent), out=str(out))
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == -9
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert "baked" not in left and any(n.startswith(".baked.old-") for n in left)
+    assert any(n.startswith(".baked.tmp-") for n in left)
+    B.save_baked(model("llama"), None, TemperatureSpec(multiplier=1.2), tmp_path / "other")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["baked", "other"]
+    record = json.loads((out / B.SPEC_FILE).read_text())
+    assert record["spec"]["multiplier"] == 1.5  # the old checkpoint, whole
+
+
+def test_stale_staging_folders_are_cleaned_and_live_ones_kept(tmp_path):
+    import os
+
+    dead, live = _dead_pid(), os.getppid()
+    for name in (f".x.tmp-{dead}-aaaa", f".x.old-{dead}-bbbb", f".y.tmp-{live}-cccc"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "x").mkdir()  # x is in place: its orphaned .old is removed, not restored
+    (tmp_path / f".w.old-{dead}-dddd").mkdir()  # w is missing: a kill between the renames; restored
+    (tmp_path / f".w.old-{dead}-dddd" / B.SPEC_FILE).write_text("{}")
+    B.save_baked(model("llama"), None, TemperatureSpec(multiplier=1.2), tmp_path / "z")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f".y.tmp-{live}-cccc", "w", "x", "z"]
+    assert (tmp_path / "w" / B.SPEC_FILE).read_text() == "{}"
+
+
+def test_baking_a_baked_folder_is_refused_naming_its_record(tmp_path):
+    baked = tmp_path / "baked"
+    B.save_baked(model("llama"), None, TemperatureSpec(multiplier=1.5), baked)
+    spec = tmp_path / "s.json"
+    TemperatureSpec(multiplier=1.5).save(spec)
+    cfg = B.BakeConfig(model=str(baked), spec=str(spec), out=str(tmp_path / "again"))
+    with pytest.raises(ValueError, match=r"already baked \(.*attntemp_spec.json"):
+        B.run_bake(cfg)
+    again = reload(baked)
+    with pytest.raises(ValueError, match="already baked"):
+        B.bake(again, TemperatureSpec(multiplier=1.5))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["baked", "s.json"]
+
+
+@pytest.mark.parametrize("key", ["lm_head.weight", "model.layers.0.self_attn.q_proj.weight"])
+def test_a_checkpoint_missing_weights_is_refused_not_baked_with_random_ones(tmp_path, key):
+    from safetensors.torch import load_file, save_file
+
+    src = tmp_path / "src"
+    model("llama").save_pretrained(src)
+    weights = load_file(src / "model.safetensors")
+    assert key in weights
+    weights.pop(key)
+    save_file(weights, src / "model.safetensors", metadata={"format": "pt"})
+    spec = tmp_path / "s.json"
+    TemperatureSpec(multiplier=1.5).save(spec)
+    cfg = B.BakeConfig(model=str(src), spec=str(spec), out=str(tmp_path / "out"))
+    with pytest.raises(ValueError, match=f"lacks 1 weight.*{key}"):
+        B.run_bake(cfg)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("mask, folder, file", [(0o022, 0o755, 0o644), (0o077, 0o700, 0o600), (0o002, 0o775, 0o664)])
+def test_baked_files_follow_the_umask(tmp_path, mask, folder, file):
+    import os
+    import stat
+
+    old = os.umask(mask)
+    try:
+        out = B.save_baked(model("llama"), None, TemperatureSpec(multiplier=1.5), tmp_path / "out").path
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(out.stat().st_mode) == folder
+    modes = {stat.S_IMODE(p.stat().st_mode) for p in out.iterdir()}
+    assert modes == {file}, modes
+
+
+def test_out_that_is_the_current_folder_or_holds_the_spec_is_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    spec = tmp_path / "sub" / "s.json"
+    TemperatureSpec(multiplier=1.5).save(spec)
+    for out, match in ((".", "current folder"), ("sub/..", "current folder"), ("sub", "holds the spec file")):
+        cfg = B.BakeConfig(spec=str(spec), out=out, overwrite=True)
+        with pytest.raises(ValueError, match=match):
+            B.run_bake(cfg)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sub"] and spec.is_file()

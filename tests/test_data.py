@@ -178,3 +178,33 @@ def test_a_users_text_is_held_out_whole_and_pools_are_disjoint_halves(tmp_path, 
     assert 0.3 < len(ev) / len(held) < 0.7
     with pytest.raises(ValueError, match="Did you mean 'tuning'"):
         corpus.pool(held, "tunning")
+
+
+def test_a_users_file_is_cut_into_consecutive_windows(tmp_path):
+    """One file longer than the window gives as many windows as it holds (round-robin across
+    documents, each the next stretch of tokens); a folder of enough documents still gives the
+    start of each, as before."""
+    import torch
+
+    tok = ByteTokenizer()
+    text = "".join(f"line {i}: the quick brown fox\n" for i in range(300))  # ~8.7k bytes = tokens
+    (tmp_path / "mine.txt").write_text(text)
+    docs = corpus.load_text(str(tmp_path / "mine.txt"))
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    w = corpus.heldout_windows(tok, 512, n=4, docs=docs)  # [4, 512]
+    assert w.shape == (4, 512)
+    assert torch.equal(w, torch.tensor([ids[i * 512 : (i + 1) * 512] for i in range(4)]))
+    (tmp_path / "b.txt").write_text(text[:1200])  # one window only
+    two = corpus.load_text(str(tmp_path))
+    w = corpus.heldout_windows(tok, 512, n=3, docs=two)  # b's window, mine's first, mine's second
+    b_ids = tok(text[:1200], add_special_tokens=False)["input_ids"]
+    assert torch.equal(w, torch.tensor([b_ids[:512], ids[:512], ids[512:1024]]))
+
+
+def test_a_text_too_short_says_how_long_it_is_and_must_be(tmp_path):
+    tok = ByteTokenizer()
+    (tmp_path / "short.txt").write_text("x" * 1500)
+    docs = corpus.load_text(str(tmp_path / "short.txt"))
+    want = r"^n=4 windows of 512 tokens .* 1500 tokens in all, which give 2; it needs 2048"
+    with pytest.raises(ValueError, match=want):
+        corpus.heldout_windows(tok, 512, n=4, docs=docs)

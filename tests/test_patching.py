@@ -219,3 +219,41 @@ def test_flash_attention_is_refused_with_the_way_out():
     m.config._attn_implementation = "flash_attention_2"  # as loaded with flash-attn on a GPU
     with pytest.raises(ValueError, match=r"implementation='flash_attention_2'.*load with attn_implementation='sdpa'"):
         P.apply(m, TemperatureSpec(multiplier=1.2))
+
+
+# ----------------------------------------------------------------------------- exact restore (issue 15)
+def _rope_state(m):
+    from attntemp.hf.rope_scaling import is_extended
+
+    return dict(m.config.rope_parameters), m.config.max_position_embeddings, is_extended(m)
+
+
+@pytest.mark.parametrize("extend_first", [False, True])
+def test_restore_puts_back_exactly_the_state_found_at_entry(extend_first):
+    """A RoPE extension the user made before patch survives it; one made by the spec, or inside
+    the block, is undone; the same on error and after a failed apply (logits equal bit for bit)."""
+    from attntemp.hf.rope_scaling import extend_context, restore_rope
+
+    m = model("llama")
+    x = torch.randint(1, 97, (1, 80), generator=torch.Generator().manual_seed(3))  # past L0 = 64
+    if extend_first:
+        extend_context(m, "yarn", 2.0)
+    entry, state = logits(m, x), _rope_state(m)
+    with P.patch(m, TemperatureSpec(multiplier=1.2)):
+        pass
+    assert torch.equal(logits(m, x), entry) and _rope_state(m) == state
+    with pytest.raises(RuntimeError, match="boom"), P.patch(m, TemperatureSpec(multiplier=1.2)):
+        if extend_first:
+            restore_rope(m)  # changed inside the block: put back on exit
+        else:
+            extend_context(m, "linear", 2.0)
+        raise RuntimeError("boom")
+    assert torch.equal(logits(m, x), entry) and _rope_state(m) == state
+    roped = TemperatureSpec(multiplier=1.2, rope={"rope_type": "yarn", "factor": 4.0})
+    if extend_first:  # a spec with its own RoPE on an extended model: refused, the extension kept
+        with pytest.raises(ValueError, match="already extended"):
+            P.apply(m, roped)
+    else:
+        with P.patch(m, roped):
+            assert not torch.equal(logits(m, x), entry)
+    assert torch.equal(logits(m, x), entry) and _rope_state(m) == state and not P.is_patched(m)

@@ -84,3 +84,95 @@ def test_kill_9_then_resume_loses_nothing_and_counts_nothing_twice(tmp_path):
     keys = [(r["length"], r["rope"], r["multiplier"]) for r in rows]
     assert len(rows) == 20 and len(set(keys)) == 20
     assert len(store.db.execute("SELECT * FROM runs").fetchall()) == 2
+
+
+# ----------------------------------------------------------------------------- hostile input (issue 15)
+def _small(tmp_path, **kw):
+    base = dict(out=str(tmp_path / "sw"), lengths=(64,), rope=("none",), multipliers=(1.0,), n_docs=1,
+                progress=False)
+    return SweepConfig(**{**base, **kw})
+
+
+def test_a_resume_with_other_settings_is_refused_naming_them(tiny, tmp_path):
+    model, tok = tiny
+    run_sweep(_small(tmp_path), model, tok).close()
+    for change, named in (({"n_docs": 2}, "n_docs=1"), ({"seed": 3}, "seed=0"), ({"trials": 7}, "trials=50"),
+                          ({"trained_length": 128}, "trained_length=256"),
+                          ({"text": "gutenberg:melville-moby_dick"}, "text='stdlib'")):
+        with pytest.raises(ValueError, match=f"holds points made with {named}; this run has"):
+            run_sweep(_small(tmp_path, **change), model, tok)
+    store = run_sweep(_small(tmp_path, multipliers=(1.0, 1.1)), model, tok)  # same settings: resumes
+    assert len(store.rows()) == 2
+    store.close()
+
+
+def test_multipliers_that_share_a_key_are_refused(tiny, tmp_path):
+    with pytest.raises(ValueError, match=r"multipliers\[1\]=1.0000002 and 1.0000001 are the same to 6"):
+        _small(tmp_path, multipliers=(1.0000001, 1.0000002))
+    model, tok = tiny
+    run_sweep(_small(tmp_path), model, tok).close()
+    with pytest.raises(ValueError, match=r"multipliers\[0\]=1.0000001 shares its sweep.db key '1' with the stored"):
+        run_sweep(_small(tmp_path, multipliers=(1.0000001,)), model, tok)
+
+
+def test_a_second_sweep_on_the_same_folder_is_refused_while_the_first_runs(tiny, tmp_path):
+    """The lock another process holds (as a running sweep does) refuses this one, naming its pid;
+    released (here: the holder killed), the folder is free again."""
+    from attntemp.evaluate.sweep import LOCK_FILE
+
+    out = tmp_path / "sw"
+    out.mkdir()
+    model, tok = tiny
+    hold = (f"import fcntl, os, time; f = open({str(out / LOCK_FILE)!r}, 'a+'); fcntl.flock(f, fcntl.LOCK_EX);"
+            "f.truncate(0); f.write(str(os.getpid())); f.flush(); print('held', flush=True); time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", hold], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        with pytest.raises(ValueError, match=rf"is in use by another sweep \(pid {proc.pid}\); wait for it"):
+            run_sweep(_small(tmp_path), model, tok)
+        assert sorted(p.name for p in out.iterdir()) == [LOCK_FILE]  # nothing computed or written
+    finally:
+        proc.kill()
+        proc.wait()
+    run_sweep(_small(tmp_path), model, tok).close()  # the kernel dropped the lock with its holder
+
+
+def test_a_failed_sweep_leaves_no_empty_database_or_folder(tiny, tmp_path, monkeypatch):
+    import attntemp.evaluate.sweep as S
+
+    model, tok = tiny
+
+    def broken(*a, **k):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(S, "get_task", broken)
+    with pytest.raises(RuntimeError, match="boom"):
+        run_sweep(_small(tmp_path, out=str(tmp_path / "a" / "b")), model, tok)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_old_database_still_opens_and_resumes(tiny, tmp_path):
+    """A sweep.db from before settings were recorded: its first run's config stands in for them."""
+    import json
+
+    out = tmp_path / "sw"
+    out.mkdir()
+    db = sqlite3.connect(out / "sweep.db")
+    db.executescript("""
+        CREATE TABLE points (model TEXT, length INTEGER, rope TEXT, mkey TEXT, multiplier REAL, task TEXT,
+            metrics TEXT, seconds REAL, batched INTEGER, created REAL, PRIMARY KEY (model, length, rope, mkey, task));
+        CREATE TABLE runs (started REAL, config TEXT);""")
+    metrics = json.dumps({"tail_ppl": 5.0, "ppl": 5.0, "tail_start": 48})
+    db.execute("INSERT INTO points VALUES ('tiny', 64, 'none', '1', 1.0, 'perplexity', ?, 1.0, 1, 0)", (metrics,))
+    db.execute("INSERT INTO runs VALUES (0, ?)", (json.dumps({"model": "tiny", "text": "stdlib", "n_docs": 1}),))
+    db.commit()
+    db.close()
+    reader = Store(out / "sweep.db", readonly=True)
+    assert len(reader.rows()) == 1
+    reader.close()
+    model, tok = tiny
+    with pytest.raises(ValueError, match="n_docs=1; this run has n_docs=2"):
+        run_sweep(_small(tmp_path, n_docs=2), model, tok)
+    store = run_sweep(_small(tmp_path, multipliers=(1.0, 1.2)), model, tok)
+    assert [r["multiplier"] for r in store.rows()] == [1.0, 1.2] and store.rows()[0]["metrics"]["ppl"] == 5.0
+    store.close()

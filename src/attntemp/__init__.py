@@ -25,6 +25,7 @@ from .utils.version import VERSION
 EXPORTS = {
     "AttentionStats": "analysis.measure",
     "measure": "analysis.measure",
+    "monitor": "analysis.monitor",
     "learnable": "hf.learnable",
     "load_model": "hf.loading",
     "apply": "hf.patch",
@@ -43,6 +44,7 @@ EXPORTS = {
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ imports these
     from .analysis.measure import AttentionStats, measure
+    from .analysis.monitor import monitor
     from .hf.learnable import learnable
     from .hf.loading import load_model
     from .hf.patch import apply, patch, restore
@@ -135,6 +137,7 @@ __all__ = [
     "learnable",
     "load_model",
     "measure",
+    "monitor",
     "patch",
     "restore",
     "restore_rope",

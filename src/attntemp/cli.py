@@ -3,30 +3,49 @@
 Every sub-command module defines ``register(subparsers)``, which adds its parser and sets
 ``func(args) -> int``. Only the module of the command being run is imported (``attntemp --help``
 and ``--version`` import none, so they answer without loading torch); :data:`SUMMARIES` holds
-the one-line help of each command for the top-level listing. A ``ValueError`` (bad input, named
-by field and value) becomes one line on stderr and exit code 2, never a traceback.
+the one-line help of each command for the top-level listing. Bad input (a ``ValueError`` named
+by field and value, an ``OSError``, a damaged database: :func:`_bad_input`) becomes one line on
+stderr naming the flag (open progress bars ended first) and exit code 2, never a traceback; see
+``docs/errors.md``.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 from collections.abc import Sequence
 
 # Sub-command modules under attntemp.commands, in the order `attntemp --help` lists them.
-COMMANDS = ("demo", "tables", "measure", "sweep", "tune", "report", "bake", "export", "calibrate")
+COMMANDS = (
+    "demo",
+    "tables",
+    "measure",
+    "generate",
+    "sweep",
+    "tune",
+    "eval",
+    "report",
+    "bake",
+    "export",
+    "verify",
+    "calibrate",
+)
 DEFAULT_COMMAND = "demo"
 # The top-level listing, without importing the commands (each module's own help says more).
 SUMMARIES = {
     "demo": "the whole story on one model, as report.html (the default command)",
     "tables": "print the YaRN and temperature tables",
     "measure": "entropy, sink and recency of attention per layer/head/position",
+    "generate": "generate text; --monitor watches attention per token against the trained length",
     "sweep": "sweep multipliers x lengths x RoPE methods x tasks (resumable)",
     "tune": "tune m = 1/T (global search, entropy matching or gradient)",
+    "eval": "lm-eval tasks without and with a spec, in one paired table (needs [eval])",
     "report": "report.md and report.html from sweep.db and evidence in DIR",
     "bake": "write a checkpoint with the temperature in its weights (plain to serve)",
     "export": "print an engine's settings for a spec (rope_parameters or flags)",
+    "verify": "run llama.cpp or vLLM with the shipped settings and compare with attntemp",
     "calibrate": "fit a temperature on held-out logits (Guo et al. 2017)",
 }
 
@@ -51,17 +70,80 @@ def build_parser(only: Sequence[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _bad_input(exc: BaseException) -> bool:
+    """What bad input raises: ValueError (named by field and value), OSError (a file or folder),
+    KeyError, MemoryError (a size no check foresaw), sqlite3's errors (a damaged database)."""
+    sqlite3 = sys.modules.get("sqlite3")
+    db_error = sqlite3 is not None and isinstance(exc, sqlite3.Error)
+    return db_error or isinstance(exc, (ValueError, OSError, KeyError, MemoryError))
+
+
+def _end_progress_bars() -> None:
+    """Close the progress bars still open (tqdm), so the error starts a line of its own."""
+    tqdm = sys.modules.get("tqdm")
+    for bar in list(getattr(getattr(tqdm, "tqdm", None), "_instances", ())):
+        bar.close()
+    sys.stderr.flush()
+
+
+def _commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The sub-command parsers by name."""
+    subs = getattr(parser, "_subparsers", None)
+    return dict(getattr(subs._group_actions[0], "choices", {})) if subs is not None else {}
+
+
+def _one_line_errors(parser: argparse.ArgumentParser) -> None:
+    """argparse's own errors (a missing value, an unknown flag) as one line, without the usage."""
+
+    def fail_for(p: argparse.ArgumentParser):
+        def fail(message: str):
+            p.exit(2, f"{p.prog}: error: {' '.join(message.split())}\n")
+
+        return fail
+
+    for p in (parser, *_commands(parser).values()):
+        p.error = fail_for(p)  # type: ignore[method-assign]
+
+
+def _flags(parser: argparse.ArgumentParser, command: str) -> list[tuple[str, str, bool]]:
+    """``(dest, flag, is_switch)`` of the command's options, longest dest first."""
+    sub = _commands(parser).get(command)
+    found = []
+    for action in getattr(sub, "_actions", ()):
+        longs = [o for o in action.option_strings if o.startswith("--")]
+        if longs and action.dest not in ("help", "version"):
+            found.append((action.dest, longs[0], isinstance(action, argparse._StoreTrueAction)))
+    return sorted(found, key=lambda f: -len(f[0]))
+
+
+def _flagged(message: str, parser: argparse.ArgumentParser, command: str) -> str:
+    """The message on one line, each Python argument named as its flag: ``overwrite=True`` ->
+    ``--overwrite``, ``n_docs=0`` -> ``--docs=0``, ``lengths[0]=5`` -> ``--lengths[0]=5``."""
+    text = " ".join(message.split())
+    for dest, flag, switch in _flags(parser, command):
+        if switch:
+            text = re.sub(rf"(?<![\w.\-]){re.escape(dest)}=True\b", flag, text)
+        text = re.sub(rf"(?<![\w.\-\[]){re.escape(dest)}(?=[=\[])", flag, text)
+    return text
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
         argv = [DEFAULT_COMMAND, *argv]
     parser = build_parser(only=argv[:1])
+    _one_line_errors(parser)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (ValueError, FileNotFoundError, KeyError) as exc:
+    except Exception as exc:
+        if not _bad_input(exc):
+            raise  # a bug: the traceback is what a report needs
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        print(f"attntemp {args.command}: error: {msg}", file=sys.stderr)
+        if isinstance(exc, MemoryError):
+            msg = f"out of memory ({exc or 'MemoryError'}); use smaller sizes"
+        _end_progress_bars()
+        print(f"attntemp {args.command}: error: {_flagged(str(msg), parser, args.command)}", file=sys.stderr)
         return 2
 
 

@@ -52,7 +52,7 @@ def test_bake_into_a_non_empty_folder_is_one_error_line(model_dir, tmp_path, cap
     spec = write_spec(tmp_path / "s.json", TemperatureSpec(multiplier=1.2))
     assert main(["bake", "--model", str(model_dir), "--spec", spec, "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"attntemp bake: error: out_dir={str(out)!r} exists")
+    assert len(err) == 1 and err[0].startswith(f"attntemp bake: error: --out={str(out)!r} already holds")
     assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
 
 

@@ -95,4 +95,4 @@ def test_bad_bins_and_out(tmp_path, capsys):
     blocker = tmp_path / "a_file"
     blocker.write_text("x")
     assert main(["calibrate", "--logits", str(path), "--out", str(blocker)]) == 2
-    assert "not a folder" in capsys.readouterr().err
+    assert "exists and is a file; expected a folder" in capsys.readouterr().err

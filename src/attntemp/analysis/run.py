@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..evaluate.corpus import heldout_windows, load_text
+from ..hf import preflight
 from ..hf.loading import ModelOptions, load_model
 from ..ops.attention_stats import STATS
 from ..ops.spec import TemperatureSpec
-from ..utils import checks
+from ..utils import checks, outputs
 from ..utils.options import option
 from . import plots
 from .measure import AttentionStats, measure
@@ -32,10 +32,31 @@ class MeasureConfig(ModelOptions):
     buckets: int = option(16, "query-position buckets")
     sink_tokens: int = option(4, "the first keys counted as the attention sink")
     recent_tokens: int = option(64, "the last keys counted as recent")
+    overwrite: bool = option(False, "replace the results already in --out")
 
     def __post_init__(self) -> None:
         for name in ("length", "n_docs", "buckets", "sink_tokens", "recent_tokens"):
             checks.positive_int(name, getattr(self, name))
+        for name in ("buckets", "sink_tokens", "recent_tokens"):
+            checks.at_most(name, getattr(self, name), self.length, f"length={self.length} tokens has no more")
+
+
+RESULTS = ("stats.json", "summary.md", "entropy_heatmap.png", "entropy_by_position.png", "sink_recency.png")
+
+
+def preflight_measure(cfg: MeasureConfig) -> TemperatureSpec | None:
+    """Before the model loads: ``out`` (writable, no results unless ``overwrite``), the spec
+    against the model's config, the forward within the memory available; returns the spec."""
+    outputs.check_out(cfg.out, RESULTS, cfg.overwrite)
+    spec = TemperatureSpec.load(cfg.spec) if cfg.spec else None
+    config = preflight.source_config(cfg.model)
+    if spec is not None and config is not None:
+        try:
+            spec.check_model(config.get("num_hidden_layers") or 0, config.get("num_attention_heads") or 0)
+        except ValueError as exc:
+            raise ValueError(f"spec={cfg.spec!r}: {exc}") from None
+    preflight.check_forward("length", cfg.length, config, cfg.n_docs, cfg.length)
+    return spec
 
 
 def summary_table(stats: AttentionStats) -> str:
@@ -51,21 +72,21 @@ def summary_table(stats: AttentionStats) -> str:
 
 
 def run_measure(cfg: MeasureConfig) -> dict[str, Any]:
-    """Measure, write the outputs under ``cfg.out``; returns a summary (and the markdown table)."""
-    spec = TemperatureSpec.load(cfg.spec) if cfg.spec else None
+    """Measure, write the outputs under ``cfg.out``; returns a summary (and the markdown table).
+    Everything is checked before the model loads (:func:`preflight_measure`)."""
+    spec = preflight_measure(cfg)
     docs = load_text(cfg.text)
-    model, tok = load_model(cfg.model)
+    model, tok = load_model(cfg.model, **cfg.load_args())
     ids = heldout_windows(tok, cfg.length, n=cfg.n_docs, docs=docs)
     stats = measure(
         model, ids, spec, n_buckets=cfg.buckets, sink_tokens=cfg.sink_tokens, recent_tokens=cfg.recent_tokens
     )
     stats.meta.update(model=cfg.model, text=cfg.text)
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stats.save(out / "stats.json")
-    pngs = plots.save_all(stats, out)
-    table = summary_table(stats)
-    (out / "summary.md").write_text(f"# attention statistics: {cfg.model}, L={cfg.length}\n\n{table}\n")
+    with outputs.output_folder(cfg.out) as out:  # a failed write leaves no empty folder
+        stats.save(out / "stats.json")
+        pngs = plots.save_all(stats, out)
+        table = summary_table(stats)
+        (out / "summary.md").write_text(f"# attention statistics: {cfg.model}, L={cfg.length}\n\n{table}\n")
     return {
         "out": str(out),
         "plots": [p.name for p in pngs],

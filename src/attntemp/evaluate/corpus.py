@@ -233,12 +233,43 @@ def heldout_windows(
     min_tokens: int | None = None,
     docs: Sequence[Document] | None = None,
 ) -> torch.Tensor:
-    """``[n, length]`` token ids: the start of each selected held-out document (see module doc)."""
+    """``[n, length]`` token ids: the start of each held-out document with at least ``min_tokens``
+    (default ``length``) tokens, in name order; when there are fewer such documents than ``n`` (a
+    user's own file or a few books), the documents are cut further into consecutive windows, taken
+    round-robin (every document's second window, then its third, ...). A text too short for ``n``
+    windows raises a ValueError saying how long it is and how long it must be."""
     length = checks.positive_int("length", length)
+    n = checks.positive_int("n", n)
     docs = load_text("stdlib") if docs is None else docs
-    chosen = select_documents(docs, tokenizer, min_tokens or length, n, part="heldout")
-    rows = [tokenizer(d.text, add_special_tokens=False)["input_ids"][:length] for d in chosen]
+    need = min_tokens or length
+    ids = _long_documents(docs, tokenizer, need, n)  # token ids of up to n documents
+    rows = [d[:length] for d in ids]
+    k = 1
+    while len(rows) < n and any(len(d) >= (k + 1) * length for d in ids):
+        rows += [d[k * length : (k + 1) * length] for d in ids if len(d) >= (k + 1) * length][: n - len(rows)]
+        k += 1
+    if len(rows) < n:
+        total = sum(len(d) for d in ids)
+        raise ValueError(
+            f"n={n} windows of {length} tokens are more than the text holds: its held-out documents of at "
+            f"least {need} tokens are {len(ids)} with {total} tokens in all, which give {len(rows)}; it needs "
+            f"{n * length} tokens: give a longer text, or ask for fewer windows or a shorter length"
+        )
     return torch.tensor(rows, dtype=torch.long)  # [n, length]
+
+
+def _long_documents(docs: Sequence[Document], tokenizer: Any, need: int, n: int) -> list[list[int]]:
+    """Token ids of the first ``n`` held-out documents (name order) with at least ``need`` tokens."""
+    found = []
+    for doc in sorted(split(docs, "heldout"), key=lambda d: d.name):
+        if len(doc.text.encode("utf-8")) < need:  # a token covers at least one byte
+            continue
+        ids = tokenizer(doc.text, add_special_tokens=False)["input_ids"]
+        if len(ids) >= need:
+            found.append(ids)
+            if len(found) == n:
+                break
+    return found
 
 
 def windows_digest(ids: torch.Tensor) -> str:

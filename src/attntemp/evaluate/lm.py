@@ -39,7 +39,7 @@ def token_nll(model: Any, ids: torch.Tensor, start: int = 0, chunk: int = 1024) 
         logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # [b, c, V], fp32 at least
         if cap:
             logits = torch.tanh(logits / cap) * cap
-        target = ids[:, a + 1 : a + 1 + logits.shape[1]]  # [b, c]
+        target = ids[:, a + 1 : a + 1 + logits.shape[1]].to(logits.device)  # [b, c]: the head may sit elsewhere
         out.append(torch.nn.functional.cross_entropy(logits.transpose(1, 2), target, reduction="none"))
     return torch.cat(out, dim=1)  # [b, L-1-start]
 

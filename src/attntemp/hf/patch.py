@@ -29,7 +29,7 @@ from transformers.masking_utils import AttentionMaskInterface, eager_mask, flex_
 from ..ops.attention import fold_into_q, foldable, reference_scores, repeat_kv
 from ..ops.spec import TemperatureSpec
 from .introspect import attention_modules, text_config
-from .rope_scaling import extend_context, restore_rope
+from .rope_scaling import extend_context, put_rope_state, rope_state
 
 SUPPORTED = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3", "gpt_neox")
 WRAPPED = ("sdpa", "flex_attention", "eager")  # attn_implementation values apply can wrap
@@ -57,7 +57,7 @@ class LayerState:
         if self.extra is None:
             return m
         pos = query_positions(query, key, kwargs)  # [B|1, Lq]
-        e = self.extra(self.layer, pos, visible_keys(pos, kwargs))
+        e = self.extra(self.layer, pos, visible_keys(pos, kwargs)).to(query.device)  # layers may sit on other devices
         return e if m is None else m * e
 
     def _spec_and_batch(self, query, key, kwargs) -> torch.Tensor | None:
@@ -162,12 +162,11 @@ def apply(model: torch.nn.Module, spec: TemperatureSpec) -> torch.nn.Module:
     impl = cfg._attn_implementation
     softcap = getattr(cfg, "attn_logit_softcapping", None)
     target = "attntemp_eager" if impl == "eager" or softcap else f"attntemp_{impl}"
-    object.__setattr__(model, _SAVED, (impl, False))
+    object.__setattr__(model, _SAVED, (impl, rope_state(model)))  # restore puts back exactly this
     try:
         if spec.rope:
             rp = dict(spec.rope)
             extend_context(model, rp.pop("rope_type"), rp.pop("factor"), **rp)
-            object.__setattr__(model, _SAVED, (impl, True))  # restore undoes this extension only
         for mod in mods:
             setattr(mod, STATE, LayerState(spec, mod.layer_idx, cfg.num_attention_heads))
         hf_model.set_attn_implementation(target)
@@ -183,17 +182,17 @@ def is_patched(model: torch.nn.Module) -> bool:
 
 
 def restore(model: torch.nn.Module) -> torch.nn.Module:
-    """Undo ``apply``: the attention implementation, rotary modules and config it found. A RoPE
-    extension made before ``apply`` (not by the spec) stays."""
+    """Undo ``apply``: the attention implementation, rotary modules and RoPE config exactly as
+    ``apply`` found them. A RoPE extension made before ``apply`` (``extend_context``) stays; one
+    made by the spec, or inside the ``with patch(...)`` block, is undone."""
     saved = getattr(model, _SAVED, None)
     for mod in attention_modules(model):
         if hasattr(mod, STATE):
             delattr(mod, STATE)
     if saved is None:
         return model
-    impl, extended_here = saved
-    if extended_here:
-        restore_rope(model)
+    impl, rope_at_entry = saved
+    put_rope_state(model, rope_at_entry)
     if text_config(model)._attn_implementation != impl:
         hf_model: Any = model  # a transformers model: set_attn_implementation
         hf_model.set_attn_implementation(impl)
@@ -241,16 +240,25 @@ def probing(model: torch.nn.Module, spec: TemperatureSpec, probe: Callable) -> I
     """``patch(model, spec)`` with ``probe(module, query, key, m, scaling, kwargs)`` called by every
     attention module before its kernel; a tensor it returns replaces that call's m (broadcastable
     to ``[B, H, Lq]``). Probes and patch are removed on exit, also on an exception."""
+    with patch(model, spec), probes(model, probe):
+        yield model
+
+
+@contextmanager
+def probes(model: torch.nn.Module, probe: Callable) -> Iterator[torch.nn.Module]:
+    """``probe`` (as in :func:`probing`) on a model already patched by ``apply``/``patch``, whose
+    spec stays; removed on exit, also on an exception."""
     mods = attention_modules(model)
-    with patch(model, spec):
+    if not is_patched(model) or any(hasattr(mod, PROBE) for mod in mods):
+        raise ValueError("probes needs a model patched by attntemp.apply/patch and not probed already")
+    for mod in mods:
+        setattr(mod, PROBE, probe)
+    try:
+        yield model
+    finally:
         for mod in mods:
-            setattr(mod, PROBE, probe)
-        try:
-            yield model
-        finally:
-            for mod in mods:
-                if hasattr(mod, PROBE):
-                    delattr(mod, PROBE)
+            if hasattr(mod, PROBE):
+                delattr(mod, PROBE)
 
 
 def run_decoder(model: torch.nn.Module, input_ids: torch.Tensor) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -117,6 +118,40 @@ def restore_rope(model: torch.nn.Module) -> None:
     for parent, name, old in rotaries:
         setattr(parent, name, old)
     object.__setattr__(model, _SAVED, None)
+
+
+@dataclass(frozen=True)
+class RopeState:
+    """Everything RoPE of a model at one moment: its config entries, its rotary modules (the objects
+    themselves, with their buffers) and what :func:`restore_rope` would put back."""
+
+    parameters: Any
+    max_position_embeddings: Any
+    rotaries: tuple[tuple[torch.nn.Module, str, Any], ...]
+    saved: Any
+
+
+def rope_state(model: torch.nn.Module) -> RopeState:
+    """The model's RoPE as it is now (see :func:`put_rope_state`)."""
+    config = text_config(model)
+    return RopeState(
+        copy.deepcopy(getattr(config, "rope_parameters", None)),
+        getattr(config, "max_position_embeddings", None),
+        tuple(_rotary_modules(model)),
+        getattr(model, _SAVED, None),
+    )
+
+
+def put_rope_state(model: torch.nn.Module, state: RopeState) -> None:
+    """Put ``state`` back exactly: config entries, rotary module objects, restore_rope's record."""
+    config = text_config(model)
+    if state.parameters is not None:
+        config.rope_parameters = copy.deepcopy(state.parameters)
+    if state.max_position_embeddings is not None:
+        config.max_position_embeddings = state.max_position_embeddings
+    for parent, name, module in state.rotaries:
+        setattr(parent, name, module)
+    object.__setattr__(model, _SAVED, state.saved)
 
 
 @contextmanager

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..utils import checks
+from ..utils import checks, outputs
 from ..utils.options import option
 from .calibration import (
     CalibrationFit,
@@ -37,9 +37,17 @@ class CalibrateConfig:
     out: str = option(help="folder for reliability.png and calibration.json (created if missing)", metavar="DIR")
     bins: int = option(15, "equal-width bins for the metrics")
     ignore_index: int = option(-100, "label value of positions to skip")
+    overwrite: bool = option(False, "replace calibration.json and reliability.png already in --out")
 
     def __post_init__(self) -> None:
         checks.positive_int("bins", self.bins)
+        checks.at_most("bins", self.bins, MAX_BINS, "each bin is a bar of the reliability diagram")
+        if isinstance(self.ignore_index, bool) or not isinstance(self.ignore_index, int):
+            raise ValueError(f"ignore_index={self.ignore_index!r} is not allowed; expected an integer")
+
+
+MAX_BINS = 1000
+RESULTS = ("calibration.json", "reliability.png")
 
 
 ROWS = (
@@ -101,9 +109,7 @@ def markdown_table(fit: CalibrationFit, before: CalibrationMetrics, after: Calib
 def run_calibration(cfg: CalibrateConfig) -> tuple[dict[str, Any], str]:
     """Fit, write ``reliability.png`` and ``calibration.json`` under ``cfg.out``; returns the report
     and the before/after markdown table."""
-    out = Path(cfg.out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out}: exists and is not a folder")
+    outputs.check_out(cfg.out, RESULTS, cfg.overwrite)
     logits, labels = load_logits(Path(cfg.logits))
     fit = fit_temperature(logits, labels, ignore_index=cfg.ignore_index)
     z, y = flatten_labelled(logits, labels, cfg.ignore_index)  # [N, C], [N]
@@ -111,8 +117,6 @@ def run_calibration(cfg: CalibrateConfig) -> tuple[dict[str, Any], str]:
     p_after = torch.softmax(fit.apply(z), dim=-1)  # [N, C]
     before = calibration_metrics(p_before, y, cfg.bins)
     after = calibration_metrics(p_after, y, cfg.bins)
-    out.mkdir(parents=True, exist_ok=True)
-    reliability_diagram(p_before, y, out / "reliability.png", cfg.bins, title="Temperature scaling", after=p_after)
     report = {
         "temperature": fit.temperature,
         "multiplier": fit.multiplier,
@@ -125,5 +129,7 @@ def run_calibration(cfg: CalibrateConfig) -> tuple[dict[str, Any], str]:
         "before": before.as_dict(),
         "after": after.as_dict(),
     }
-    (out / "calibration.json").write_text(json.dumps(report, indent=2) + "\n")
+    with outputs.output_folder(cfg.out) as out:  # a failed write leaves no empty folder
+        reliability_diagram(p_before, y, out / "reliability.png", cfg.bins, title="Temperature scaling", after=p_after)
+        (out / "calibration.json").write_text(json.dumps(report, indent=2) + "\n")
     return report, markdown_table(fit, before, after)

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from ..ops.intervals import wilson
 from ..ops.search import golden_section
 from ..utils import checks
 
@@ -338,7 +339,8 @@ def reliability_bins(
 
 
 def _draw_panel(ax, stats: tuple[torch.Tensor, ...], title: str) -> None:
-    """Accuracy bars per bin, the gap to the bin's mean confidence, and the diagonal."""
+    """Accuracy bars per bin with their 95% Wilson interval, the gap to the bin's mean confidence,
+    and the diagonal; the legend below the axes, off the bars."""
     acc, conf, count = (s.numpy() for s in stats)
     width = 1.0 / len(acc)
     centers = (torch.arange(len(acc), dtype=torch.float64).numpy() + 0.5) * width
@@ -356,9 +358,13 @@ def _draw_panel(ax, stats: tuple[torch.Tensor, ...], title: str) -> None:
         zorder=3,
         label="gap to confidence",
     )
+    cis = [wilson(round(a * n), int(n)) for a, n in zip(acc[has], count[has], strict=True)]  # one per bin
+    low, high = (torch.tensor([getattr(c, k) for c in cis], dtype=torch.float64).numpy() for k in ("low", "high"))
+    err = (acc[has] - low, high - acc[has])  # [bins] below and above
+    ax.errorbar(centers[has], acc[has], err, fmt="none", ecolor="black", capsize=2, label="95% Wilson interval")
     ax.plot([0, 1], [0, 1], "k--", label="perfect calibration")
     ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="confidence", ylabel="accuracy", title=title)
-    ax.legend(loc="upper left")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, fontsize=8, frameon=False)
 
 
 def reliability_diagram(
@@ -380,14 +386,13 @@ def reliability_diagram(
 
     panels = [("before", probs)] if after is not None else [("", probs)]
     panels += [("after", after)] if after is not None else []
-    fig = Figure(figsize=(5 * len(panels), 5), dpi=100)
+    fig = Figure(figsize=(5 * len(panels), 5.8), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
     for i, (name, p) in enumerate(panels):
         ece = calibration_error(p, labels, n_bins, "l1", ignore_index)
         head = f"{title} ({name})" if name else title
         stats = reliability_bins(p, labels, n_bins, ignore_index)
         _draw_panel(fig.add_subplot(1, len(panels), i + 1), stats, f"{head}\nECE = {ece:.4f}")
-    fig.tight_layout()
     path = Path(path)
     fig.savefig(path, format="png")
     return path

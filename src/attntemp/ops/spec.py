@@ -14,6 +14,7 @@ together with the temperatures.
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -24,10 +25,13 @@ from typing import Any
 import torch
 
 from ..utils import checks
+from . import rope as rope_math
 from . import schedules
 from .rope import EXTENSIONS
 
 GRANULARITIES = ("global", "layer", "head")  # one m for the model, one per layer, one per head
+FORMAT = "attntemp.TemperatureSpec/1"
+FIELDS = ("multiplier", "layers", "heads", "schedule", "schedule_params", "rope")
 
 
 def _freeze(name: str, params: Params) -> tuple[tuple[str, Any], ...]:
@@ -59,11 +63,70 @@ def _deep_list(v: Any) -> Any:
 Params = Mapping[str, Any] | Sequence[tuple[str, Any]] | None
 
 
+def _number(name: str, value: Any) -> float:
+    """A finite number > 0: an int or float (a tensor scalar too), never a string or a boolean."""
+    if torch.is_tensor(value) and value.numel() == 1:
+        value = value.item()
+    if isinstance(value, (str, bytes)) or value is None:
+        raise ValueError(f"{name}={value!r} is not allowed; expected a finite number > 0")
+    return checks.positive(name, value)
+
+
 def _row(name: str, values: Any) -> tuple[float, ...]:
     """A sequence of positive multipliers as floats, or a ValueError naming ``name``."""
     if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
         raise ValueError(f"{name}={values!r} is not allowed; expected a list of numbers")
-    return tuple(checks.positive(f"{name}[{i}]", m) for i, m in enumerate(values))
+    return tuple(_number(f"{name}[{i}]", m) for i, m in enumerate(values))
+
+
+def _heads(heads: Any) -> tuple[tuple[float, ...], ...] | None:
+    """Rows of per-head multipliers, one per layer, all of one length (a ValueError otherwise)."""
+    rows = heads.tolist() if isinstance(heads, torch.Tensor) else heads
+    if rows is None:
+        return None
+    if isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence):
+        raise ValueError(f"heads={heads!r} is not allowed; expected a list of rows (one list per layer)")
+    table = tuple(_row(f"heads[{i}]", r) for i, r in enumerate(rows))
+    sizes = sorted({len(r) for r in table})
+    if len(sizes) > 1:
+        raise ValueError(f"heads has rows of {sizes} values; expected one row per layer, each with one m per head")
+    return table
+
+
+# RoPE keys every extension takes; the rest come from each rope function's own parameters.
+_ROPE_COMMON = {"rope_type", "factor", "original_max_position_embeddings"}
+
+
+def _rope_keys(rope_type: str) -> set[str]:
+    """The keys ``rope`` may hold for ``rope_type`` (what ``attntemp.extend_context`` passes on)."""
+    params = set(inspect.signature(rope_math.ROPE_FUNCTIONS[rope_type]).parameters) - {"dim", "base"}
+    if rope_type == "dynamic":
+        params.discard("max_position_embeddings")  # extend_context passes it from the model
+    return params | _ROPE_COMMON
+
+
+def _check_rope(rope: dict[str, Any]) -> None:
+    """``rope_type`` one of EXTENSIONS, ``factor`` a number >= 1, known keys only, and (except
+    longrope, whose per-frequency lists need the model's dimension) the values checked by
+    computing the frequencies for a 64-dim RoPE."""
+    kind = checks.choice("rope.rope_type", rope.get("rope_type", ""), EXTENSIONS)
+    if "factor" not in rope:
+        raise ValueError(f"rope has no 'factor' (the scale s >= 1 of {kind!r}); got keys {sorted(rope)}")
+    factor = checks.at_least("rope.factor", rope["factor"], 1.0)
+    unknown = sorted(set(rope) - _rope_keys(kind))
+    if unknown:
+        raise ValueError(f"rope has unknown key(s) {unknown} for {kind!r}; allowed: {sorted(_rope_keys(kind))}")
+    extra = {k: v for k, v in rope.items() if k not in _ROPE_COMMON}
+    l0 = rope.get("original_max_position_embeddings", 2048)
+    try:
+        if kind in ("linear", "ntk"):
+            rope_math.ROPE_FUNCTIONS[kind](64, 10000.0, factor)
+        elif kind == "dynamic":
+            rope_math.dynamic(64, 10000.0, factor, checks.positive_int("original_max_position_embeddings", l0), **extra)
+        elif kind != "longrope":
+            rope_math.ROPE_FUNCTIONS[kind](64, 10000.0, factor=factor, original_max_position_embeddings=l0, **extra)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"rope ({kind}): {exc}") from None
 
 
 @dataclass(frozen=True, init=False)
@@ -94,22 +157,21 @@ class TemperatureSpec:
         rope: Params = (),
     ) -> None:
         set_ = object.__setattr__
-        set_(self, "multiplier", checks.positive("multiplier", multiplier))
+        set_(self, "multiplier", _number("multiplier", multiplier))
         set_(self, "layers", None if layers is None else _row("layers", layers))
-        rows = heads.tolist() if isinstance(heads, torch.Tensor) else heads
-        if rows is not None and (isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence)):
-            raise ValueError(f"heads={heads!r} is not allowed; expected a list of rows (one list per layer)")
-        set_(self, "heads", None if rows is None else tuple(_row(f"heads[{i}]", r) for i, r in enumerate(rows)))
+        set_(self, "heads", _heads(heads))
+        if not isinstance(schedule, str):
+            raise ValueError(f"schedule={schedule!r} is not allowed; expected one of {sorted(schedules.SCHEDULES)}")
         set_(self, "schedule", checks.choice("schedule", schedule, schedules.SCHEDULES))
         set_(self, "schedule_params", _freeze("schedule_params", schedule_params))
         set_(self, "rope", _freeze("rope", rope))
         try:
             set_(self, "_schedule", schedules.SCHEDULES[schedule](**dict(self.schedule_params)))
-        except TypeError as exc:
+        except (TypeError, ValueError) as exc:
             params = dict(self.schedule_params)
             raise ValueError(f"schedule_params={params} for {schedule!r}: {exc}") from None
         if self.rope:
-            checks.choice("rope.rope_type", dict(self.rope).get("rope_type", ""), EXTENSIONS)
+            _check_rope(dict(self.rope))
 
     # ----------------------------------------------------------------------------- queries
     @property
@@ -181,26 +243,28 @@ class TemperatureSpec:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TemperatureSpec:
-        allowed = {"multiplier", "layers", "heads", "schedule", "schedule_params", "rope"}
-        unknown = set(data) - allowed - {"format"}
+        """A spec from its JSON object; every field's type and value checked (ValueError naming it)."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"spec must be an object of {list(FIELDS)}, got {type(data).__name__}")
+        unknown = set(data) - set(FIELDS) - {"format"}
         if unknown:
-            raise ValueError(f"spec has unknown field(s) {sorted(unknown)}; allowed: {sorted(allowed)}")
-        kw = {k: v for k, v in data.items() if k in allowed and v is not None}
-        if "heads" in kw:
-            kw["heads"] = tuple(tuple(r) for r in kw["heads"])
-        if "layers" in kw:
-            kw["layers"] = tuple(kw["layers"])
-        return cls(**kw)
+            hint = (
+                " (a baked checkpoint's record: its temperature is already in the weights)" if "baked" in data else ""
+            )
+            raise ValueError(f"spec has unknown field(s) {sorted(unknown)}; allowed: {list(FIELDS)}{hint}")
+        if data.get("format", FORMAT) != FORMAT:
+            raise ValueError(f"spec format={data['format']!r} is not allowed; expected {FORMAT!r}")
+        return cls(**{k: v for k, v in data.items() if k in FIELDS and v is not None})
 
     def to_json(self) -> str:
-        return json.dumps({"format": "attntemp.TemperatureSpec/1", **self.to_dict()}, indent=2)
+        return json.dumps({"format": FORMAT, **self.to_dict()}, indent=2)
 
     @classmethod
     def from_json(cls, text: str) -> TemperatureSpec:
         try:
             data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"spec is not valid JSON: {exc}") from None
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise ValueError(f"spec is not valid JSON: {str(exc)[:200]}") from None
         if not isinstance(data, dict):
             raise ValueError(f"spec JSON must be an object, got {type(data).__name__}")
         return cls.from_dict(data)
@@ -212,10 +276,16 @@ class TemperatureSpec:
 
     @classmethod
     def load(cls, path: str | Path) -> TemperatureSpec:
+        """The spec in a JSON file; every problem raised as ``spec='PATH': what is wrong``."""
         path = Path(path)
+        if not str(path) or path.is_dir():
+            raise ValueError(f"spec={str(path)!r} is a folder; expected a TemperatureSpec JSON file")
         if not path.is_file():
-            raise FileNotFoundError(f"spec file {str(path)!r} does not exist")
-        return cls.from_json(path.read_text())
+            raise FileNotFoundError(f"spec={str(path)!r}: no such file")
+        try:
+            return cls.from_json(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"spec={str(path)!r}: {exc}") from None
 
     # ----------------------------------------------------------------------------- builders
     @classmethod

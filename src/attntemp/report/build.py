@@ -11,12 +11,13 @@ from typing import Any
 from ..evaluate.sweep import Store
 from ..evaluate.tasks import TASKS
 from ..ops.schedules import yarn_multiplier
+from ..utils import outputs
 from ..utils.options import option
 from .figures import (
-    plot_entropy_shift,
     plot_heatmap_grid,
     plot_metric_vs_multiplier,
     plot_needle_depths,
+    plot_tuning_entropy,
     points,
 )
 from .html import markdown_to_html
@@ -34,7 +35,7 @@ def _store_rows(folder: Path) -> tuple[list[dict[str, Any]], int | None]:
     db = folder / "sweep.db"
     if not db.is_file():
         return [], None
-    store = Store(db)
+    store = Store(db, readonly=True)  # a damaged or foreign file: one ValueError naming it
     try:
         return store.rows(), store.trained_length()
     finally:
@@ -81,7 +82,9 @@ def build_report(folder: str | Path) -> tuple[Path, Path]:
     """Write ``report.md`` and ``report.html`` (with PNGs) in ``folder``; returns their paths."""
     folder = Path(folder)
     if not folder.is_dir():
-        raise FileNotFoundError(f"report folder {str(folder)!r} does not exist")
+        what = "is a file; expected a folder" if folder.exists() else "does not exist"
+        raise FileNotFoundError(f"report folder {str(folder)!r} {what}")
+    outputs.check_writable("dir", folder)  # report.md, report.html and PNGs go here: checked first
     rows, recorded = _store_rows(folder)
     trained = _evidence_trained_length(folder) or recorded
     parts: list[str] = [f"# attntemp report: {folder.name}", ""]
@@ -105,7 +108,7 @@ def build_report(folder: str | Path) -> tuple[Path, Path]:
         ent = ev_path.parent / "entropy.json"
         if ent.is_file():
             png = ev_path.parent / "entropy_shift.png"
-            figs.append(plot_entropy_shift(json.loads(ent.read_text()), png, ev_path.parent.name))
+            figs.append(plot_tuning_entropy(ev_path.parent, png, ev_path.parent.name))
     for fig in (f for f in figs if f is not None):
         parts += [f"![{fig.stem}]({fig.relative_to(folder).as_posix()})", ""]
     if len(parts) <= 2:

@@ -11,7 +11,6 @@ Writes ``report.md`` and ``report.html`` (with PNGs) in the output folder.
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,8 +20,9 @@ import numpy as np
 import torch
 
 from ..analysis.measure import AttentionStats, measure
+from ..analysis.monitor_demo import monitor_section
 from ..evaluate.corpus import heldout_windows
-from ..evaluate.sweep import SweepConfig, run_sweep
+from ..evaluate.sweep import SweepConfig, check_resumable, run_sweep
 from ..evaluate.tasks import EvalContext, EvalOptions, eval_context, get_task
 from ..hf import introspect
 from ..hf.loading import load_model
@@ -32,10 +32,10 @@ from ..ops.spec import TemperatureSpec
 from ..ship.bake import save_baked
 from ..tune.evidence import BASELINE, TUNED, YARN, candidates, evaluate_specs
 from ..tune.runner import TuneConfig, run_tune
-from ..utils import checks, options
+from ..utils import checks, options, outputs
 from ..utils.options import option
 from .build import best_table
-from .figures import plot_entropy_by_position, plot_entropy_shift, plot_metric_vs_multiplier
+from .figures import plot_entropy_by_position, plot_metric_vs_multiplier, plot_tuning_entropy
 from .html import markdown_to_html
 
 
@@ -59,6 +59,10 @@ class DemoConfig(EvalOptions):
             raise ValueError(f"gradient_steps={self.gradient_steps} is not allowed; expected an integer >= 0")
         for i, s in enumerate(self.scales):
             checks.at_least(f"scales[{i}]", s, 1.0)
+        if not self.scales:
+            raise ValueError("scales is empty; give at least one multiple of the trained length, e.g. 4")
+        outputs.check_out(self.out, overwrite=True)  # a writable folder: checked before the model loads
+        check_resumable(self.out, self)  # step 2 sweeps into --out: its settings must match a sweep.db there
 
     def eval_options(self) -> dict[str, Any]:
         """The shared evaluation options, to hand to the sweep and tune configs of its steps."""
@@ -97,16 +101,18 @@ def step_entropy(model, tok, cfg: DemoConfig, ctx: EvalContext, out: Path) -> tu
     longest = int(trained * max(cfg.scales))
     ids = heldout_windows(tok, longest, n=cfg.n_docs, docs=ctx.docs)  # [n, 8 L0]
     runs, rows = {}, []
+    per_doc: dict[tuple[int, str], list[AttentionStats]] = {}  # what the figure's bands are made of
     for s in (1, *cfg.scales):
         n = int(trained * s)
         for rope in ("none", "yarn") if s > 1 else ("none",):
             spec = TemperatureSpec(rope=rope_for(rope, n, trained))
             docs = [measure(model, ids[i : i + 1, :n], spec, n_buckets=12, progress=False) for i in range(len(ids))]
             runs[f"L={n}, rope {rope}"] = AttentionStats.average(docs)
+            per_doc[(n, rope)] = docs
             tail = [float(d.by_head("entropy", start=n * 3 // 4).mean()) for d in docs]  # per document
             recent = [float(d.by_head("recent_mass").mean()) for d in docs]
             rows.append(f"| {n} | {rope} | {_mean_ci(tail)} | {_mean_ci(recent)} |")
-    png = plot_entropy_by_position(runs, trained, out / "entropy_by_position.png")
+    png = plot_entropy_by_position(per_doc, trained, out / "entropy_by_position.png")
     md = [
         "## 1. Attention entropy past the trained length",
         "",
@@ -226,8 +232,8 @@ def step_tune_and_passkey(model, tok, cfg: DemoConfig, ctx: EvalContext, out: Pa
         )  # other lengths: below
         ev = run_tune(tcfg, model, tok)
         tuned[label] = (TemperatureSpec.from_dict(ev["spec"]), ev)
-    png = plot_entropy_shift(
-        json.loads((out / "tune0" / "entropy.json").read_text()),
+    png = plot_tuning_entropy(
+        out / "tune0",
         out / "entropy_shift.png",
         f"per-head entropy at L={n} (YaRN) vs L={trained}",
     )
@@ -264,7 +270,7 @@ def step_tune_and_passkey(model, tok, cfg: DemoConfig, ctx: EvalContext, out: Pa
 
 
 def step_bake(cfg: DemoConfig, spec: TemperatureSpec, out: Path) -> list[str]:
-    model, tok = load_model(cfg.model)  # a fresh copy: baking changes weights in place
+    model, tok = load_model(cfg.model, **cfg.load_args(dtype="float32"))  # a fresh fp32 copy: bake checks in fp32
     res = save_baked(model, tok, spec, out / "baked", overwrite=True)
     return [
         "## 4. Baked into q_proj",
@@ -278,10 +284,10 @@ def step_bake(cfg: DemoConfig, spec: TemperatureSpec, out: Path) -> list[str]:
 
 def run_demo(cfg: DemoConfig) -> Path:
     """Run every step; return the report's path."""
+    t0 = time.perf_counter()
+    model, tok = load_model(cfg.model, **cfg.load_args())  # before --out is made: a bad model leaves none
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    model, tok = load_model(cfg.model)
     trained = introspect.trained_length(model)
     ctx = eval_context(cfg, trained)
     lengths = ", ".join(str(int(trained * s)) for s in cfg.scales)
@@ -296,7 +302,8 @@ def run_demo(cfg: DemoConfig) -> Path:
         md += part
         md += step_sweep(model, tok, cfg, trained, out)[0]
     part, spec = step_tune_and_passkey(model, tok, cfg, ctx, out)
-    md += part + step_bake(cfg, spec, out)
+    watch = monitor_section(model, tok, out, cfg.scales[0], min(cfg.trials, 8), cfg.seed, {"step 3's spec": spec})
+    md += part + watch + step_bake(cfg, spec, out)
     md += [f"Total time: {time.perf_counter() - t0:.0f} s ({torch.get_num_threads()} CPU threads)."]
     text = "\n".join(md) + "\n"
     (out / "report.md").write_text(text)

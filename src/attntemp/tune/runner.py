@@ -15,14 +15,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ..evaluate import corpus, limits
 from ..evaluate.corpus import heldout_windows
 from ..evaluate.tasks import TASKS, EvalContext, EvalOptions, eval_context, tuning_context
-from ..hf import introspect
+from ..hf import introspect, preflight
 from ..hf.learnable import SCHEDULES as LEARNABLE_SCHEDULES
 from ..hf.loading import load_model
 from ..hf.rope_scaling import SCALINGS, rope_for
 from ..ops.spec import GRANULARITIES, TemperatureSpec
-from ..utils import checks, options
+from ..utils import checks, options, outputs
 from ..utils.options import option
 from .entropy import TARGETS, tune_entropy
 from .evidence import candidates, check_lengths, comparisons, evaluate_specs, evidence_markdown
@@ -98,6 +99,8 @@ class TuneConfig(EvalOptions):
             checks.positive_int(f"check_lengths[{i}]", n)
         for i, t in enumerate(self.tasks):
             checks.choice(f"tasks[{i}]", t, TASKS)
+        if not self.tasks:
+            raise ValueError("tasks is empty; give at least one evidence task, e.g. perplexity")
         if self.method == "search" and self.granularity != "global" and self.objective != "entropy":
             raise ValueError(
                 f"granularity={self.granularity!r} with method='search' tunes by entropy "
@@ -151,12 +154,47 @@ def _scored(
     return {"results": results, "comparisons": comparisons(results, list(cfg.tasks))}
 
 
+RESULTS = ("spec.json", "evidence.json", "evidence.md", "entropy.json")
+
+
+def preflight_tune(cfg: TuneConfig, model=None, tok=None) -> Any:
+    """Before the model loads: ``out`` writable, the text splits into a tuning and an evaluation
+    pool, every length (tuning, extra and held-out) long enough for the tasks that score at it and
+    within the memory available; returns the tokenizer."""
+    outputs.check_out(cfg.out, RESULTS, overwrite=True)  # a rerun replaces its own results
+    config = model.config.to_dict() if model is not None else preflight.source_config(cfg.model)
+    tok = tok if tok is not None else preflight.load_tokenizer(cfg.model)
+    docs = corpus.load_text(cfg.text)
+    if not corpus.pool(docs, "tuning") or not corpus.pool(docs, "evaluation"):
+        raise ValueError(
+            f"text={cfg.text!r}: its {len(docs)} document(s) cannot be split into a tuning and an evaluation "
+            "pool; tuning needs documents its evidence is not scored on: give a folder of several files"
+        )
+    objective = [cfg.objective] if cfg.objective in TASKS else []
+    limits.check_lengths("length", [cfg.length], [*cfg.tasks, *objective], tok, indexed=False)
+    limits.check_lengths("lengths", cfg.lengths, cfg.tasks, tok)
+    trained = introspect.trained_length(model) if model is not None else preflight.trained_length(config or {})
+    held_out = check_lengths(cfg.check_lengths, (cfg.length, *cfg.lengths), trained or cfg.length)
+    limits.check_lengths("check_lengths", held_out, cfg.tasks, tok)
+    text = config and preflight.text_part(config)
+    rows = limits.forward_rows(cfg.batch_size, cfg.n_docs, cfg.trials, 3)  # m = 1, YaRN's, the tuned one
+    limits.check_memory("length", [cfg.length], text, rows, cfg.trials, grad=cfg.method == "gradient", indexed=False)
+    limits.check_memory("lengths", cfg.lengths, text, rows, cfg.trials, grad=cfg.method == "gradient")
+    limits.check_memory("check_lengths", held_out, text, rows, cfg.trials)
+    return tok
+
+
 def run_tune(cfg: TuneConfig, model=None, tok=None) -> dict[str, Any]:
-    """Tune, save the spec and the evidence under ``cfg.out``; returns the evidence."""
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
+    """Tune, save the spec and the evidence under ``cfg.out``; returns the evidence. Everything is
+    checked before the model loads (:func:`preflight_tune`); a failed run leaves no empty ``out``."""
+    tok = preflight_tune(cfg, model, tok)
+    with outputs.output_folder(cfg.out) as out:
+        return _run(cfg, out, model, tok)
+
+
+def _run(cfg: TuneConfig, out: Path, model=None, tok=None) -> dict[str, Any]:
     if model is None:
-        model, tok = load_model(cfg.model)
+        model, tok = load_model(cfg.model, **cfg.load_args())
     trained = introspect.trained_length(model)
     ctx = eval_context(cfg, trained)
     t0 = time.perf_counter()

@@ -10,8 +10,15 @@ from typing import Any
 import torch
 
 
+def _not_bool(name: str, value: Any, allowed: str) -> None:
+    """Raise for ``True``/``False`` where a number is expected (Python counts them as 1 and 0)."""
+    if isinstance(value, bool):
+        raise ValueError(f"{name}={value!r} is not allowed; expected {allowed}, not a boolean")
+
+
 def positive(name: str, value: Any) -> float:
-    """Return ``value`` as a float, or raise if it is not a finite number > 0."""
+    """Return ``value`` as a float, or raise if it is not a finite number > 0 (booleans refused)."""
+    _not_bool(name, value, "a finite number > 0")
     try:
         v = float(value)
     except (TypeError, ValueError):
@@ -22,8 +29,12 @@ def positive(name: str, value: Any) -> float:
 
 
 def at_least(name: str, value: Any, low: float) -> float:
-    """Return ``value`` as a float, or raise if it is not finite and >= ``low``."""
-    v = positive(name, value) if low > 0 else float(value)
+    """Return ``value`` as a float, or raise if it is not finite and >= ``low`` (booleans refused)."""
+    _not_bool(name, value, f"a finite number >= {low}")
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}={value!r} is not a number; expected a finite number >= {low}") from None
     if not math.isfinite(v) or v < low:
         raise ValueError(f"{name}={value!r} is not allowed; expected a finite number >= {low}")
     return v
@@ -64,3 +75,10 @@ def choice(name: str, value: str, allowed: Iterable[str]) -> str:
     close = difflib.get_close_matches(str(value), allowed, n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""
     raise ValueError(f"{name}={value!r} is not allowed; expected one of {sorted(allowed)}.{hint}")
+
+
+def at_most(name: str, value: Any, high: float, why: str) -> Any:
+    """Return ``value`` unless it exceeds ``high``; the error says ``why`` that is the limit."""
+    if value > high:
+        raise ValueError(f"{name}={value!r} is not allowed; expected at most {high:g}: {why}")
+    return value

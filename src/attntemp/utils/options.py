@@ -140,6 +140,9 @@ def names(text: str) -> tuple[str, ...]:
     return tuple(x.strip() for x in text.split(",") if x.strip())
 
 
+MAX_MULTIPLIERS = 1000  # one sweep point each; a range past this is a typo in STEP
+
+
 def multipliers(text: str) -> tuple[float, ...]:
     """``"0.8:1.4:0.05"`` (inclusive range) or ``"0.8,1,1.2"`` -> sorted multipliers (m = 1/T)."""
     try:
@@ -148,11 +151,15 @@ def multipliers(text: str) -> tuple[float, ...]:
             if step <= 0 or hi < lo:
                 raise ValueError
             n = round((hi - lo) / step)
-            values = [round(lo + i * step, 6) for i in range(n + 1)]
         else:
             values = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
+            n = len(values) - 1
+    except (ValueError, OverflowError):
         raise ValueError(f"multipliers={text!r} is not allowed; expected LO:HI:STEP or a comma list") from None
+    if n + 1 > MAX_MULTIPLIERS:
+        raise ValueError(f"{n + 1:.3g} values; at most {MAX_MULTIPLIERS} (use a larger STEP)")
+    if ":" in text:
+        values = [round(lo + i * step, 6) for i in range(n + 1)]
     for i, v in enumerate(values):
         checks.positive(f"multipliers[{i}]", v)
     return tuple(sorted(set(values)))

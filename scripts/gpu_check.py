@@ -1,0 +1,311 @@
+"""The GPU check: SmolLM2 at 16k and 32k tokens in bf16 with SDPA on CUDA, one JSON line per figure.
+
+    python scripts/gpu_check.py --cpu-reference runs/gpu_check/cpu_reference.json   # on a GPU machine
+    python scripts/gpu_check.py --write-cpu-reference runs/gpu_check/cpu_reference.json  # once, CPU fp32
+    python scripts/gpu_check.py --dry-run        # the same code paths: tiny model, CPU, small lengths
+
+Figures (``"figure"`` names the line):
+
+- ``sdpa_kernel``: which SDPA kernel the forward runs (flash / efficient / cudnn / math), without
+  and with the patch, read from the profiler's op names (``aten::_scaled_dot_product_*``);
+- ``forward_time``: patched over unpatched decoder forward time, interleaved repeats, the mean of
+  the per-repeat ratios with its bootstrap interval (goal <= 1.05);
+- ``tail_ppl``: tail perplexity (predictions past the trained length) at the first length, against
+  the CPU fp32 figure: a number (``--cpu-tail-ppl``) or a file written by ``--write-cpu-reference``
+  holding the very token windows and their per-window NLL, for a paired ratio with its interval;
+- ``measure``: attention statistics at the last length, seconds and peak memory
+  (``torch.cuda.max_memory_allocated``, or the peak resident set on the CPU);
+- ``gradient_tune``: per-head gradient tuning at the first length (``--steps``), seconds and the
+  tail perplexity before and after on windows it did not train on.
+
+Measured once per run on whatever machine runs it; nothing here is a stored result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from attntemp.analysis.measure import measure
+from attntemp.evaluate import corpus, lm
+from attntemp.evaluate.tasks import tail_start
+from attntemp.hf import introspect
+from attntemp.hf.loading import load_model
+from attntemp.hf.patch import patch, run_decoder
+from attntemp.ops import intervals
+from attntemp.ops.spec import TemperatureSpec
+from attntemp.tune.gradient import run_gradient_tuning
+
+KERNELS = {  # op name fragment -> kernel (the order matters: "flash_attention_for_cpu" is flash too)
+    "_scaled_dot_product_flash_attention": "flash",
+    "_scaled_dot_product_efficient_attention": "efficient",
+    "_scaled_dot_product_cudnn_attention": "cudnn",
+    "_scaled_dot_product_fused_attention_overrideable": "fused",
+    "_scaled_dot_product_attention_math": "math",
+}
+DRY_RUN = {"model": "tiny", "device": "cpu", "lengths": "320,512", "steps": 2, "docs": 2, "repeats": 2}
+
+
+def emit(figure: str, **values: Any) -> dict[str, Any]:
+    """Print one figure as one JSON line (and return it)."""
+    line = {"figure": figure, **values}
+    print(json.dumps(line), flush=True)
+    return line
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def kernels_of(model: Any, ids: torch.Tensor) -> list[str]:
+    """The SDPA kernels one decoder forward of ``ids`` [B, L] ran, by the profiler's op names."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with torch.no_grad(), profile(activities=[ProfilerActivity.CPU]) as prof:
+        run_decoder(model, ids)
+    names = {e.key for e in prof.key_averages()}
+    return sorted({kernel for name in names for frag, kernel in KERNELS.items() if frag in name})
+
+
+def check_spec(model: Any) -> TemperatureSpec:
+    """Per-head multipliers around 1 (seeded): the patch's general path, no RoPE change."""
+    layers, heads = len(introspect.attention_modules(model)), introspect.text_config(model).num_attention_heads
+    g = torch.Generator().manual_seed(0)
+    return TemperatureSpec(heads=(0.8 + 0.4 * torch.rand(layers, heads, generator=g)).tolist())
+
+
+def timed_forward(model: Any, ids: torch.Tensor) -> float:
+    device = ids.device
+    sync(device)
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        run_decoder(model, ids)
+    sync(device)
+    return time.perf_counter() - t0
+
+
+def forward_times(model: Any, ids: torch.Tensor, spec: TemperatureSpec, repeats: int) -> dict[str, Any]:
+    """Interleaved unpatched / patched forwards (one warm-up each); per-repeat ratios with their interval."""
+    plain, patched = [], []
+    for r in range(repeats + 1):
+        a = timed_forward(model, ids)
+        with patch(model, spec):
+            b = timed_forward(model, ids)
+        if r:  # the first pair warms up kernels and allocators
+            plain.append(a)
+            patched.append(b)
+    ratio = intervals.mean_interval([b / a for a, b in zip(plain, patched, strict=True)])
+    return {
+        "unpatched_s": sorted(plain)[len(plain) // 2],
+        "patched_s": sorted(patched)[len(patched) // 2],
+        "ratio": ratio.to_dict(),
+        "goal": 1.05,
+        "meets_goal": ratio.value <= 1.05,
+        "repeats": repeats,
+    }
+
+
+def tail_nll(model: Any, ids: torch.Tensor, start: int) -> list[float]:
+    """Summed NLL of the predictions at positions >= ``start``, per window of ``ids`` [n, L]."""
+    with torch.no_grad():
+        return [float(lm.token_nll(model, row[None].to(model.device), start).double().sum()) for row in ids]
+
+
+def tail_figures(nll: list[float], tokens: int) -> dict[str, Any]:
+    """Tail perplexity with its bootstrap interval over windows (the figure alone from one window)."""
+    ppl = math.exp(sum(nll) / (tokens * len(nll)))
+    ci = intervals.perplexity_interval(nll, [tokens] * len(nll)) if len(nll) > 1 else None
+    return {"tail_ppl": ppl, "interval": ci.to_dict() if ci else "no interval (one window)"}
+
+
+def reference_windows(args: argparse.Namespace, tok: Any, length: int) -> tuple[torch.Tensor, dict | None]:
+    """The windows to score: those of ``--cpu-reference`` when given (the same tokens), else held-out ones."""
+    if args.cpu_reference:
+        ref = json.loads(Path(args.cpu_reference).read_text())
+        if ref["length"] != length:
+            raise SystemExit(f"--cpu-reference {args.cpu_reference}: its length {ref['length']} is not {length}")
+        return torch.tensor(ref["ids"], dtype=torch.long), ref
+    return corpus.heldout_windows(tok, length, n=args.docs, docs=corpus.load_text(args.text)), None
+
+
+def write_reference(args: argparse.Namespace, path: Path) -> dict[str, Any]:
+    """On the CPU in float32: score held-out windows at the first length and save them with their
+    per-window tail NLL (what ``--cpu-reference`` compares against)."""
+    model, tok = load_model(args.model, device="cpu", dtype="float32")
+    length = int(args.lengths.split(",")[0])
+    ids = corpus.heldout_windows(tok, length, n=args.docs, docs=corpus.load_text(args.text))
+    start = tail_start(length, introspect.trained_length(model))  # past L0, or the last quarter
+    nll = tail_nll(model, ids, start)
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    ref = {
+        "model": args.model,
+        "length": length,
+        "start": start,
+        "dtype": dtype,
+        "device": "cpu",
+        "tokens": length - 1 - start,
+        "window_tail_nll": nll,
+        "ids": ids.tolist(),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(ref))
+    return emit("cpu_reference", path=str(path), length=length, dtype=dtype, **tail_figures(nll, ref["tokens"]))
+
+
+def bare_ratio(here: float, cpu: float) -> dict[str, Any]:
+    return {"value": here / cpu, "interval": "none: one window, or a reference without its windows"}
+
+
+def tail_ppl(args: argparse.Namespace, model: Any, tok: Any, length: int) -> dict[str, Any]:
+    """Tail perplexity here against the CPU fp32 figure (a paired ratio when the reference has windows)."""
+    ids, ref = reference_windows(args, tok, length)
+    start = tail_start(length, introspect.trained_length(model))  # past L0, or the last quarter
+    nll = tail_nll(model, ids, start)
+    out = {"length": length, "windows": len(nll), **tail_figures(nll, length - 1 - start)}
+    if ref is not None:
+        cpu = math.exp(sum(ref["window_tail_nll"]) / (ref["tokens"] * len(nll)))
+        tokens = [ref["tokens"]] * len(nll)
+        ratio = intervals.paired_ratio_interval(nll, ref["window_tail_nll"], tokens) if len(nll) > 1 else None
+        out.update(cpu_fp32=cpu, ratio=ratio.to_dict() if ratio else bare_ratio(out["tail_ppl"], cpu))
+    elif args.cpu_tail_ppl is not None:
+        out.update(cpu_fp32=args.cpu_tail_ppl, ratio=bare_ratio(out["tail_ppl"], args.cpu_tail_ppl))
+    return emit("tail_ppl", **out)
+
+
+class PeakMemory:
+    """Peak memory over a block: CUDA's max allocated bytes, or the CPU's peak resident set (Linux)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    def __enter__(self) -> PeakMemory:
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        else:
+            Path("/proc/self/clear_refs").write_text("5")  # VmHWM back to the current RSS
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.device.type == "cuda":
+            self.bytes, self.kind = torch.cuda.max_memory_allocated(self.device), "cuda_max_allocated"
+        else:
+            line = next(x for x in Path("/proc/self/status").read_text().splitlines() if x.startswith("VmHWM:"))
+            self.bytes, self.kind = int(line.split()[1]) * 1024, "cpu_peak_rss"
+
+
+def measure_figure(args: argparse.Namespace, model: Any, tok: Any, length: int) -> dict[str, Any]:
+    """``measure`` on one held-out window: seconds, peak memory, mean entropy."""
+    ids = corpus.heldout_windows(tok, length, n=1, docs=corpus.load_text(args.text))
+    device = next(model.parameters()).device
+    with PeakMemory(device) as peak:
+        sync(device)
+        t0 = time.perf_counter()
+        stats = measure(model, ids, progress=False)
+        sync(device)
+        seconds = time.perf_counter() - t0
+    entropy = intervals.mean_interval(stats.by_head("entropy").ravel().tolist())  # spread over heads
+    return emit(
+        "measure",
+        length=length,
+        seconds=seconds,
+        peak_memory_bytes=peak.bytes,
+        memory=peak.kind,
+        mean_entropy_over_heads=entropy.to_dict(),
+    )
+
+
+def gradient_figure(args: argparse.Namespace, model: Any, tok: Any, length: int) -> dict[str, Any]:
+    """Per-head gradient tuning, ``args.steps`` steps at ``length``: seconds and tail perplexity on
+    windows it did not train on (``--docs`` windows split in two: stdlib has 5 held-out documents
+    of 16k SmolLM2 tokens)."""
+    docs = corpus.load_text(args.text)
+    n_train = max(1, args.docs // 2)
+    n_eval = max(1, args.docs - n_train)
+    with tempfile.TemporaryDirectory() as out:
+        _, ev = run_gradient_tuning(
+            model, tok, length, args.steps, out, docs=docs, n_train=n_train, n_eval=n_eval, progress=False
+        )
+    return emit(
+        "gradient_tune",
+        length=length,
+        steps=args.steps,
+        seconds_train=ev["seconds_train"],
+        seconds_total=ev["seconds"],
+        tail_ppl_before=ev["tail_ppl_before"],
+        tail_ppl_after=ev["tail_ppl_after"],
+        loss_first=ev["loss_first"],
+        loss_last=ev["loss_last"],
+        note=f"{n_train} training and {n_eval} evaluation windows; figures of one run",
+    )
+
+
+def run_checks(args: argparse.Namespace) -> None:
+    lengths = [int(x) for x in args.lengths.split(",")]
+    model, tok = load_model(args.model, device=args.device, dtype=args.dtype)
+    device = next(model.parameters()).device
+    emit(
+        "setup",
+        model=args.model,
+        device=str(device),
+        dtype=str(next(model.parameters()).dtype),
+        torch=torch.__version__,
+        gpu=torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+    )
+    spec = check_spec(model)
+    for length in lengths:
+        ids = corpus.heldout_windows(tok, length, n=1, docs=corpus.load_text(args.text)).to(device)
+        emit("sdpa_kernel", length=length, patched=False, kernels=kernels_of(model, ids))
+        with patch(model, spec):
+            emit("sdpa_kernel", length=length, patched=True, kernels=kernels_of(model, ids))
+        emit("forward_time", length=length, **forward_times(model, ids, spec, args.repeats))
+    tail_ppl(args, model, tok, lengths[0])
+    measure_figure(args, model, tok, lengths[-1])
+    gradient_figure(args, model, tok, lengths[0])
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="smollm2", help="model to check (default: smollm2)")
+    p.add_argument("--device", default="cuda", help="cpu, cuda, cuda:N or auto (default: cuda)")
+    p.add_argument("--dtype", default="bfloat16", help="float32, bfloat16 or float16 (default: bfloat16)")
+    p.add_argument("--lengths", default="16384,32768", help="first: kernels, timing, ppl, tuning; last: measure")
+    p.add_argument("--docs", type=int, default=4, help="windows for the perplexity and tuning figures")
+    p.add_argument("--repeats", type=int, default=5, help="timed forward pairs per length")
+    p.add_argument("--steps", type=int, default=50, help="gradient tuning steps")
+    p.add_argument("--text", default="stdlib", help="held-out text (stdlib, gutenberg:<book>, a file or folder)")
+    p.add_argument("--cpu-tail-ppl", type=float, default=None, help="the CPU fp32 tail perplexity at the first length")
+    p.add_argument("--cpu-reference", default=None, help="a file from --write-cpu-reference: the same windows, paired")
+    p.add_argument("--write-cpu-reference", default=None, help="score the first length here and write FILE, then stop")
+    p.add_argument("--dry-run", action="store_true", help="tiny model on the CPU at small lengths: the same code paths")
+    args = p.parse_args(argv)
+    if args.dry_run:
+        for key, value in DRY_RUN.items():
+            setattr(args, key, value)
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    if args.write_cpu_reference:
+        write_reference(args, Path(args.write_cpu_reference))
+        return 0
+    if args.dry_run and not args.cpu_reference and args.cpu_tail_ppl is None:  # the reference path too
+        args.cpu_reference = str(Path(tempfile.mkdtemp()) / "cpu_reference.json")
+        write_reference(args, Path(args.cpu_reference))
+    t0 = time.perf_counter()
+    run_checks(args)
+    emit("total", seconds=time.perf_counter() - t0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

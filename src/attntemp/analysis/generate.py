@@ -1,0 +1,219 @@
+"""``attntemp generate`` as a run: text from a prompt file, greedy or sampled, optionally under a
+TemperatureSpec, with the attention monitor (:mod:`attntemp.analysis.monitor`) watching every
+generated token against the model's profile at its trained length.
+
+Without ``--monitor`` (or with ``--progress-bar``) the text streams to stdout as it is generated;
+with it, one line per recorded step goes to stderr (the token, mean entropy and H / ln n, the
+head furthest from its reference, the flags) and the text follows on stdout at the end. Writes
+``generated.txt`` and, when monitoring, ``monitor.jsonl``, ``monitor.png`` and ``reference.json``
+into ``--out``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from ..hf import preflight
+from ..hf.introspect import trained_length
+from ..hf.loading import ModelOptions, load_model
+from ..hf.patch import patch
+from ..ops.spec import TemperatureSpec
+from ..utils import checks, options, outputs
+from ..utils.options import option
+from .monitor import Monitor, Step
+from .monitor_plot import plot_monitor
+from .reference_profile import DEFAULT_QUANTILE, DEFAULT_WINDOW, FLAGS, Reference, reference
+
+RESULTS = ("generated.txt", "monitor.jsonl", "monitor.png", "reference.json")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GenerateConfig(ModelOptions):
+    """``attntemp generate`` and :func:`run_generate`."""
+
+    prompt_file: str = option(help="the prompt: a UTF-8 text file")
+    max_new_tokens: int = option(help="tokens to generate")
+    out: str = option(
+        "attntemp-generate", "output folder: generated.txt, and monitor.jsonl + monitor.png with --monitor"
+    )
+    spec: str | None = option(None, "a TemperatureSpec JSON file to generate under (temperatures and RoPE extension)")
+    monitor: bool = option(False, "record attention per generated token and flag departures from the reference")
+    every: int = option(1, "with --monitor: record every k-th generated token")
+    sample: bool = option(False, "sample (softmax temperature 1) instead of greedy decoding")
+    seed: int = option(0, "seed of the sampling")
+    reference: str | None = option(
+        None, "with --monitor: a reference.json of an earlier run (or measure's stats.json) instead of measuring one"
+    )
+    reference_text: str = option("stdlib", "with --monitor: held-out text of the reference at the trained length")
+    reference_docs: int = option(8, "with --monitor: documents (rows) of the reference")
+    window: int = option(DEFAULT_WINDOW, "with --monitor: flags compare the mean of a row's last WINDOW recorded steps")
+    quantile: float = option(
+        DEFAULT_QUANTILE, "with --monitor: each flag's margin is this quantile of the reference's spread"
+    )
+    stop_on: tuple[str, ...] = option(
+        (),
+        f"with --monitor: stop at the first step raising one of these flags ({','.join(FLAGS)})",
+        parse=options.names,
+    )
+    progress_bar: bool = option(False, "a progress bar instead of one line per step (the text streams to stdout)")
+    overwrite: bool = option(False, "replace the results already in --out")
+
+    def __post_init__(self) -> None:
+        for name in ("max_new_tokens", "every", "window", "reference_docs"):
+            checks.positive_int(name, getattr(self, name))
+        if not 0.5 < float(self.quantile) < 1:
+            raise ValueError(f"quantile={self.quantile!r} is not allowed; expected a number in (0.5, 1)")
+        for i, flag in enumerate(self.stop_on):
+            checks.choice(f"stop_on[{i}]", flag, FLAGS)
+        for name in ("prompt_file", "spec", "reference"):
+            path = getattr(self, name)
+            if path is not None and not Path(path).is_file():
+                raise ValueError(f"{name}={path!r} is not allowed: no such file")
+
+
+def preflight_generate(cfg: GenerateConfig) -> tuple[str, TemperatureSpec | None, Reference | None]:
+    """Before the model loads: ``out``, the prompt (non-empty UTF-8), the spec against the model's
+    config and the saved reference; returns the prompt, spec and reference."""
+    outputs.check_out(cfg.out, RESULTS, cfg.overwrite)
+    try:
+        prompt = Path(cfg.prompt_file).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"prompt_file={cfg.prompt_file!r} is not UTF-8 text ({exc.reason})") from None
+    if not prompt.strip():
+        raise ValueError(f"prompt_file={cfg.prompt_file!r} is empty; expected the prompt's text")
+    spec = TemperatureSpec.load(cfg.spec) if cfg.spec else None
+    config = preflight.source_config(cfg.model)
+    if spec is not None and config is not None:
+        try:
+            spec.check_model(config.get("num_hidden_layers") or 0, config.get("num_attention_heads") or 0)
+        except ValueError as exc:
+            raise ValueError(f"spec={cfg.spec!r}: {exc}") from None
+    try:
+        ref = Reference.load(cfg.reference) if cfg.reference else None
+    except (KeyError, TypeError, AttributeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"reference={cfg.reference!r} is not a reference profile ({exc})") from None
+    return prompt, spec, ref
+
+
+class Printer:
+    """A transformers streamer: the text to stdout as it comes, or, when ``monitor`` records, one
+    line per step to stderr (the text then printed by the caller); a progress bar on request."""
+
+    def __init__(self, tok: Any, monitor: Monitor | None, lines: bool, bar: bool, total: int):
+        self.tok, self.monitor, self.lines = tok, monitor, lines
+        self.ids: list[int] = []
+        self.shown = 0
+        self.prompt_seen = False
+        self.bar = tqdm(total=total, desc="generate", file=sys.stderr, leave=False) if bar else None
+
+    def put(self, value: torch.Tensor) -> None:
+        if not self.prompt_seen:  # the first call hands over the prompt
+            self.prompt_seen = True
+            return
+        token = int(value.reshape(-1)[0])
+        self.ids.append(token)
+        if self.lines and self.monitor is not None:
+            steps = self.monitor.steps
+            if steps and steps[-1].index == len(self.ids) - 1:
+                print(steps[-1].line(0, self.tok.decode([token])), file=sys.stderr, flush=True)
+            return
+        text = self.tok.decode(self.ids, skip_special_tokens=True)
+        print(text[self.shown :], end="", flush=True)
+        self.shown = len(text)
+        if self.bar is not None:
+            self.bar.update(1)
+
+    def end(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _stop_callback(flags: tuple[str, ...]) -> Callable[[Step], str | None] | None:
+    """``"stop"`` at the first step raising one of ``flags``."""
+    if not flags:
+        return None
+    return lambda step: "stop" if any(step.flags[f].any() for f in flags) else None
+
+
+def _tokens(tok: Any, out: torch.Tensor, prompt_len: int) -> Callable[[Step], list[str]]:
+    """Per step, each row's generated token (step k predicted token ``prompt_len + k``)."""
+
+    def names(step: Step) -> list[str]:
+        at = prompt_len + step.index
+        return [tok.decode(row[at : at + 1]) if at < len(row) else "" for row in out.tolist()]
+
+    return names
+
+
+def _generate(model, tok, ids: torch.Tensor, cfg: GenerateConfig, mon: Monitor | None, spec) -> torch.Tensor:
+    lines = mon is not None and not cfg.progress_bar
+    printer = Printer(tok, mon, lines, bar=cfg.progress_bar, total=cfg.max_new_tokens)
+    kw: dict[str, Any] = {"do_sample": cfg.sample, "max_new_tokens": cfg.max_new_tokens, "streamer": printer}
+    if cfg.sample:
+        kw.update(temperature=1.0, top_k=0, top_p=1.0)
+    torch.manual_seed(cfg.seed)
+    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    with ExitStack() as stack, torch.no_grad():
+        if spec is not None:
+            stack.enter_context(patch(model, spec))
+        if mon is not None:
+            stack.enter_context(mon)
+            kw["stopping_criteria"] = mon.stopping_criteria
+        device: Any = model.device
+        out = model.generate(ids.to(device), attention_mask=torch.ones_like(ids).to(device), pad_token_id=pad, **kw)
+    return out.cpu()
+
+
+def run_generate(cfg: GenerateConfig) -> dict[str, Any]:
+    """Generate, monitor when asked, write the outputs under ``cfg.out``; returns a summary."""
+    prompt, spec, ref = preflight_generate(cfg)
+    model, tok = load_model(cfg.model, **cfg.load_args())
+    ids = tok(prompt, return_tensors="pt").input_ids  # [1, P]
+    mon = None
+    if cfg.monitor:
+        trained = trained_length(model)
+        ref = ref or reference(model, cfg.reference_text, trained, tokenizer=tok, n_docs=cfg.reference_docs)
+        stop = _stop_callback(cfg.stop_on)
+        mon = Monitor(model, ref, cfg.every, callback=stop, window=cfg.window, quantile=cfg.quantile)
+    t0 = time.perf_counter()
+    out = _generate(model, tok, ids, cfg, mon, spec)
+    seconds = time.perf_counter() - t0
+    text = tok.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
+    if mon is not None and not cfg.progress_bar:
+        print(text)
+    elif not text.endswith("\n"):
+        print()
+    summary: dict[str, Any] = {"prompt_tokens": int(ids.shape[1]), "new_tokens": int(out.shape[1] - ids.shape[1])}
+    summary["seconds"] = round(seconds, 3)
+    with outputs.output_folder(cfg.out) as folder:
+        (folder / "generated.txt").write_text(text)
+        summary["out"] = str(folder)
+        if mon is not None and ref is not None:
+            summary.update(_save_monitor(mon, ref, folder, _tokens(tok, out, ids.shape[1]), cfg))
+    return summary
+
+
+def _save_monitor(mon: Monitor, ref: Reference, folder: Path, tokens, cfg: GenerateConfig) -> dict[str, Any]:
+    mon.save_jsonl(folder / "monitor.jsonl", tokens)
+    ref.save(folder / "reference.json")
+    title = f"{cfg.model}: prompt of {int(mon.steps[0].positions[0]) + 1} tokens" if mon.steps else cfg.model
+    if mon.steps:
+        plot_monitor(
+            mon.steps, ref, folder / "monitor.png", title + (f", spec {Path(cfg.spec).name}" if cfg.spec else "")
+        )
+    return {
+        "steps": len(mon.steps),
+        "flag_counts": mon.flag_counts(),
+        "margins": {k: round(float(v[-1]), 6) for k, v in mon.margins.items()},
+        "stopped_by_monitor": mon.stopped,
+    }

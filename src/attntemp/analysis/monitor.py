@@ -1,0 +1,355 @@
+"""``attntemp.monitor``: attention statistics of every generated token, while ``generate`` runs.
+
+    with attntemp.monitor(model, reference=attntemp.monitor.reference(model, "stdlib")) as mon:
+        model.generate(ids, max_new_tokens=64, stopping_criteria=mon.stopping_criteria)
+    mon.steps[-1].line()
+
+A probe on attntemp's attention function (on top of the model's temperature patch, if any, whose
+multipliers it sees) hands each layer the new query of each row and the cached keys that query
+sees to :func:`attntemp.ops.attention_stats.attention_stats`, the blockwise kernel of ``measure``:
+one query row is O(n) time and memory, and a step keeps ``[rows, layers, heads]`` numbers, so
+memory grows linearly with the generated length. Step k is the query that predicts generated
+token k (step 0: the prompt's last query). Keys are located by the query's absolute position
+(``position_ids``): with left padding and sliding-window caches a row sees the last
+``min(position + 1, window, cached)`` keys, and the sink is the first keys of the sequence. It
+needs transformers' default dynamic cache (a static cache keeps empty slots after the keys).
+
+With a :class:`~attntemp.analysis.reference_profile.Reference` each step carries its shift from
+the trained-length profile and the flags of :data:`~attntemp.analysis.reference_profile.FLAGS`.
+A ``callback(step)`` may return ``"stop"`` (ends ``generate`` through
+:attr:`Monitor.stopping_criteria`) or a :class:`TemperatureSpec` with the same RoPE, which the
+following steps run under.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import StoppingCriteria, StoppingCriteriaList
+
+from ..hf.introspect import attention_modules, text_config
+from ..hf.patch import STATE, LayerState, query_positions
+from ..ops.spec import TemperatureSpec
+from ..utils import checks
+from .measure import AttentionStats
+from .monitor_rows import STACK_BYTES, RowGroup, assemble, group_stats, row_groups, stacked_stats
+from .reference_profile import (
+    DEFAULT_QUANTILE,
+    DEFAULT_WINDOW,
+    FLAGS,
+    STEP_STATS,
+    Reference,
+    probed,
+    raise_flags,
+    reference,
+    shifts,
+    worst_heads,
+)
+
+STOP = "stop"  # what a callback returns to end generation
+
+
+@dataclass(frozen=True)
+class Step:
+    """One recorded generation step: per row its query ``positions`` ``[B]``, ``stats`` per name
+    ``[B, layers, heads]``, and with a reference per name its ``shifts`` from it and their ``trend``
+    (mean over the row's last ``window`` recorded steps) ``[B]``, the ``flags`` ``[B]`` raised by
+    the trend, and the :attr:`worst` head."""
+
+    run: int
+    index: int
+    positions: np.ndarray
+    stats: dict[str, np.ndarray]
+    shifts: dict[str, np.ndarray]
+    trend: dict[str, np.ndarray]
+    flags: dict[str, np.ndarray]
+    reference: Reference | None = field(default=None, repr=False, compare=False)
+
+    @functools.cached_property
+    def worst(self) -> np.ndarray | None:
+        """``[B, 3]``: per row the (layer, head) furthest from its reference mean of H / ln n, and
+        that distance in reference standard deviations (None without a reference)."""
+        return None if self.reference is None else worst_heads(self.reference, self.stats)
+
+    def flagged(self, row: int = 0) -> list[str]:
+        return [f for f, v in self.flags.items() if v[row]]
+
+    def line(self, row: int = 0, token: str | None = None) -> str:
+        """The compact per-step line: mean entropy and H / ln n, the worst head, the flags."""
+        parts = [f"step {self.index:>4}", f"pos {int(self.positions[row]):>6}"]
+        if token is not None:
+            parts.append(f"{token!r:<10}")
+        parts.append(f"H {np.nanmean(self.stats['entropy'][row]):.3f}")
+        parts.append(f"H/ln n {np.nanmean(self.stats['norm_entropy'][row]):.3f}")
+        if self.worst is not None:
+            layer, head, z = self.worst[row]
+            parts.append(f"worst L{int(layer)}H{int(head)} {z:+.1f} sd")
+        if self.flags:
+            parts.append(",".join(self.flagged(row)) or "-")
+        return " | ".join(parts)
+
+    def records(self, tokens: list[str] | None = None) -> list[dict[str, Any]]:
+        """One JSON-ready dict per row (``tokens``: the token each row's query predicted)."""
+        out = []
+        for b in range(len(self.positions)):
+            rec: dict[str, Any] = {"run": self.run, "step": self.index, "row": b, "position": int(self.positions[b])}
+            if tokens is not None:
+                rec["token"] = tokens[b]
+            rec["mean"] = {n: _num(np.nanmean(v[b])) for n, v in self.stats.items()}
+            rec["layers"] = {n: [_num(x) for x in np.nanmean(v[b], -1)] for n, v in self.stats.items()}
+            rec["heads"] = {n: [[_num(x) for x in r] for r in v[b]] for n, v in self.stats.items()}
+            if self.flags:
+                rec["shift"] = {n: _num(v[b]) for n, v in self.shifts.items()}
+                rec["trend"] = {n: _num(v[b]) for n, v in self.trend.items()}
+                rec["flags"] = self.flagged(b)
+                assert self.worst is not None  # set with the flags
+                rec["worst"] = {
+                    "layer": int(self.worst[b, 0]),
+                    "head": int(self.worst[b, 1]),
+                    "sd": _num(self.worst[b, 2]),
+                }
+            out.append(rec)
+        return out
+
+
+def _rows(steps: list[Step], name: str, width: int) -> np.ndarray:
+    """One run's steps as ``[B, width, layers, heads]`` (NaN after its last step)."""
+    v = np.stack([s.stats[name] for s in steps], 1)  # [B, steps, layers, heads]
+    pad = np.full((v.shape[0], width - v.shape[1], *v.shape[2:]), np.nan)
+    return np.concatenate([v, pad], 1)
+
+
+def _num(x: Any) -> float | None:
+    x = float(x)
+    return None if np.isnan(x) else round(x, 6)
+
+
+class _Stopper(StoppingCriteria):
+    def __init__(self, monitor: Monitor):
+        self.monitor = monitor
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.BoolTensor:
+        done = torch.full((input_ids.shape[0],), self.monitor.stopped, dtype=torch.bool, device=input_ids.device)
+        return done  # type: ignore[return-value]
+
+
+class Monitor:
+    """The context manager :func:`monitor` returns; ``steps`` holds a :class:`Step` per recorded step."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        reference: Reference | AttentionStats | None = None,
+        every: int = 1,
+        *,
+        callback: Callable[[Step], Any] | None = None,
+        window: int = DEFAULT_WINDOW,
+        quantile: float = DEFAULT_QUANTILE,
+        margins: dict[str, float] | None = None,
+        sink_tokens: int | None = None,
+        recent_tokens: int | None = None,
+    ):
+        self.model, self.every, self.callback = model, checks.positive_int("every", every), callback
+        self.window = checks.positive_int("window", window)
+        self.reference = Reference.from_stats(reference) if isinstance(reference, AttentionStats) else reference
+        self.sink_tokens, self.recent_tokens = self._windows(sink_tokens, recent_tokens)
+        self.margins = self._margins(quantile, margins or {})
+        table = [np.resize(self.margins[f], self.window) for f in FLAGS] if self.margins else []
+        self._table = np.stack(table) if table else np.zeros((0, self.window))  # [flags, window]
+        self._sizes = (self.sink_tokens, self.recent_tokens)
+        self.steps: list[Step] = []
+        self.stopped = False
+        mods = attention_modules(model)
+        self._layers = [m.layer_idx for m in mods]
+        self._heads = text_config(model).num_attention_heads
+        self._switched: dict[int, LayerState] | None = None
+        self._run, self._index, self._recording = -1, -1, False
+        self._groups: dict[int, list[RowGroup]] = {}
+        self._positions: list[int] = []
+        self._history: list[np.ndarray] = []  # this run's shifts, [len(STEP_STATS), B] per step
+        self._stack = ExitStack()
+
+    def _windows(self, sink: int | None, recent: int | None) -> tuple[int, int]:
+        ref = self.reference
+        for name, given in (("sink_tokens", sink), ("recent_tokens", recent)):
+            if given is not None and ref is not None and given != getattr(ref, name):
+                raise ValueError(f"{name}={given} differs from the reference's {getattr(ref, name)}")
+        sink = sink or (ref.sink_tokens if ref else 4)
+        recent = recent or (ref.recent_tokens if ref else 64)
+        return checks.positive_int("sink_tokens", sink), checks.positive_int("recent_tokens", recent)
+
+    def _margins(self, quantile: float, given: dict[str, float]) -> dict[str, np.ndarray]:
+        unknown = sorted(set(given) - set(FLAGS))
+        if unknown:
+            raise ValueError(f"margins={given} has unknown flag(s) {unknown}; allowed: {list(FLAGS)}")
+        if self.reference is None:
+            if given:
+                raise ValueError("margins= needs a reference (the flags compare each step with it)")
+            return {}
+        fixed = {k: np.array([float(v)]) for k, v in given.items()}  # one margin, whatever the steps
+        return {**self.reference.margins(quantile, self.window, self.every), **fixed}
+
+    # ----------------------------------------------------------------------------- context
+    def __enter__(self) -> Monitor:
+        self._stack.enter_context(probed(self.model, self))
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stack.close()
+
+    @property
+    def stopping_criteria(self) -> StoppingCriteriaList:
+        """Pass to ``generate(stopping_criteria=...)`` so that a callback's ``"stop"`` ends it."""
+        return StoppingCriteriaList([_Stopper(self)])
+
+    # ----------------------------------------------------------------------------- probe
+    def __call__(self, module, query, key, m, scaling, kwargs):
+        layer = module.layer_idx
+        if layer == self._layers[0]:
+            self._begin(query, key, kwargs)
+        if self._switched is not None:
+            m = self._switched[layer].multiplier(query, key, kwargs)
+            m = torch.ones((), device=query.device) if m is None else m  # returning None would keep the old m
+        if self._recording:
+            self._groups[layer] = row_groups(query.detach(), key.detach(), m, scaling, kwargs, self._positions)
+            if layer == self._layers[-1]:
+                self._finish()
+        return m if self._switched is not None else None
+
+    def _begin(self, query: torch.Tensor, key: torch.Tensor, kwargs: dict) -> None:
+        """A new forward: the next step, or the first of a new run (a prefill: several queries or
+        as many keys as queries; or positions that do not follow the last step's, e.g. generate
+        resumed from a cache filled elsewhere)."""
+        pos = query_positions(query, key, kwargs)[:, -1].expand(query.shape[0])  # [B]
+        positions = [int(p) for p in pos.tolist()]
+        follows = len(positions) == len(self._positions) and all(
+            p == q + 1 for p, q in zip(positions, self._positions, strict=True)
+        )
+        if query.shape[2] > 1 or key.shape[2] == query.shape[2] or not follows:
+            self._run, self._index, self._history = self._run + 1, 0, []
+        else:
+            self._index += 1
+        self._positions = positions
+        self._recording = self._index % self.every == 0
+        self._groups = {}
+
+    def _layer_stats(self) -> dict[str, np.ndarray]:
+        """Each layer's rows, ``[B, layers, H]`` per statistic: layers whose rows see the same keys
+        (no padding) and whose keys are small are stacked into one kernel call, where the
+        per-call overhead outweighs the copy; the others go one call per layer."""
+        whole = [g[0] for g in self._groups.values() if len(g) == 1 and g[0].rows is None]
+        if len(whole) == len(self._layers) and len({g.stack_key() for g in whole}) == 1:
+            if sum(g.k.nbytes for g in whole) <= STACK_BYTES:  # the usual step: one call for every layer
+                single = [self._groups[i][0] for i in self._layers]
+                st = torch.stack([v for v in stacked_stats(single, *self._sizes).values()])  # [4, L*B, H]
+                out = st.reshape(len(STEP_STATS), len(self._layers), -1, st.shape[-1]).transpose(1, 2)
+                return dict(zip(STEP_STATS, out.float().cpu().numpy(), strict=True))  # [B, layers, H] each
+        small = [i for i, g in self._groups.items() if len(g) == 1 and g[0].k.nbytes <= STACK_BYTES]
+        stats = dict(zip(small, group_stats([self._groups[i][0] for i in small], *self._sizes), strict=True))
+        for i, groups in self._groups.items():
+            if i not in stats:
+                stats[i] = assemble(groups, group_stats(groups, *self._sizes), len(self._positions))
+        return {
+            n: torch.stack([stats[i][n] for i in self._layers], 1).float().cpu().numpy() for n in STEP_STATS
+        }  # [B, layers, H]
+
+    def _finish(self) -> None:
+        stats = self._layer_stats()
+        self._groups = {}  # the views of the cache: not kept past the step
+        shift, trend, flags = {}, {}, {}
+        if self.reference is not None:
+            now = shifts(self.reference, stats)  # [S, B]
+            self._history = [*self._history, now][-self.window :]
+            mean = np.mean(self._history, axis=0)  # [S, B]: the trend over the last window steps
+            flags = raise_flags(mean, self._table, len(self._history))
+            shift, trend = dict(zip(STEP_STATS, now, strict=True)), dict(zip(STEP_STATS, mean, strict=True))
+        step = Step(self._run, self._index, np.asarray(self._positions), stats, shift, trend, flags, self.reference)
+        self.steps.append(step)
+        self._act(None if self.callback is None else self.callback(step))
+
+    def _act(self, action: Any) -> None:
+        if action is None:
+            return
+        if isinstance(action, TemperatureSpec):
+            self.switch(action)
+        elif action == STOP:
+            self.stopped = True
+        else:
+            raise ValueError(f"callback returned {action!r}; expected None, {STOP!r} or a TemperatureSpec")
+
+    def switch(self, spec: TemperatureSpec) -> None:
+        """Run the following steps under ``spec``'s multipliers. Its RoPE must be the one in use:
+        the cached keys carry their rotation."""
+        mods = attention_modules(self.model)
+        state = getattr(mods[0], STATE, None)
+        rope_now = state.spec.rope if state is not None else ()
+        if spec.rope != rope_now:
+            raise ValueError(
+                f"spec.rope={dict(spec.rope) or None} differs from the RoPE in use ({dict(rope_now) or None}); "
+                "the cached keys carry it: switch temperatures only"
+            )
+        spec.check_model(len(mods), self._heads)
+        self._switched = {i: LayerState(spec, i, self._heads) for i in self._layers}
+
+    # ----------------------------------------------------------------------------- results
+    def series(self, name: str = "entropy") -> np.ndarray:
+        """``[steps, B, layers, heads]`` of one statistic over the recorded steps."""
+        checks.choice("name", name, STEP_STATS)
+        return np.stack([s.stats[name] for s in self.steps])
+
+    def as_reference(self) -> Reference:
+        """The recorded steps as a reference profile (each row of each run one reference row, its
+        steps in order): e.g. generation at the trained length, to compare longer runs with."""
+        if not self.steps:
+            raise ValueError("as_reference needs recorded steps; run generate inside the monitor first")
+        runs = sorted({s.run for s in self.steps})
+        per_run = [[s for s in self.steps if s.run == r] for r in runs]
+        width = max(len(p) for p in per_run)
+        values = {n: np.concatenate([_rows(p, n, width) for p in per_run]) for n in STEP_STATS}
+        pos = np.concatenate([s.positions for s in self.steps])
+        meta = {"source": "monitor steps", "rows": int(values["entropy"].shape[0]), "queries": len(pos)}
+        return Reference.from_samples(values, int(pos.max()) + 1, int(pos.min()), sink_tokens=self.sink_tokens,
+                                      recent_tokens=self.recent_tokens, meta=meta)  # fmt: skip
+
+    def flag_counts(self) -> dict[str, int]:
+        """How many (step, row) pairs raised each flag."""
+        return {f: int(sum(s.flags[f].sum() for s in self.steps)) for f in FLAGS} if self.margins else {}
+
+    def save_jsonl(self, path: str | Path, tokens: Callable[[Step], list[str]] | None = None) -> Path:
+        """``monitor.jsonl``: one line per recorded (step, row); ``tokens(step)`` names each row's token."""
+        path = Path(path)
+        with path.open("w") as f:
+            for step in self.steps:
+                for rec in step.records(None if tokens is None else tokens(step)):
+                    f.write(json.dumps(rec) + "\n")
+        return path
+
+
+class _MonitorFactory:
+    """``attntemp.monitor(model, reference=None, every=1, ...)`` returns a :class:`Monitor`;
+    ``attntemp.monitor.reference(model, text, length)`` builds its reference profile and
+    ``attntemp.monitor.load_reference(path)`` reads a saved one."""
+
+    reference = staticmethod(reference)
+    load_reference = staticmethod(Reference.load)
+    FLAGS = FLAGS
+    STOP = STOP
+
+    def __call__(
+        self, model: torch.nn.Module, reference: Reference | AttentionStats | None = None, every: int = 1, **kw: Any
+    ) -> Monitor:
+        return Monitor(model, reference, every, **kw)
+
+    def __repr__(self) -> str:
+        return "attntemp.monitor"
+
+
+monitor = _MonitorFactory()

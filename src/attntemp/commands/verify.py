@@ -1,0 +1,21 @@
+"""``attntemp verify``: run llama.cpp or vLLM with what ``export``/``bake`` ship and compare with attntemp."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..ship.verify import VerifyConfig, run_verify, summary_json
+from ..utils.options import add_options, from_args
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("verify", help="run an engine with the shipped settings and compare with attntemp (KL, ppl)")
+    add_options(p, VerifyConfig)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    result = run_verify(from_args(VerifyConfig, args))
+    print(result.table())
+    print(summary_json(result))
+    return 0 if result.passed else 1

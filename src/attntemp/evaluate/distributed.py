@@ -1,0 +1,138 @@
+"""Sweeps on Ray: the points of a sweep spread over workers, one model per worker.
+
+``run_sweep`` comes here when ``workers > 1`` or ``ray_address`` is given. Each worker is a Ray
+actor (:class:`SweepWorker`) that loads the model once and evaluates one group of points at a time:
+one (length, RoPE, task) and its pending multipliers, the same groups and the same batched forward
+as the single-process sweep (:func:`attntemp.evaluate.sweep.point_groups`), so the figures are the
+same. A worker takes one GPU (``num_gpus=1``) where the cluster has GPUs and the device is not
+``cpu``, and a share of the CPUs otherwise. Workers only compute and return each point's metrics
+with their per-window values; the driver alone writes the SQLite store, one transaction per
+point, so ``kill -9`` of the driver or of a worker loses no finished point and a rerun resumes
+(a killed worker is restarted by Ray and its group run again).
+
+Ray is imported only when a sweep asks for it (``pip install 'attntemp[ray]'``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from ..hf import introspect
+from ..hf.loading import load_model
+from .sweep import Store, SweepConfig, evaluate_group, point_groups
+from .tasks import eval_context
+
+INSTALL = "pip install 'attntemp[ray]'"
+RETRIES = 3  # restarts of a killed worker, and retries of the group it was running
+
+
+def import_ray(cfg: SweepConfig) -> Any:
+    """The ``ray`` module, or a one-line error naming the flag and the install command."""
+    try:
+        import ray
+    except ImportError:
+        flag = f"--ray-address {cfg.ray_address}" if cfg.ray_address else f"--workers {cfg.workers}"
+        raise ValueError(f"{flag} runs the sweep on Ray, which is not installed here: {INSTALL}") from None
+    return ray
+
+
+class SweepWorker:
+    """A Ray actor's state: the model loaded once, the task context, and groups evaluated on demand."""
+
+    def __init__(self, cfg: SweepConfig, threads: int, on_gpu: bool) -> None:
+        device = "cuda" if on_gpu and cfg.device.startswith("cuda") else cfg.device  # Ray picks the GPU
+        self.model, self.tok = load_model(cfg.model, **cfg.load_args(device=device, threads=cfg.threads or threads))
+        self.trained = cfg.trained_length or introspect.trained_length(self.model)
+        self.ctx = eval_context(cfg, self.trained)
+
+    def trained_length(self) -> int:
+        return self.trained
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def evaluate(self, length: int, rope: str, task: str, group: Sequence[float]) -> tuple[list[dict[str, Any]], float]:
+        """One group's metrics (one dict per multiplier) and the seconds per point."""
+        return evaluate_group(self.model, self.tok, self.ctx, length, rope, task, group)
+
+
+def connect(ray: Any, cfg: SweepConfig) -> bool:
+    """Join ``cfg.ray_address``, or start a local Ray with this machine's CPUs (and GPUs); True
+    when this call started it (and its shutdown is ours)."""
+    if ray.is_initialized():
+        return False
+    quiet = {"include_dashboard": False, "log_to_driver": False, "logging_level": "ERROR"}
+    if cfg.ray_address:
+        ray.init(address=cfg.ray_address, **quiet)
+    else:
+        ray.init(num_cpus=max(os.cpu_count() or 1, cfg.workers), **quiet)
+    return True
+
+
+def resources(cfg: SweepConfig, cluster: dict[str, float]) -> dict[str, float]:
+    """Each worker's Ray resources: one GPU where the cluster has GPUs and the device allows, else
+    an equal share of the CPUs. Raises when the cluster has fewer GPUs than workers."""
+    gpus = int(cluster.get("GPU", 0))
+    if cfg.device != "cpu" and gpus > 0:
+        if cfg.workers > gpus:
+            raise ValueError(f"workers={cfg.workers} is not allowed: the Ray cluster has {gpus} GPU(s), one per worker")
+        return {"num_gpus": 1, "num_cpus": 1}
+    if cfg.device.startswith("cuda"):
+        raise ValueError(f"device={cfg.device!r} is not allowed: the Ray cluster has no GPU; expected cpu or auto")
+    return {"num_gpus": 0, "num_cpus": max(1, int(cluster.get("CPU", 1)) // cfg.workers)}
+
+
+def start_workers(ray: Any, cfg: SweepConfig) -> list[Any]:
+    """``cfg.workers`` actors, each with its model loaded (restarted up to :data:`RETRIES` times)."""
+    res = resources(cfg, ray.cluster_resources())
+    actor = ray.remote(SweepWorker).options(max_restarts=RETRIES, max_task_retries=RETRIES, **res)
+    return [actor.remote(cfg, int(res["num_cpus"]), res["num_gpus"] > 0) for _ in range(cfg.workers)]
+
+
+def drain(ray: Any, workers: list[Any], jobs: Sequence[tuple], store: Store, cfg: SweepConfig) -> int:
+    """Keep every worker busy with one group until all are done; write each returned point in its
+    own transaction as soon as it arrives. Returns the number of points written."""
+    queue, idle, written = deque(jobs), list(workers), 0
+    running: dict[Any, tuple[Any, tuple]] = {}  # Ray future -> (worker, job)
+    with tqdm(
+        total=sum(len(j[3]) for j in jobs), desc=f"sweep on {len(workers)} workers", disable=not cfg.progress
+    ) as bar:
+        while queue or running:
+            while idle and queue:
+                worker, job = idle.pop(), queue.popleft()
+                running[worker.evaluate.remote(*job)] = (worker, job)
+            ready, _ = ray.wait(list(running), num_returns=1)
+            worker, (length, rope, task, group) = running.pop(ready[0])
+            results, seconds = ray.get(ready[0])
+            for m, metrics in zip(group, results, strict=True):
+                store.add(cfg.model, length, rope, m, task, metrics, seconds, cfg.batched)
+                written += 1
+            bar.update(len(group))
+            idle.append(worker)
+    return written
+
+
+def run_distributed(cfg: SweepConfig) -> Store:
+    """Every missing point of ``cfg`` into ``cfg.out/sweep.db``, evaluated on Ray workers."""
+    ray = import_ray(cfg)
+    store = Store(Path(cfg.out) / "sweep.db")
+    store.log_run(cfg)
+    started = connect(ray, cfg)
+    workers: list[Any] = []
+    try:
+        workers = start_workers(ray, cfg)
+        trained = cfg.trained_length or ray.get(workers[0].trained_length.remote())
+        store.set_trained_length(trained)
+        drain(ray, workers, list(point_groups(cfg, store)), store, cfg)
+    finally:
+        for w in workers:
+            ray.kill(w)
+        if started:
+            ray.shutdown()
+    return store

@@ -1,0 +1,383 @@
+"""A model with and without a TemperatureSpec on lm-evaluation-harness tasks, paired.
+
+``harness(model, tokenizer, spec, tasks)`` runs lm-eval's ``simple_evaluate`` twice on one loaded
+model, wrapped in lm-eval's ``HFLM`` (which takes a model instance and its tokenizer): without the
+spec, then under ``attntemp.patch(model, spec)``. Both runs see the same documents (lm-eval's own
+seeds), so every per-document outcome pairs up; :mod:`attntemp.evaluate.harness_table` turns the
+two results into one table, with lm-eval's own stderr beside attntemp's intervals.
+
+lm-eval is an optional extra (``pip install 'attntemp[eval]'``) and is imported only inside the
+functions here, never at ``import attntemp``. attntemp's own passkey and needle tasks
+(:mod:`attntemp.evaluate.lm_eval_tasks`) are always on the include path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import fnmatch
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..hf.loading import ModelOptions, load_model, resolve
+from ..hf.patch import patch
+from ..ops.spec import TemperatureSpec
+from ..utils import checks
+from ..utils.options import ints, names, option
+from . import harness_table, lm_eval_tasks
+
+LM_EVAL_REQUIREMENT = "lm-eval>=0.4,<0.5"
+INSTALL_HINT = f"pip install 'attntemp[eval]' (or '{LM_EVAL_REQUIREMENT}')"
+RUNS = ("without_spec", "with_spec")
+MAX_LENGTH = 4096
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvalHarnessConfig(ModelOptions):
+    """``attntemp eval`` and :func:`run_eval`."""
+
+    spec: str = option(help="a TemperatureSpec JSON file (multipliers m = 1/T, RoPE extension)")
+    tasks: tuple[str, ...] = option(
+        help="lm-eval task, group or tag names, comma-separated (globs allowed), e.g. attntemp_passkey_1024",
+        parse=names,
+    )
+    out: str = option("attntemp-eval", "output folder: lm-eval's results per run, comparison.json and .md")
+    include_path: tuple[str, ...] = option(
+        (), "more lm-eval task folders, comma-separated (attntemp's own are always included)", parse=names
+    )
+    lengths: tuple[int, ...] = option(
+        (),
+        "remake attntemp's passkey/needle tasks at these lengths in this model's tokens (into OUT/lm_eval_tasks) "
+        "instead of the shipped ones (256,512,1024 tiny-model tokens)",
+        parse=ints,
+    )
+    limit: int | None = option(None, "documents per task (lm-eval's --limit): quick checks", parse=int)
+    batch_size: int = option(1, "lm-eval's batch size (requests per forward)")
+    max_length: int = option(
+        MAX_LENGTH,
+        "prompt tokens lm-eval keeps (it cuts longer prompts from the left); not the model's "
+        "max_position_embeddings, which attntemp runs past",
+    )
+    bootstrap_iters: int = option(100000, "lm-eval's bootstrap resamples for the stderr of non-mean metrics")
+    seed: int = option(0, "seed of attntemp's (paired) bootstrap intervals")
+    overwrite: bool = option(False, "replace a non-empty --out")
+    lm_eval_logs: bool = option(False, "show lm-eval's own log lines (its warnings and notes)")
+
+    def __post_init__(self) -> None:
+        if not self.tasks:
+            raise ValueError("tasks=() is not allowed; expected at least one lm-eval task name")
+        for name in ("batch_size", "max_length"):
+            checks.positive_int(name, getattr(self, name))
+        if self.limit is not None:
+            checks.positive_int("limit", self.limit)
+        if self.bootstrap_iters < 0:
+            raise ValueError(f"bootstrap_iters={self.bootstrap_iters} is not allowed; expected an integer >= 0")
+        for i, length in enumerate(self.lengths):
+            checks.positive_int(f"lengths[{i}]", length)
+            if length > self.max_length:
+                raise ValueError(f"lengths[{i}]={length} is not allowed; expected <= max_length={self.max_length}")
+
+
+@dataclass(frozen=True)
+class HarnessResult:
+    """Both runs' lm-eval results (``samples`` included), the paired rows and their markdown table."""
+
+    without_spec: dict[str, Any] = field(repr=False)
+    with_spec: dict[str, Any] = field(repr=False)
+    rows: list[dict[str, Any]]
+    table: str
+    out: Path | None = None
+
+
+# ----------------------------------------------------------------------------- lm-eval, checked
+def require_lm_eval() -> None:
+    """Raise one ValueError line naming the install when lm-eval cannot be imported."""
+    try:
+        import lm_eval  # noqa: F401
+    except ImportError:
+        raise ValueError(f"lm-eval is not installed; {INSTALL_HINT}") from None
+
+
+@contextlib.contextmanager
+def lm_eval_logging(show: bool) -> Iterator[None]:
+    """lm-eval's loggers at ERROR inside (its per-task notes are noise here) unless ``show``."""
+    logger = logging.getLogger("lm_eval")
+    level = logger.level
+    if not show:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def include_paths(extra: Sequence[str | os.PathLike[str]], tasks_dir: Path | None = None) -> list[str]:
+    """attntemp's task folder (``tasks_dir`` or the shipped one) and ``extra``, each once, checked."""
+    paths = [str(tasks_dir or lm_eval_tasks.lm_eval_tasks_path())]
+    for p in extra:
+        if not Path(p).is_dir():
+            raise ValueError(f"--include-path {str(p)!r} is not a folder; expected folders of lm-eval task YAML files")
+        if str(p) not in paths and Path(p).resolve() != Path(paths[0]).resolve():
+            paths.append(str(p))
+    return paths
+
+
+def _unknown(requested: Sequence[str], known: Sequence[str]) -> list[str]:
+    return [n for n in requested if not fnmatch.filter(known, n)]
+
+
+def task_manager(tasks: Sequence[str], paths: Sequence[str]) -> Any:
+    """lm-eval's TaskManager that knows every name in ``tasks``: the include paths alone when they
+    suffice (fast), else with lm-eval's own tasks too. Raises naming an unknown task."""
+    from lm_eval.tasks import TaskManager
+
+    manager = TaskManager(include_path=list(paths), include_defaults=False)
+    if _unknown(tasks, manager.all_tasks):
+        manager = TaskManager(include_path=list(paths))
+    unknown = _unknown(tasks, manager.all_tasks)
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], manager.all_tasks, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(
+            f"--tasks {unknown[0]!r} is not a task, group or tag lm-eval knows{hint}; list them with "
+            "`lm_eval ls tasks`, or add the folder of its YAML with --include-path"
+        )
+    return manager
+
+
+def expand(tasks: Sequence[str], manager: Any) -> list[str]:
+    """Glob patterns made names (lm-eval's CLI does the same), in the order given, each once."""
+    out: list[str] = []
+    for name in tasks:
+        out += [m for m in sorted(fnmatch.filter(manager.all_tasks, name)) if m not in out]
+    return out
+
+
+def load_tasks(tasks: Sequence[str], manager: Any) -> list[str]:
+    """Build each task once (lm-eval fetches its dataset here) and return the leaf task names;
+    a dataset that cannot be had (offline, no such dataset) is one error line naming the task."""
+    leaves: list[str] = []
+    for name in tasks:
+        try:
+            loaded = manager.load([name])
+        except Exception as exc:  # datasets / hub errors have many types; all mean "cannot load"
+            detail = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+            raise ValueError(
+                f"--tasks {name!r} could not be loaded ({detail}); its dataset may need the Hugging Face Hub: "
+                "fetch it once with network access (HF_DATASETS_OFFLINE=0; lm-eval then reads its cache) "
+                "or give a local task folder with --include-path"
+            ) from None
+        leaves += [t for t in loaded["tasks"] if t not in leaves]
+    return leaves
+
+
+# ----------------------------------------------------------------------------- the two runs
+@dataclass(frozen=True)
+class Settings:
+    """How lm-eval runs: documents per task, batch size, prompt budget, its stderr resamples."""
+
+    limit: int | None = None
+    batch_size: int = 1
+    max_length: int = MAX_LENGTH
+    bootstrap_iters: int = 100000
+
+
+def prepare(tasks: Sequence[str], include_path: Sequence[Any], tasks_dir: Path | None = None) -> tuple[Any, list[str]]:
+    """lm-eval's TaskManager and the task names (globs expanded), every task built once: what can
+    fail without the model fails here, before it loads."""
+    manager = task_manager(tasks, include_paths(include_path, tasks_dir))
+    names_ = expand(tasks, manager)
+    load_tasks(names_, manager)
+    return manager, names_
+
+
+def _evaluate(lm: Any, tasks: Sequence[str], manager: Any, settings: Settings) -> dict[str, Any]:
+    from lm_eval import simple_evaluate
+
+    with contextlib.redirect_stdout(sys.stderr):  # lm-eval prints notes; stdout stays the table
+        results = simple_evaluate(
+            lm,
+            tasks=list(tasks),
+            limit=settings.limit,
+            task_manager=manager,
+            log_samples=True,
+            bootstrap_iters=settings.bootstrap_iters,
+        )
+    if results is None:
+        raise ValueError("lm-eval returned no results (not rank 0 of a distributed run?)")
+    return dict(results)
+
+
+def both_runs(
+    model: Any, tokenizer: Any, spec: TemperatureSpec, tasks: Sequence[str], manager: Any, settings: Settings
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """lm-eval's results (samples included) of ``model`` without ``spec``, then patched with it."""
+    from lm_eval.models.huggingface import HFLM
+
+    with patch(model, spec):  # a spec that does not fit the model fails here, before the first run
+        pass
+    lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=settings.batch_size, max_length=settings.max_length)
+    without = _evaluate(lm, tasks, manager, settings)
+    with patch(model, spec):
+        with_ = _evaluate(lm, tasks, manager, settings)
+    return without, with_
+
+
+def finish(
+    runs: tuple[dict, dict], seed: int, out: Path | None, meta: dict, staged: Path | None = None
+) -> HarnessResult:
+    """The paired rows and table of both runs; written to ``out`` when given."""
+    rows = harness_table.compare(runs[0], runs[1], seed=seed)
+    result = HarnessResult(runs[0], runs[1], rows, harness_table.markdown(rows))
+    if out is None:
+        return result
+    return HarnessResult(runs[0], runs[1], rows, result.table, write(out, result, meta, staged))
+
+
+def harness(
+    model: Any,
+    tokenizer: Any,
+    spec: TemperatureSpec | str | os.PathLike[str],
+    tasks: Sequence[str],
+    *,
+    include_path: Sequence[str | os.PathLike[str]] = (),
+    limit: int | None = None,
+    batch_size: int = 1,
+    max_length: int = MAX_LENGTH,
+    bootstrap_iters: int = 100000,
+    seed: int = 0,
+    out: str | os.PathLike[str] | None = None,
+    overwrite: bool = False,
+    lm_eval_logs: bool = False,
+) -> HarnessResult:
+    """lm-eval ``tasks`` on ``model`` without ``spec`` and with it (``attntemp.patch``), paired.
+
+    ``max_length`` is lm-eval's prompt budget (longer prompts lose their start); HFLM would
+    otherwise take the model's ``max_position_embeddings``, which attntemp runs past. With
+    ``out``, writes each run's results (``RUN/results.json``, ``RUN/samples_TASK.jsonl``),
+    ``comparison.json`` and ``comparison.md`` (a non-empty ``out`` needs ``overwrite``).
+    """
+    spec = spec if isinstance(spec, TemperatureSpec) else TemperatureSpec.load(Path(spec))
+    settings = Settings(limit, batch_size, max_length, bootstrap_iters)
+    require_lm_eval()
+    if out is not None:
+        check_out(Path(out), overwrite)
+    with lm_eval_logging(lm_eval_logs):
+        manager, names_ = prepare(tasks, include_path)
+        runs = both_runs(model, tokenizer, spec, names_, manager, settings)
+    meta = {"spec": spec.to_dict(), "tasks": names_, "limit": limit, "max_length": max_length}
+    return finish(runs, seed, None if out is None else Path(out), meta)
+
+
+# ----------------------------------------------------------------------------- outputs
+def check_out(out: Path, overwrite: bool) -> None:
+    """A user's existing results are never replaced without ``overwrite``."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {str(out)!r} exists and is not a folder")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise ValueError(f"--out {str(out)!r} exists and is not empty; pass --overwrite to replace it")
+
+
+def _dump(obj: Any) -> str:
+    from lm_eval.utils import handle_non_serializable
+
+    return json.dumps(obj, indent=2, default=handle_non_serializable, ensure_ascii=False)
+
+
+def _write_run(folder: Path, results: dict[str, Any]) -> None:
+    from lm_eval.utils import handle_non_serializable
+
+    folder.mkdir(parents=True)
+    (folder / "results.json").write_text(_dump({k: v for k, v in results.items() if k != "samples"}) + "\n")
+    for task, samples in results.get("samples", {}).items():
+        lines = [json.dumps(s, default=handle_non_serializable, ensure_ascii=False) for s in samples]
+        (folder / f"samples_{task}.jsonl").write_text("".join(line + "\n" for line in lines))
+
+
+def write(out: Path, result: HarnessResult, meta: dict[str, Any], staged: Path | None = None) -> Path:
+    """Write everything to a folder beside ``out`` (or into ``staged``), then put it at ``out``:
+    an interrupted run leaves ``out`` as it was."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = staged or Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
+    try:
+        for name, results in zip(RUNS, (result.without_spec, result.with_spec), strict=True):
+            _write_run(tmp / name, results)
+        import lm_eval
+
+        body = {**meta, "lm_eval_version": lm_eval.__version__, "runs": list(RUNS), "rows": result.rows}
+        (tmp / "comparison.json").write_text(_dump(body) + "\n")
+        (tmp / "comparison.md").write_text(harness_table.page(result.table, meta) + "\n")
+        _install(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def _install(tmp: Path, out: Path) -> None:
+    """Rename ``tmp`` to ``out``; an old ``out`` is moved aside first and removed last."""
+    if not out.exists():
+        os.rename(tmp, out)
+        return
+    old = out.with_name(f".{out.name}.old-{uuid.uuid4().hex[:8]}")
+    os.rename(out, old)
+    try:
+        os.rename(tmp, out)
+    except OSError:
+        os.rename(old, out)
+        raise
+    shutil.rmtree(old)
+
+
+# ----------------------------------------------------------------------------- the command
+def run_eval(cfg: EvalHarnessConfig) -> HarnessResult:
+    """Check everything that is cheap (lm-eval, spec, --out, task names, datasets), then load the
+    model and run both; with ``lengths``, attntemp's tasks are first remade in its tokens."""
+    require_lm_eval()
+    spec = TemperatureSpec.load(cfg.spec)
+    out = Path(cfg.out)
+    check_out(out, cfg.overwrite)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staged = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
+    try:
+        return _run_staged(cfg, spec, out, staged)
+    except BaseException:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise
+
+
+def _remade_tasks(cfg: EvalHarnessConfig, folder: Path) -> Path | None:
+    if not cfg.lengths:
+        return None
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(resolve(cfg.model))
+    return lm_eval_tasks.write_folder(folder, tok, cfg.lengths)
+
+
+def _run_staged(cfg: EvalHarnessConfig, spec: TemperatureSpec, out: Path, staged: Path) -> HarnessResult:
+    settings = Settings(cfg.limit, cfg.batch_size, cfg.max_length, cfg.bootstrap_iters)
+    tasks_dir = _remade_tasks(cfg, staged / "lm_eval_tasks")
+    with lm_eval_logging(cfg.lm_eval_logs):
+        manager, tasks = prepare(cfg.tasks, cfg.include_path, tasks_dir)
+        model, tok = load_model(cfg.model, **cfg.load_args())
+        runs = both_runs(model, tok, spec, tasks, manager, settings)
+    meta = {
+        "model": cfg.model,
+        "spec_file": cfg.spec,
+        "spec": spec.to_dict(),
+        "tasks": tasks,
+        "limit": cfg.limit,
+        "max_length": cfg.max_length,
+        "lengths": list(cfg.lengths),
+    }
+    return finish(runs, cfg.seed, out, meta, staged)

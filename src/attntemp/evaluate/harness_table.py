@@ -1,0 +1,210 @@
+"""Two lm-eval results (the same tasks without and with a spec) as paired rows and one table.
+
+Per task and metric (lm-eval's ``"metric,filter"`` keys): each run's value and lm-eval's own
+stderr, attntemp's 95% interval from the per-document outcomes lm-eval logs (``log_samples``),
+and the paired comparison on the documents both runs scored:
+
+- a metric lm-eval aggregates by the mean (``exact_match``, ``acc``): each run's interval is the
+  Wilson score interval for 0/1 outcomes (else the bootstrap of the mean), the comparison the paired
+  bootstrap of the difference, with spec minus without (:mod:`attntemp.ops.intervals`);
+- lm-eval's ``perplexity`` of ``loglikelihood`` tasks (``exp(-mean log p(answer))``, per answer,
+  not per token): each run's bootstrap interval over documents and the paired bootstrap of the
+  ratio, with spec / without;
+- any other aggregate (corpus-level scores, weighted perplexities): the two values and their
+  difference, without an interval (the per-document values do not make it by a mean).
+
+Pure Python and numpy: no lm-eval import.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..ops import intervals
+from ..ops.intervals import Interval
+
+RTOL = 1e-6  # a per-document mean must give lm-eval's own value to count as "mean-aggregated"
+
+
+def metric_keys(results: dict[str, Any], task: str) -> list[tuple[str, str]]:
+    """``(metric, filter)`` of a task's results, in lm-eval's order (stderr keys left out)."""
+    keys = []
+    for key in results["results"][task]:
+        metric, sep, filt = key.partition(",")
+        if sep and not metric.endswith("_stderr"):
+            keys.append((metric, filt))
+    return keys
+
+
+def per_document(results: dict[str, Any], task: str, metric: str, filt: str) -> dict[int, Any]:
+    """``doc_id -> value`` of one metric under one filter, from lm-eval's logged samples."""
+    out = {}
+    for s in results.get("samples", {}).get(task, []):
+        if s.get("filter", "none") == filt and metric in s:
+            out[int(s["doc_id"])] = s[metric]
+    return out
+
+
+def _scalars(values: Sequence[Any]) -> np.ndarray | None:
+    """The values as floats, or None when any is not a plain number (tuples, strings)."""
+    try:
+        arr = np.asarray([float(v) for v in values], dtype=np.float64)
+    except (TypeError, ValueError):
+        return None
+    return arr if np.isfinite(arr).all() else None
+
+
+def kind(metric: str, values: np.ndarray | None, reported: float) -> str:
+    """How lm-eval aggregated ``values`` into ``reported``: "mean", "perplexity" or "other"."""
+    if values is None or values.size == 0 or not math.isfinite(reported):
+        return "other"
+    if math.isclose(float(values.mean()), reported, rel_tol=RTOL, abs_tol=1e-12):
+        return "mean"
+    if metric == "perplexity" and math.isclose(math.exp(-float(values.mean())), reported, rel_tol=RTOL):
+        return "perplexity"
+    return "other"
+
+
+def _binary(x: np.ndarray) -> bool:
+    return bool(np.isin(x, (0.0, 1.0)).all())
+
+
+def own_interval(how: str, x: np.ndarray, seed: int) -> Interval | None:
+    """One run's interval over documents (None for "other" or fewer than two documents)."""
+    if how == "other" or x.size < 2:
+        return None
+    if how == "perplexity":
+        return intervals.perplexity_interval((-x).tolist(), [1.0] * x.size, seed=seed)
+    if _binary(x):
+        return intervals.wilson(int(x.sum()), int(x.size))
+    return intervals.mean_interval(x.tolist(), seed=seed)
+
+
+def paired(how: str, a: np.ndarray, b: np.ndarray, seed: int) -> Interval | None:
+    """With spec (``b``) against without (``a``) on the same documents: difference or ratio."""
+    if how == "other" or a.size < 2:
+        return None
+    if how == "perplexity":
+        return intervals.paired_ratio_interval((-b).tolist(), (-a).tolist(), [1.0] * a.size, seed=seed)
+    return intervals.paired_difference_interval(b.tolist(), a.tolist(), seed=seed)
+
+
+def _stderr(results: dict[str, Any], task: str, key: str) -> float | None:
+    metric, _, filt = key.partition(",")
+    value = results["results"][task].get(f"{metric}_stderr,{filt}")
+    try:
+        return float(value) if value is not None and math.isfinite(float(value)) else None
+    except (TypeError, ValueError):  # lm-eval writes "N/A" when it has none
+        return None
+
+
+def _side(results: dict[str, Any], task: str, key: str, iv: Interval | None) -> dict[str, Any]:
+    return {
+        "value": float(results["results"][task][key]),
+        "stderr": _stderr(results, task, key),
+        "interval": iv.to_dict() if iv else None,
+    }
+
+
+def _outcomes(runs: Sequence[dict[str, Any]], task: str, metric: str, filt: str) -> list[dict[int, Any]]:
+    """Each run's ``doc_id -> value``; the runs must have scored the same documents."""
+    per = [per_document(r, task, metric, filt) for r in runs]
+    if set(per[0]) != set(per[1]):
+        raise ValueError(f"task {task!r}: the two runs scored different documents ({len(per[0])} and {len(per[1])})")
+    return per
+
+
+def row(without: dict[str, Any], with_: dict[str, Any], task: str, metric: str, filt: str, seed: int = 0) -> dict:
+    """One task and metric: both runs (value, lm-eval stderr, interval) and the paired comparison
+    (``with - without``, or ``with / without`` for perplexity) with its verdict."""
+    key = f"{metric},{filt}"
+    per = _outcomes((without, with_), task, metric, filt)
+    docs = sorted(per[0])
+    xs = [_scalars([p[d] for d in docs]) for p in per]
+    hows = {kind(metric, x, float(r["results"][task][key])) for x, r in zip(xs, (without, with_), strict=True)}
+    how = hows.pop() if len(hows) == 1 else "other"
+    xa, xb = xs if how != "other" else (None, None)
+    higher = bool(without.get("higher_is_better", {}).get(task, {}).get(metric, True))
+    va, vb = float(without["results"][task][key]), float(with_["results"][task][key])
+    ratio = how == "perplexity"
+    iv = paired(how, xa, xb, seed) if xa is not None and xb is not None else None
+    null = 1.0 if ratio else 0.0
+    return {
+        "task": task,
+        "metric": metric,
+        "filter": filt,
+        "n": len(docs),
+        "higher_is_better": higher,
+        "aggregation": how,
+        "without_spec": _side(without, task, key, own_interval(how, xa, seed) if xa is not None else None),
+        "with_spec": _side(with_, task, key, own_interval(how, xb, seed) if xb is not None else None),
+        "comparison": {
+            "kind": "ratio" if ratio else "difference",
+            "value": (vb / va if va else math.nan) if ratio else vb - va,
+            "interval": iv.to_dict() if iv else None,
+            "verdict": intervals.verdict(iv, null, lower_is_better=not higher) if iv else "no interval",
+        },
+    }
+
+
+def compare(without: dict[str, Any], with_: dict[str, Any], seed: int = 0) -> list[dict[str, Any]]:
+    """One :func:`row` per task (both runs have) and metric, tasks in name order."""
+    tasks = sorted(set(without["results"]) & set(with_["results"]))
+    return [row(without, with_, t, m, f, seed) for t in tasks for m, f in metric_keys(without, t)]
+
+
+# ----------------------------------------------------------------------------- markdown
+def _cell(side: dict[str, Any], how: str) -> str:
+    value, stderr, iv = side["value"], side["stderr"], side["interval"]
+    text = f"{value:.4g}" if how == "perplexity" or how == "other" else f"{value:.4f}"
+    text += f" ± {stderr:.4g}" if stderr is not None else " ± n/a"
+    if iv:
+        text += (
+            f" [{iv['low']:.4g}, {iv['high']:.4g}]" if how == "perplexity" else f" [{iv['low']:.4f}, {iv['high']:.4f}]"
+        )
+    return text
+
+
+def _comparison_cell(c: dict[str, Any]) -> str:
+    iv = c["interval"]
+    if c["kind"] == "ratio":  # ratios of perplexities span many decades: significant digits
+        return f"×{c['value']:.4g}" + (f" [{iv['low']:.4g}, {iv['high']:.4g}]" if iv else "")
+    return f"{c['value']:+.4f}" + (f" [{iv['low']:+.4f}, {iv['high']:+.4f}]" if iv else "")
+
+
+def markdown(rows: Sequence[dict[str, Any]]) -> str:
+    """The side-by-side table: value ± lm-eval's stderr [attntemp's 95% interval] per run, and the
+    paired comparison with its interval and verdict."""
+    lines = [
+        "| task | metric | n | without spec | with spec | with vs without (paired) | verdict |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        metric = r["metric"] + ("" if r["filter"] == "none" else f" ({r['filter']})")
+        arrow = "↑" if r["higher_is_better"] else "↓"
+        lines.append(
+            f"| {r['task']} | {metric} {arrow} | {r['n']} | {_cell(r['without_spec'], r['aggregation'])} | "
+            f"{_cell(r['with_spec'], r['aggregation'])} | {_comparison_cell(r['comparison'])} | "
+            f"{r['comparison']['verdict']} |"
+        )
+    return "\n".join(lines)
+
+
+LEGEND = (
+    "Each run: value ± lm-eval's stderr [attntemp's 95% interval over documents: Wilson for 0/1 outcomes, "
+    "bootstrap otherwise]. Paired: with − without (difference), or with / without (× ratio, perplexity), "
+    "on the same documents, paired bootstrap 95% interval; the verdict says whether it excludes no change. "
+    "↑ higher is better, ↓ lower is better."
+)
+
+
+def page(table: str, meta: dict[str, Any]) -> str:
+    """``comparison.md``: a title naming the model and spec, the table and its legend."""
+    title = f"# lm-eval: {meta.get('model', 'model')} without and with {meta.get('spec_file', 'the spec')}"
+    limit = meta.get("limit")
+    sizes = f"limit {limit} documents per task" if limit else "every document of each task"
+    return f"{title}\n\n{table}\n\n{LEGEND} lm-eval, {sizes}, max_length {meta.get('max_length')}."

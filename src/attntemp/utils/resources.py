@@ -1,0 +1,69 @@
+"""Sizes checked against the machine before work starts: the memory a run would need, estimated,
+against what this process can still get (``MemAvailable``, a cgroup limit, ``RLIMIT_AS``)."""
+
+from __future__ import annotations
+
+import resource
+from pathlib import Path
+from typing import Any
+
+
+def _meminfo(key: str, path: str = "/proc/meminfo") -> int | None:
+    """A ``/proc`` status line's value in bytes (``kB`` lines), or None."""
+    try:
+        for line in Path(path).read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _cgroup_left() -> int | None:
+    """Bytes left under a cgroup v2 memory limit, or None without one."""
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        used = int(Path("/sys/fs/cgroup/memory.current").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return None if limit == "max" else max(0, int(limit) - used)
+
+
+def _address_space_left() -> int | None:
+    """Bytes left under ``RLIMIT_AS`` (``ulimit -v``), or None without one."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+        return None
+    return max(0, soft - (_meminfo("VmSize", "/proc/self/status") or 0))
+
+
+def available_memory() -> int | None:
+    """Bytes this process can still allocate: the least of ``MemAvailable``, a cgroup limit and
+    ``RLIMIT_AS``; psutil where ``/proc`` is missing; None when nothing tells."""
+    found = [v for v in (_meminfo("MemAvailable"), _cgroup_left(), _address_space_left()) if v is not None]
+    if not found:
+        try:
+            import psutil
+
+            found = [int(psutil.virtual_memory().available)]
+        except ImportError:
+            return None
+    return min(found)
+
+
+def gib(n: float) -> str:
+    """Bytes as ``"1.5 GiB"`` (``"12 MiB"`` below one GiB, ``"3.2e+03 GiB"`` when huge)."""
+    if n < 2**30:
+        return f"{n / 2**20:.0f} MiB"
+    g = n / 2**30
+    return f"{g:.1f} GiB" if g < 1000 else f"{g:.2g} GiB"
+
+
+def check_memory(name: str, value: Any, needed: float, what: str, available: int | None = None) -> None:
+    """Raise when ``needed`` bytes (the estimate of ``what``) exceed the memory available."""
+    left = available_memory() if available is None else available
+    if left is not None and needed > left:
+        raise ValueError(
+            f"{name}={value!r} is not allowed: {what} needs about {gib(needed)} of memory, and "
+            f"{gib(left)} is available here; use a smaller value"
+        )

@@ -1,0 +1,490 @@
+"""Hostile and careless input to every command: exit code 2 and exactly one line on stderr (progress
+bars aside) that names the flag, before any heavy work, and nothing left behind.
+
+The table runs in-process through ``attntemp.cli.main``; the cases that need another process (a
+read-only folder, an address-space limit) run in one subprocess at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attntemp.assets import tiny_path
+from attntemp.cli import main
+from attntemp.evaluate.sweep import LOCK_FILE, Store
+from attntemp.utils.outputs import exclusive
+
+SPECS = {
+    "s_layers": {"layers": 1.1},
+    "s_heads": {"heads": [1.1, 1.2]},
+    "s_sp": {"schedule_params": [1, 2]},
+    "s_ragged": {"heads": [[1, 1], [1], [1, 1], [1, 1]]},
+    "s_bool": {"multiplier": True},
+    "s_str": {"multiplier": "1.2"},
+    "s_nofactor": {"rope": {"rope_type": "yarn"}},
+    "s_ropestr": {"rope": "yarn"},
+    "s_unknown": {"bogus": 1},
+    "s_ropetype": {"rope": {"rope_type": "yarm", "factor": 2}},
+    "s_ropefactor": {"rope": {"rope_type": "yarn", "factor": 0.5}},
+    "s_ropekey": {"rope": {"rope_type": "linear", "factor": 2, "beta_fast": 3}},
+    "s_schedule": {"schedule": "cosine"},
+    "s_sched_params": {"schedule": "yarn", "schedule_params": {"s": -1}},
+    "s_logn": {"schedule": "logn", "schedule_params": {"trained_len": 256}},
+    "s_layers2": {"layers": [1, 1]},
+    "s_nan": {"multiplier": float("nan")},
+    "s_format": {"format": "attntemp.BakedCheckpoint/1", "multiplier": 1.0},
+    "ok": {"multiplier": 1.2},
+}
+
+
+def _tiny_copy(dest: Path) -> Path:
+    shutil.copytree(tiny_path(), dest)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory):
+    """A workspace of hostile files: bad specs, broken checkpoints, damaged databases, results."""
+    w = tmp_path_factory.mktemp("hostile")
+    for name, data in SPECS.items():
+        (w / f"{name}.json").write_text(json.dumps(data))
+    (w / "s_badjson.json").write_text("{bad")
+    (w / "s_list.json").write_text("[1, 2]")
+    (w / "s_deep.json").write_text("[" * 100000)
+    (w / "afile").write_text("not a folder")
+    (w / "empty").mkdir()
+    (w / "one.txt").write_text("a single document\n" * 400)
+    for name, files in (("measured", ["stats.json"]), ("calibrated", ["calibration.json"]), ("full", ["keep.txt"])):
+        (w / name).mkdir()
+        for f in files:
+            (w / name / f).write_text("{}")
+    (w / "rnd").mkdir()
+    (w / "rnd" / "sweep.db").write_bytes(os.urandom(5000))
+    (w / "foreign").mkdir()
+    import sqlite3
+
+    sqlite3.connect(w / "foreign" / "sweep.db").executescript("CREATE TABLE other (x INTEGER);")
+    store = Store(w / "settled" / "sweep.db")  # a sweep made with other settings
+    store.check_settings({"model": "tiny", "text": "stdlib", "n_docs": 4, "trials": 50, "seed": 0})
+    store.close()
+    (w / "locked").mkdir()
+    # broken checkpoints
+    trunc = _tiny_copy(w / "trunc")
+    os.truncate(trunc / "model.safetensors", 100_000)
+    (_tiny_copy(w / "badcfg") / "config.json").write_text("{bad")
+    (_tiny_copy(w / "notype") / "config.json").write_text("{}")
+    (_tiny_copy(w / "noweights") / "model.safetensors").unlink()
+    (w / "nocfg").mkdir()
+    from safetensors.torch import load_file, save_file
+
+    nolm = _tiny_copy(w / "nolm")
+    weights = load_file(nolm / "model.safetensors")
+    weights.pop("lm_head.weight")
+    save_file(weights, nolm / "model.safetensors", metadata={"format": "pt"})
+    baked = _tiny_copy(w / "baked")
+    (baked / "attntemp_spec.json").write_text(json.dumps({"format": "attntemp.BakedCheckpoint/1", "baked": []}))
+    (w / "specdir").mkdir()
+    (w / "specdir" / "s.json").write_text(json.dumps({"multiplier": 1.1}))
+    (w / "sub").mkdir()
+    rng = np.random.default_rng(0)
+    np.savez(w / "l.npz", logits=rng.normal(size=(50, 4)), labels=rng.integers(0, 4, 50))
+    np.savez(w / "nolabels.npz", logits=rng.normal(size=(50, 4)))
+    return w
+
+
+M = ["measure", "--length", "64", "--out", "{w}/m_out"]
+S = ["sweep", "--lengths", "64", "--multipliers", "1", "--docs", "1", "--out", "{w}/s_out"]
+T = ["tune", "--length", "400", "--out", "{w}/t_out"]
+B = ["bake", "--spec", "{w}/ok.json", "--out", "{w}/b_out"]
+C = ["calibrate", "--logits", "{w}/l.npz", "--out", "{w}/c_out"]
+D = ["demo", "--out", "{w}/d_out"]
+
+
+def with_(base: list[str], *extra: str) -> list[str]:
+    """``base`` with each ``--flag value`` of ``extra`` replacing the one there (or added)."""
+    out = list(base)
+    pairs = list(extra)
+    while pairs:
+        flag = pairs.pop(0)
+        value = pairs.pop(0) if pairs and not pairs[0].startswith("--") else None
+        if flag in out and value is not None:
+            out[out.index(flag) + 1] = value
+        else:
+            out += [flag] + ([value] if value is not None else [])
+    return out
+
+
+# (id, argv, text the one error line must contain); {w} is the workspace
+CASES = [
+    # --- --model, in every loading command (item 1)
+    ("measure-model-missing", with_(M, "--model", "/nonexistent"), "--model='/nonexistent' is no such folder"),
+    ("measure-model-empty", with_(M, "--model", ""), "--model='' is empty"),
+    ("measure-model-typo", with_(M, "--model", "smolm2"), "Did you mean 'smollm2'?"),
+    ("measure-model-space", with_(M, "--model", "a b"), "--model='a b' is not a local folder, nor a valid hub id"),
+    ("measure-model-file", with_(M, "--model", "{w}/afile"), "is a file, not a folder"),
+    ("measure-model-truncated", with_(M, "--model", "{w}/trunc"), "model.safetensors is truncated"),
+    ("measure-model-badcfg", with_(M, "--model", "{w}/badcfg"), "config.json is not valid JSON"),
+    ("measure-model-notype", with_(M, "--model", "{w}/notype"), "has no model_type"),
+    ("measure-model-noweights", with_(M, "--model", "{w}/noweights"), "holds no weights"),
+    ("measure-model-nocfg", with_(M, "--model", "{w}/nocfg"), "holds no config.json"),
+    ("measure-model-nolm", with_(M, "--model", "{w}/nolm"), "lacks 1 weight(s) the model needs: lm_head.weight"),
+    ("sweep-model-missing", with_(S, "--model", "/nonexistent"), "--model='/nonexistent'"),
+    ("sweep-model-typo", with_(S, "--model", "smolm2"), "Did you mean 'smollm2'?"),
+    ("sweep-model-truncated", with_(S, "--model", "{w}/trunc"), "is truncated"),
+    ("tune-model-missing", with_(T, "--model", "/nonexistent"), "--model='/nonexistent'"),
+    ("tune-model-empty", with_(T, "--model", ""), "--model='' is empty"),
+    ("tune-model-badcfg", with_(T, "--model", "{w}/badcfg"), "config.json is not valid JSON"),
+    ("bake-model-missing", with_(B, "--model", "/nonexistent"), "--model='/nonexistent'"),
+    ("bake-model-typo", with_(B, "--model", "smolm2"), "Did you mean 'smollm2'?"),
+    ("bake-model-truncated", with_(B, "--model", "{w}/trunc"), "is truncated"),
+    ("bake-model-nolm", with_(B, "--model", "{w}/nolm"), "lacks 1 weight(s)"),
+    ("bake-model-baked", with_(B, "--model", "{w}/baked"), "is already baked ("),
+    ("demo-model-typo", with_(D, "--model", "smolm2"), "Did you mean 'smollm2'?"),
+    ("demo-model-empty", with_(D, "--model", ""), "--model='' is empty"),
+    # --- --out: files, unwritable places, existing results (items 1, 6)
+    ("measure-out-file", with_(M, "--out", "{w}/afile"), "--out='{w}/afile' exists and is a file"),
+    ("measure-out-under-file", with_(M, "--out", "{w}/afile/sub"), "is a file, not a folder"),
+    ("measure-out-proc", with_(M, "--out", "/proc/attntemp-out"), "--out='/proc/attntemp-out' is not writable"),
+    ("measure-out-empty", with_(M, "--out", ""), "--out='' is not allowed"),
+    ("measure-out-results", with_(M, "--out", "{w}/measured"), "already holds results (stats.json); pass --overwrite"),
+    ("sweep-out-file", with_(S, "--out", "{w}/afile"), "--out='{w}/afile' exists and is a file"),
+    ("sweep-out-proc", with_(S, "--out", "/proc/attntemp-out"), "is not writable"),
+    ("sweep-out-random-db", with_(S, "--out", "{w}/rnd"), "sweep.db' is not a usable sweep database"),
+    (
+        "sweep-out-other-docs",
+        with_(S, "--out", "{w}/settled"),
+        "holds points made with --docs=4; this run has --docs=1",
+    ),
+    (
+        "sweep-out-other-text",
+        with_(S, "--out", "{w}/settled", "--docs", "4", "--text", "{w}/one.txt"),
+        "holds points made with --text='stdlib'",
+    ),
+    ("sweep-out-locked", with_(S, "--out", "{w}/locked"), "is in use by another sweep"),
+    ("tune-out-file", with_(T, "--out", "{w}/afile"), "--out='{w}/afile' exists and is a file"),
+    ("tune-out-proc", with_(T, "--out", "/proc/attntemp-out"), "is not writable"),
+    ("bake-out-file", with_(B, "--out", "{w}/afile"), "--out='{w}/afile' exists and is a file"),
+    ("bake-out-proc", with_(B, "--out", "/proc/attntemp-out"), "is not writable"),
+    ("bake-out-full", with_(B, "--out", "{w}/full"), "already holds results (keep.txt); pass --overwrite"),
+    ("bake-out-dot", with_(B, "--out", ".", "--overwrite"), "--out='.' is the current folder or holds it"),
+    ("bake-out-subdotdot", with_(B, "--out", "sub/..", "--overwrite"), "--out='sub/..' is the current folder"),
+    ("bake-out-parent", with_(B, "--out", "..", "--overwrite"), "--out='..' is the current folder or holds it"),
+    (
+        "bake-out-holds-spec",
+        with_(B, "--spec", "{w}/specdir/s.json", "--out", "{w}/specdir", "--overwrite"),
+        "holds the spec file",
+    ),
+    ("calibrate-out-file", with_(C, "--out", "{w}/afile"), "--out='{w}/afile' exists and is a file"),
+    ("calibrate-out-results", with_(C, "--out", "{w}/calibrated"), "already holds results (calibration.json)"),
+    ("calibrate-out-proc", with_(C, "--out", "/proc/attntemp-out"), "is not writable"),
+    ("demo-out-file", with_(D, "--out", "{w}/afile"), "--out='{w}/afile' exists and is a file"),
+    ("demo-out-proc", with_(D, "--out", "/proc/attntemp-out"), "is not writable"),
+    ("demo-out-other-sweep", with_(D, "--out", "{w}/settled", "--docs", "2"), "holds a sweep.db made with --docs=4"),
+    ("demo-out-random-db", with_(D, "--out", "{w}/rnd"), "is not a usable sweep database"),
+    # --- spec JSON (item 1, 7)
+    *[
+        (f"bake-spec-{name}", with_(B, "--spec", f"{{w}}/{name}.json"), text)
+        for name, text in (
+            ("s_layers", "layers=1.1 is not allowed; expected a list of numbers"),
+            ("s_heads", "heads[0]=1.1 is not allowed"),
+            ("s_sp", "schedule_params=[1, 2] is not allowed"),
+            ("s_ragged", "heads has rows of [1, 2] values"),
+            ("s_bool", "multiplier=True is not allowed; expected a finite number > 0, not a boolean"),
+            ("s_str", "multiplier='1.2' is not allowed"),
+            ("s_nofactor", "rope has no 'factor'"),
+            ("s_ropestr", "rope='yarn' is not allowed; expected an object of named values"),
+            ("s_unknown", "spec has unknown field(s) ['bogus']"),
+            ("s_ropetype", "Did you mean 'yarn'?"),
+            ("s_ropefactor", "rope.factor=0.5 is not allowed"),
+            ("s_ropekey", "rope has unknown key(s) ['beta_fast'] for 'linear'"),
+            ("s_schedule", "schedule='cosine' is not allowed"),
+            ("s_sched_params", "schedule_params={'s': -1} for 'yarn'"),
+            ("s_logn", "schedule='logn' is position-dependent"),
+            ("s_layers2", "layers has 2 values; the model has 4 layers"),
+            ("s_nan", "multiplier=nan is not allowed"),
+            ("s_format", "format='attntemp.BakedCheckpoint/1' is not allowed"),
+            ("s_badjson", "spec is not valid JSON"),
+            ("s_list", "spec JSON must be an object"),
+            ("s_deep", "spec is not valid JSON"),
+            ("missing", "no such file"),
+        )
+    ],
+    ("bake-spec-folder", with_(B, "--spec", "{w}/empty"), "--spec='{w}/empty' is a folder"),
+    ("bake-spec-baked-record", with_(B, "--spec", "{w}/baked/attntemp_spec.json"), "a baked checkpoint's record"),
+    ("measure-spec-bool", with_(M, "--spec", "{w}/s_bool.json"), "--spec='{w}/s_bool.json': multiplier=True"),
+    ("measure-spec-layers", with_(M, "--spec", "{w}/s_layers2.json"), "layers has 2 values; the model has 4"),
+    ("measure-spec-missing", with_(M, "--spec", "{w}/missing.json"), "--spec='{w}/missing.json': no such file"),
+    ("export-spec-ragged", ["export", "--spec", "{w}/s_ragged.json", "--engine", "vllm"], "heads has rows"),
+    ("export-spec-nofactor", ["export", "--spec", "{w}/s_nofactor.json", "--engine", "vllm"], "rope has no 'factor'"),
+    ("export-engine-typo", ["export", "--spec", "{w}/ok.json", "--engine", "vlm"], "Did you mean 'vllm'"),
+    # --- sizes (item 2)
+    (
+        "sweep-length-huge",
+        with_(S, "--lengths", "100000000", "--tasks", "passkey"),
+        "--lengths[0]=100000000 is not allowed: a forward of",
+    ),
+    ("sweep-multipliers-runaway", with_(S, "--multipliers", "0.8:1.4:1e-9"), "6e+08 values; at most 1000"),
+    ("bake-check-tokens-huge", with_(B, "--check-tokens", "1000000000"), "--check-tokens=1000000000 is not allowed"),
+    ("calibrate-bins-huge", with_(C, "--bins", "1000000000"), "--bins=1000000000 is not allowed; expected at most"),
+    ("measure-length-huge", with_(M, "--length", "100000000"), "--length=100000000 is not allowed: a forward of"),
+    ("tune-length-huge", with_(T, "--length", "100000000"), "--length=100000000 is not allowed: a forward of"),
+    ("measure-buckets-too-many", with_(M, "--buckets", "1000000000"), "--buckets=1000000000 is not allowed"),
+    ("measure-recent-too-many", with_(M, "--recent-tokens", "1000"), "--recent-tokens=1000 is not allowed"),
+    # --- late validation, now early (item 7)
+    ("demo-trials-0", with_(D, "--trials", "0"), "--trials=0 is not allowed"),
+    ("demo-scales-below-1", with_(D, "--scales", "0.5"), "--scales[0]=0.5"),
+    ("demo-scales-empty", with_(D, "--scales", ","), "scales is empty"),
+    ("demo-gradient-steps", with_(D, "--gradient-steps", "-1"), "--gradient-steps=-1"),
+    ("demo-multipliers-runaway", with_(D, "--multipliers", "0.8:1.4:1e-9"), "at most 1000"),
+    ("demo-docs-0", with_(D, "--docs", "0"), "--docs=0"),
+    ("tune-length-2", with_(T, "--length", "2"), "--length=2 is too short for perplexity"),
+    ("tune-length-passkey", with_(T, "--length", "100"), "--length=100 is too short for passkey"),
+    ("tune-check-length-short", with_(T, "--check-lengths", "40"), "--check-lengths[0]=40 is too short for passkey"),
+    ("tune-lengths-short", with_(T, "--method", "gradient", "--lengths", "4"), "--lengths[0]=4 is too short"),
+    ("tune-one-document", with_(T, "--text", "{w}/one.txt"), "cannot be split into a tuning and an evaluation pool"),
+    ("tune-objective-head", with_(T, "--granularity", "head"), "use --objective='entropy'"),
+    ("tune-objective-typo", with_(T, "--objective", "perplx"), "--objective='perplx' is not allowed"),
+    ("tune-method-typo", with_(T, "--method", "grad"), "--method='grad' is not allowed"),
+    ("tune-lengths-no-gradient", with_(T, "--lengths", "512"), "(--method gradient)"),
+    ("tune-bracket", with_(T, "--bracket", "2,1"), "--bracket=(2.0, 1.0) is not allowed"),
+    ("tune-grid", with_(T, "--grid", "2"), "--grid=2"),
+    ("tune-steps", with_(T, "--steps", "0"), "--steps=0"),
+    ("tune-schedule-typo", with_(T, "--method", "gradient", "--schedule", "log_lenght"), "--schedule='log_lenght'"),
+    ("tune-target-typo", with_(T, "--objective", "entropy", "--target", "entropi"), "Did you mean 'entropy'"),
+    ("tune-length-text", with_(T, "--length", "abc"), "--length 'abc': expected an integer"),
+    (
+        "sweep-lengths-5-passkey",
+        with_(S, "--lengths", "5", "--tasks", "passkey"),
+        "--lengths[0]=5 is too short for passkey",
+    ),
+    ("sweep-lengths-1", with_(S, "--lengths", "1"), "--lengths[0]=1 is too short for perplexity"),
+    (
+        "sweep-lengths-needle",
+        with_(S, "--lengths", "40", "--tasks", "needle"),
+        "--lengths[0]=40 is too short for needle",
+    ),
+    ("sweep-lengths-0", with_(S, "--lengths", "0"), "--lengths[0]=0"),
+    ("sweep-lengths-text", with_(S, "--lengths", "1,b"), "--lengths '1,b'"),
+    ("sweep-lengths-empty", with_(S, "--lengths", ","), "lengths is empty"),
+    ("sweep-tasks-empty", with_(S, "--tasks", ","), "tasks is empty"),
+    ("tune-tasks-empty", with_(T, "--tasks", ","), "tasks is empty"),
+    ("sweep-multipliers-reversed", with_(S, "--multipliers", "1:0.5:0.1"), "LO:HI:STEP"),
+    ("sweep-multipliers-zero", with_(S, "--multipliers", "0,1"), "--multipliers[0]=0"),
+    ("sweep-multipliers-nan", with_(S, "--multipliers", "nan"), "--multipliers[0]=nan"),
+    ("sweep-multipliers-inf", with_(S, "--multipliers", "1,inf"), "=inf is not allowed"),
+    ("sweep-multipliers-empty", with_(S, "--multipliers", ","), "multipliers is empty"),
+    ("sweep-multipliers-collide", with_(S, "--multipliers", "1.0000001,1.0000002"), "same to 6 significant digits"),
+    ("sweep-rope-typo", with_(S, "--rope", "yarm"), "Did you mean 'yarn'"),
+    ("sweep-tasks-typo", with_(S, "--tasks", "pasky"), "--tasks[0]='pasky'"),
+    ("sweep-docs-0", with_(S, "--docs", "0"), "--docs=0"),
+    ("sweep-trials-0", with_(S, "--trials", "0"), "--trials=0"),
+    ("sweep-batch-size-0", with_(S, "--batch-size", "0"), "--batch-size=0"),
+    ("sweep-seed-text", with_(S, "--seed", "x"), "--seed 'x'"),
+    ("sweep-trained-length-0", with_(S, "--trained-length", "0"), "--trained-length=0"),
+    ("bake-check-tokens-0", with_(B, "--check-tokens", "0"), "--check-tokens=0"),
+    ("measure-length-0", with_(M, "--length", "0"), "--length=0"),
+    ("measure-length-negative", with_(M, "--length", "-5"), "--length=-5"),
+    ("measure-length-float", with_(M, "--length", "1e9"), "--length '1e9'"),
+    ("measure-docs-0", with_(M, "--docs", "0"), "--docs=0"),
+    ("measure-sink-0", with_(M, "--sink-tokens", "0"), "--sink-tokens=0"),
+    ("measure-text-missing", with_(M, "--text", "{w}/nope"), "source="),
+    # --- report (items 1, 4)
+    ("report-random-db", ["report", "{w}/rnd"], "sweep.db' is not a usable sweep database: file is not a database"),
+    ("report-foreign-db", ["report", "{w}/foreign"], "is not a usable sweep database: no such table"),
+    ("report-missing", ["report", "{w}/nope"], "does not exist"),
+    ("report-file", ["report", "{w}/afile"], "is a file; expected a folder"),
+    ("report-empty", ["report", "{w}/empty"], "holds no sweep.db and no evidence.md"),
+    # --- calibrate
+    ("calibrate-bins-0", with_(C, "--bins", "0"), "--bins=0"),
+    ("calibrate-logits-missing", with_(C, "--logits", "{w}/nope.npz"), "no such file"),
+    ("calibrate-logits-text", with_(C, "--logits", "{w}/afile"), "not a readable .npz file"),
+    ("calibrate-logits-nolabels", with_(C, "--logits", "{w}/nolabels.npz"), "missing array(s) ['labels']"),
+    ("calibrate-ignore-index", with_(C, "--ignore-index", "x"), "--ignore-index 'x'"),
+    # --- argparse's own errors, as one line too
+    (
+        "measure-model-no-value",
+        ["measure", "--out", "x", "--length", "64", "--model"],
+        "argument --model: expected one",
+    ),
+    ("measure-out-required", ["measure", "--length", "64"], "the following arguments are required: --out"),
+    ("sweep-unknown-flag", [*S, "--bogus"], "unrecognized arguments: --bogus"),
+    ("tables-unknown-flag", ["tables", "--bogus"], "unrecognized arguments: --bogus"),
+    ("command-typo", ["measur"], "invalid choice: 'measur'"),
+    ("bake-spec-required", ["bake", "--out", "x"], "the following arguments are required: --spec"),
+]
+
+PROGRESS = ("%|", "it/s]", "s/it]")
+
+
+def error_lines(err: str) -> list[str]:
+    """The stderr lines that are not progress-bar output (tqdm redraws with carriage returns)."""
+    lines = [part.strip() for line in err.splitlines() for part in line.split("\r")]
+    return [line for line in lines if line and not any(p in line for p in PROGRESS)]
+
+
+def listing(folder: Path) -> set[str]:
+    return {str(p.relative_to(folder)) for p in folder.rglob("*") if p.name != LOCK_FILE}
+
+
+def run_main(argv: list[str], capsys) -> tuple[int, list[str]]:
+    capsys.readouterr()
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's own errors
+        code = exc.code
+    return code, error_lines(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("name, argv, expected", CASES, ids=[c[0] for c in CASES])
+def test_hostile_input_is_one_line_naming_the_flag_and_exit_2(ws, name, argv, expected, capsys, monkeypatch):
+    monkeypatch.chdir(ws)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    argv = [a.replace("{w}", str(ws)) for a in argv]
+    before = listing(ws)
+    if name == "sweep-out-locked":  # another sweep is running there
+        with exclusive(ws / "locked" / LOCK_FILE, "sweep"):  # run_sweep opens it again: the lock conflicts
+            code, err = run_main(argv, capsys)
+    else:
+        code, err = run_main(argv, capsys)
+    top_level = "invalid choice" in expected or "unrecognized arguments" in expected  # the main parser's
+    command = None if top_level else argv[0]
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith(f"attntemp {command}: error:" if command else "attntemp: error:"), err
+    assert expected.replace("{w}", str(ws)) in err[0], err[0]
+    assert "Traceback" not in err[0]
+    assert listing(ws) == before  # nothing written: no empty folder, no empty sweep.db, no staging folder
+
+
+def test_the_table_covers_every_command_and_is_large():
+    commands = {argv[0] for _, argv, _ in CASES}
+    assert {"measure", "sweep", "tune", "bake", "calibrate", "demo", "report", "export", "tables"} <= commands
+    assert len(CASES) >= 100 and len({c[0] for c in CASES}) == len(CASES)
+
+
+def test_a_mistyped_model_fails_fast_without_hub_retries(capsys, monkeypatch):
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    t0 = time.perf_counter()
+    code, err = run_main(["measure", "--model", "smolm2", "--out", "x", "--length", "64"], capsys)
+    assert code == 2 and "Did you mean 'smollm2'?" in err[0] and time.perf_counter() - t0 < 5
+
+
+def test_the_error_line_is_not_glued_to_a_progress_bar(tmp_path, capsys, monkeypatch):
+    """A failure while a sweep's bar is drawn: the bar's line is ended before the error."""
+    import attntemp.evaluate.tasks as tasks
+
+    def fail(self, model, tok, length, multipliers, ctx):
+        raise ValueError("n_docs=1 is what broke here")
+
+    monkeypatch.setattr(tasks.Perplexity, "evaluate", fail)
+    code = main(["sweep", "--lengths", "64,80", "--multipliers", "1", "--docs", "1", "--out", str(tmp_path / "s")])
+    err = capsys.readouterr().err
+    lines = error_lines(err)
+    assert code == 2 and lines == ["attntemp sweep: error: --docs=1 is what broke here"], err
+    assert "\nattntemp sweep: error:" in err  # on a line of its own
+    assert not (tmp_path / "s").exists()  # the failed sweep left no folder and no empty sweep.db
+
+
+# ----------------------------------------------------------------------------- in another process
+OTHER_PROCESS = r"""
+import json, os, resource, sys, contextlib, io
+from attntemp.cli import main
+import transformers, attntemp.commands.sweep, attntemp.commands.measure, attntemp.commands.bake
+import attntemp.commands.calibrate, attntemp.commands.report
+cases = json.loads(sys.argv[1])
+if cases.pop("limit_as"):
+    from attntemp.utils.resources import _meminfo
+    used = _meminfo("VmSize", "/proc/self/status")
+    resource.setrlimit(resource.RLIMIT_AS, (used + 2 * 2**30, resource.RLIM_INFINITY))
+out = {}
+for name, argv in cases.items():
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            code = main(argv)
+        except SystemExit as exc:
+            code = exc.code
+    out[name] = [code, err.getvalue()]
+print(json.dumps(out))
+"""
+
+
+def _read_only_command(folder: Path, argv: list[str]) -> list[str] | None:
+    """``argv`` run where ``folder`` cannot be written: root (whom permissions do not stop) gets a
+    private mount namespace with ``folder`` bind-mounted read-only (nothing outside sees it);
+    anyone else a chmod. None when neither is possible here."""
+    if os.geteuid() != 0:
+        for p in [*sorted(folder.rglob("*"), reverse=True), folder]:
+            os.chmod(p, 0o555 if p.is_dir() else 0o444)
+        return argv
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        return None
+    probe = subprocess.run([unshare, "-m", "--propagation", "private", "true"], capture_output=True)
+    if probe.returncode != 0:
+        return None
+    d = shlex.quote(str(folder))
+    script = f"mount --bind {d} {d} && mount -o remount,bind,ro {d} && exec " + " ".join(map(shlex.quote, argv))
+    return [unshare, "-m", "--propagation", "private", "sh", "-c", script]
+
+
+def test_read_only_folders_and_a_memory_limit_in_another_process(tmp_path):
+    """With ``out`` on a folder nobody may write (read-only) and RLIMIT_AS = what is mapped + 2 GiB:
+    refusals, one line each, before any allocation; the memory check reads the limit."""
+    ro = tmp_path / "ro"
+    (ro / "sweep").mkdir(parents=True)
+    Store(ro / "sweep" / "sweep.db").close()
+    np.savez(tmp_path / "l.npz", logits=np.zeros((8, 3)), labels=np.zeros(8, dtype=int))
+    (tmp_path / "s.json").write_text('{"multiplier": 1.2}')
+    (tmp_path / "home").mkdir()
+    cases = {
+        "sweep": ["sweep", "--lengths", "64", "--docs", "1", "--out", str(ro / "sweep")],
+        "measure": ["measure", "--length", "64", "--out", str(ro / "m")],
+        "report": ["report", str(ro / "sweep")],
+        "calibrate": ["calibrate", "--logits", str(tmp_path / "l.npz"), "--out", str(ro / "c")],
+        "sweep-memory": ["sweep", "--lengths", "60000", "--docs", "1", "--out", str(tmp_path / "home" / "s")],
+        "bake-memory": [
+            "bake",
+            "--spec",
+            str(tmp_path / "s.json"),
+            "--out",
+            str(tmp_path / "home" / "b"),
+            "--check-tokens",
+            "200000",
+        ],
+    }
+    home = tmp_path / "home"
+    env = {**os.environ, "HOME": str(home), "HF_HUB_OFFLINE": "1", "MPLCONFIGDIR": str(home)}
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    cmd = _read_only_command(ro, [sys.executable, "-c", OTHER_PROCESS, json.dumps({**cases, "limit_as": True})])
+    if cmd is None:
+        pytest.skip("no way to make a folder read-only for root here (unshare -m refused)")
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=home, timeout=300)
+    finally:
+        for p in [ro, *ro.rglob("*")]:
+            os.chmod(p, 0o755 if p.is_dir() else 0o644)
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    for name, (code, err) in got.items():
+        lines = error_lines(err)
+        assert code == 2 and len(lines) == 1 and lines[0].startswith(f"attntemp {name.split('-')[0]}: error:"), err
+        if name.endswith("memory"):
+            assert "needs about" in lines[0] and "GiB is available" in lines[0], lines[0]
+            left = float(lines[0].split(", and ")[1].split(" GiB")[0])
+            assert left < 2.5  # the address-space limit, not the machine's free memory
+        elif name == "report":
+            assert "is not writable" in lines[0], lines[0]
+        else:
+            assert "--out=" in lines[0] and "is not writable" in lines[0], lines[0]
+    assert sorted(p.name for p in ro.rglob("*")) == ["sweep", "sweep.db"]  # nothing written
