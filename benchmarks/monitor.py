@@ -10,7 +10,7 @@ the paired per-repeat ratios with its bootstrap interval. Goals: <= 1.3 (every=1
 (every=8). SmolLM2 comes from its PyPI wheel (``load_model("smollm2")``); when that fails the
 JSON says so and skips it.
 
-    python benchmarks/monitor.py [--models tiny,smollm2] [--new-tokens 64] [--repeats 7] [--threads N]
+    python benchmarks/monitor.py [--models tiny,smollm2] [--new-tokens N] [--repeats 7] [--threads N]
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from model_overhead import stdlib_ids
 import attntemp
 
 CONTEXT = {"tiny": 512, "smollm2": 4096}
+NEW_TOKENS = {"tiny": 128, "smollm2": 32}  # per model unless --new-tokens
 GOALS = {"every_1_over_plain": 1.3, "every_8_over_plain": 1.05}
 
 
@@ -100,13 +101,14 @@ def bench(name: str, new_tokens: int, repeats: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", default="tiny,smollm2")
-    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--new-tokens", type=int, default=None, help="default: 128 (tiny), 32 (smollm2)")
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--threads", type=int, default=None)
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    results = [bench(m.strip(), args.new_tokens, args.repeats) for m in args.models.split(",") if m.strip()]
+    names = [m.strip() for m in args.models.split(",") if m.strip()]
+    results = [bench(m, args.new_tokens or NEW_TOKENS.get(m, 32), args.repeats) for m in names]
     print(json.dumps({"benchmark": "monitor", "device": "cpu", "threads": torch.get_num_threads(),
                       "repeats": args.repeats, "goals": {k: f"<= {g}" for k, g in GOALS.items()},
                       "results": results}, indent=2))  # fmt: skip

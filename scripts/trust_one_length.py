@@ -7,9 +7,14 @@ same evaluation windows (documents no tuner saw) and compared, paired, with m = 
 own m: tail-perplexity ratio, 95% bootstrap interval, verdict in words.
 
     python scripts/trust_one_length.py --model smollm2 --text ../shared/data/gutenberg \\
-        --length 12288 --rope yarn --docs 4 --global-spec docs/results/smollm2_tune12k_spec.json \\
+        --length 12288 --rope yarn --docs 4 --tune-windows 1 --targets norm_entropy,entropy_growth \\
+        --global-spec docs/results/smollm2_tune12k_spec.json \\
         --global-evidence docs/results/smollm2_tune12k_evidence.json \\
-        --out runs/smollm2_trust12k          # ~1.5-2 h on 2 CPU cores; resumable
+        --out runs/smollm2_trust12k   # resumable; on 2 busy CPU cores ~10-25 min per scored spec
+
+The untuned rules are scored first (scoring only), then each entropy target is matched (one forward
+with a bisection per layer: ~25 min per target for SmolLM2 at 12k) and scored; the table is
+rewritten after each row, so a partial run shows what it has.
 
 Writes ``OUT/specs/<name>.json``, ``OUT/results/<name>.json`` (per-window values, reused by a
 rerun), ``OUT/table.md`` and ``OUT/table.json``. The gradient spec is left out: backpropagating

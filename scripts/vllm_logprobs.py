@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 
 
 def main() -> None:
@@ -52,7 +54,15 @@ def main() -> None:
             token.append(entry[row[p]].logprob)
             top.append([[int(k), float(v.logprob)] for k, v in entry.items()])
         result.append({"token": token, "top": top})
-    json.dump({"vllm": vllm.__version__, "rows": result}, open(args.out, "w"))
+    tmp = args.out + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump({"vllm": vllm.__version__, "rows": result}, f)
+    os.replace(tmp, args.out)  # complete or absent
+    # vLLM 0.32's CPU engine can abort while it tears down at interpreter exit ("terminate called
+    # without an active exception", once in about a dozen runs) after the results are out: leave at once
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -78,6 +78,7 @@ def test_worker_resources():
         distributed.resources(cuda, {"CPU": 4.0})
 
 
+@pytest.mark.slow  # a local Ray of 2 workers: 1-4 min on 2 cores; .ci/run runs it
 def test_two_workers_resume_survive_a_killed_worker_and_match(sequential, tmp_path, monkeypatch):
     """A store half done by a single-process sweep (one length), then 2 Ray workers finish it; worker 0
     is killed with -9 after the first point they write, Ray restarts it and its group runs again."""

@@ -118,7 +118,7 @@ def test_flags_fire_on_collapse_and_diffusion_and_stay_quiet_at_m_1(tiny, stdlib
     quiet = _flag_shares(model, tok, stdlib_reference, 1.0, sample=True)
     assert max(quiet.values()) <= 0.02, quiet  # a rate: the margins are the reference's 99.9% quantiles
     sharp = _flag_shares(model, tok, stdlib_reference, 8.0, sample=False)
-    assert sharp["collapse"] >= 0.2 and sharp["sharpening"] >= 0.9 and sharp["diffusion"] == 0, sharp
+    assert sharp["collapse"] >= 0.5 and sharp["sharpening"] >= 0.9 and sharp["diffusion"] == 0, sharp
     soft = _flag_shares(model, tok, stdlib_reference, 0.1, sample=False)
     assert soft["diffusion"] >= 0.9 and soft["collapse"] == 0 and soft["sharpening"] == 0, soft
 

@@ -38,7 +38,7 @@ def test_report_from_sweep_and_evidence(tmp_path):
     no_ci = "no interval (fewer than 2 windows or trials)"
     row = f"| perplexity | tail_ppl | 1024 | yarn | 5.36 (no interval) | 1.2 | 5.04 (no interval) | {no_ci} | 1.296 |"
     assert row in text
-    assert "| perplexity | tail_ppl | 512 | none | 5 (no interval) | 1 | 5 (no interval) | - | 1.143 |" in text
+    assert "| perplexity | tail_ppl | 512 | none | 5 (no interval) | 1 | 5 (no interval) | - | - |" in text  # no YaRN m
     for png in ("ppl_vs_multiplier.png", "passkey_heatmap.png", "needle_heatmap.png", "tune/entropy_shift.png"):
         assert (tmp_path / png).stat().st_size > 2000
         assert f'src="{png}"' in page.read_text()
@@ -61,6 +61,22 @@ def test_best_table_shows_intervals_and_the_paired_verdict(tmp_path):
     ratio = paired_ratio_interval(windows[1.2], windows[1.0], [256] * 4)
     assert ratio.high < 1  # every window is better at m = 1.2
     assert f"| {at1} | 1.2 |" in table and f"{ratio.fixed(4)} better" in table
+
+
+def test_best_table_names_no_best_m_when_every_m_scores_the_same():
+    """Passkey accuracy 0 at every m: no best m (not the first grid point); YaRN's m on YaRN rows only."""
+    from attntemp.report.build import best_table
+
+    rows = [
+        {"task": "passkey", "length": 1024, "rope": rope, "multiplier": m,
+         "metrics": {"acc": 0.0, "logp": -5.0 - m, "hits": [0] * 10, "logps": [-5.0 - m] * 10}}
+        for rope in ("none", "yarn") for m in (0.8, 1.0, 1.2)
+    ]
+    table = best_table(rows, 256)
+    none_row = next(line for line in table.splitlines() if "| passkey | acc | 1024 | none |" in line)
+    yarn_row = next(line for line in table.splitlines() if "| passkey | acc | 1024 | yarn |" in line)
+    assert "none (equal at every m)" in none_row and none_row.endswith("| - |")
+    assert "none (equal at every m)" in yarn_row and yarn_row.endswith("| 1.296 |")
 
 
 def test_report_refuses_an_empty_or_missing_folder(tmp_path):

@@ -53,6 +53,7 @@ SUMMARIES = {
 def build_parser(only: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The parser with every command's flags, or only those of the commands in ``only`` (the
     others listed by name and summary, their modules not imported)."""
+    from .commands.output import add_json_flag
     from .utils.version import VERSION
 
     parser = argparse.ArgumentParser(
@@ -65,6 +66,7 @@ def build_parser(only: Sequence[str] | None = None) -> argparse.ArgumentParser:
     for name in COMMANDS:
         if only is None or name in only:
             importlib.import_module(f"attntemp.commands.{name}").register(sub)
+            add_json_flag(sub.choices[name])
         else:
             sub.add_parser(name, help=SUMMARIES.get(name, ""), add_help=False)
     return parser

@@ -35,6 +35,13 @@ def test_generate_streams_text_without_the_monitor(prompt, tmp_path, capsys):
     assert not (out / "monitor.jsonl").exists()
 
 
+def test_generate_json_is_one_document_with_the_text(prompt, tmp_path, capsys):
+    argv = ["generate", "--prompt-file", str(prompt), "--max-new-tokens", "6", "--monitor", "--reference-docs", "2"]
+    assert main([*argv, "--out", str(tmp_path / "j"), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)  # nothing else on stdout: no streamed text
+    assert doc["new_tokens"] == 6 and doc["text"] == (tmp_path / "j" / "generated.txt").read_text()
+
+
 def test_generate_with_the_monitor_writes_jsonl_plot_and_reference(prompt, tmp_path, capsys):
     out = tmp_path / "m"
     argv = ["generate", "--prompt-file", str(prompt), "--max-new-tokens", "16", "--monitor", "--every", "2"]

@@ -209,7 +209,6 @@ CASES = [
             ("s_ropekey", "rope has unknown key(s) ['beta_fast'] for 'linear'"),
             ("s_schedule", "schedule='cosine' is not allowed"),
             ("s_sched_params", "schedule_params={'s': -1} for 'yarn'"),
-            ("s_logn", "schedule='logn' is position-dependent"),
             ("s_layers2", "layers has 2 values; the model has 4 layers"),
             ("s_nan", "multiplier=nan is not allowed"),
             ("s_format", "format='attntemp.BakedCheckpoint/1' is not allowed"),

@@ -47,6 +47,7 @@ def _parse(cls, argv):
         (["tune", "--out", "x", "--target", "entropi"], "Did you mean 'entropy'"),
         (["tune", "--out", "x", "--check-lengths", "-5"], "--check-lengths[0]=-5"),
         (["tune", "--out", "x", "--lengths", "512"], "--method gradient"),
+        (["tune", "--out", "x", "--method", "gradient", "--objective", "passkey"], "--objective='passkey'"),
         (["demo", "--scales", "0.5"], "--scales[0]=0.5"),
         (["demo", "--gradient-steps", "-1"], "--gradient-steps=-1"),
         (["measure", "--out", "x", "--length", "0"], "--length=0"),
@@ -92,3 +93,30 @@ def test_top_level_help_and_version_load_no_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_every_command_takes_json():
+    from attntemp.cli import COMMANDS
+
+    for name in COMMANDS:
+        sub = build_parser(only=[name])._subparsers._group_actions[0].choices[name]  # type: ignore[union-attr]
+        assert "--json" in sub._option_string_actions, name
+
+
+def test_json_gives_one_document_on_stdout(tmp_path, capsys):
+    """--json: stdout is exactly one JSON document (the human tables otherwise)."""
+    import json
+
+    from attntemp.ops.spec import TemperatureSpec
+
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 256, "attention_factor": 1.0}
+    TemperatureSpec(multiplier=1.1, rope=yarn).save(tmp_path / "s.json")
+    assert main(["export", "--spec", str(tmp_path / "s.json"), "--engine", "vllm", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["engine"] == "vllm" and abs(doc["logit_multiplier"] - 1.1) < 1e-9
+    out = str(tmp_path / "m")
+    assert main(["measure", "--length", "300", "--docs", "1", "--out", out, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["out"] == out and doc["mean_entropy"] > 0
+    assert main(["export", "--spec", str(tmp_path / "s.json"), "--engine", "vllm"]) == 0
+    assert capsys.readouterr().out.startswith("# logit multiplier m = 1.1")

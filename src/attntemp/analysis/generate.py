@@ -109,8 +109,8 @@ class Printer:
     """A transformers streamer: the text to stdout as it comes, or, when ``monitor`` records, one
     line per step to stderr (the text then printed by the caller); a progress bar on request."""
 
-    def __init__(self, tok: Any, monitor: Monitor | None, lines: bool, bar: bool, total: int):
-        self.tok, self.monitor, self.lines = tok, monitor, lines
+    def __init__(self, tok: Any, monitor: Monitor | None, lines: bool, bar: bool, total: int, stream: bool = True):
+        self.tok, self.monitor, self.lines, self.stream = tok, monitor, lines, stream
         self.ids: list[int] = []
         self.shown = 0
         self.prompt_seen = False
@@ -127,9 +127,10 @@ class Printer:
             if steps and steps[-1].index == len(self.ids) - 1:
                 print(steps[-1].line(0, self.tok.decode([token])), file=sys.stderr, flush=True)
             return
-        text = self.tok.decode(self.ids, skip_special_tokens=True)
-        print(text[self.shown :], end="", flush=True)
-        self.shown = len(text)
+        if self.stream:
+            text = self.tok.decode(self.ids, skip_special_tokens=True)
+            print(text[self.shown :], end="", flush=True)
+            self.shown = len(text)
         if self.bar is not None:
             self.bar.update(1)
 
@@ -155,9 +156,11 @@ def _tokens(tok: Any, out: torch.Tensor, prompt_len: int) -> Callable[[Step], li
     return names
 
 
-def _generate(model, tok, ids: torch.Tensor, cfg: GenerateConfig, mon: Monitor | None, spec) -> torch.Tensor:
+def _generate(
+    model, tok, ids: torch.Tensor, cfg: GenerateConfig, mon: Monitor | None, spec, stream: bool
+) -> torch.Tensor:
     lines = mon is not None and not cfg.progress_bar
-    printer = Printer(tok, mon, lines, bar=cfg.progress_bar, total=cfg.max_new_tokens)
+    printer = Printer(tok, mon, lines, bar=cfg.progress_bar, total=cfg.max_new_tokens, stream=stream)
     kw: dict[str, Any] = {"do_sample": cfg.sample, "max_new_tokens": cfg.max_new_tokens, "streamer": printer}
     if cfg.sample:
         kw.update(temperature=1.0, top_k=0, top_p=1.0)
@@ -174,8 +177,9 @@ def _generate(model, tok, ids: torch.Tensor, cfg: GenerateConfig, mon: Monitor |
     return out.cpu()
 
 
-def run_generate(cfg: GenerateConfig) -> dict[str, Any]:
-    """Generate, monitor when asked, write the outputs under ``cfg.out``; returns a summary."""
+def run_generate(cfg: GenerateConfig, stream: bool = True) -> dict[str, Any]:
+    """Generate, monitor when asked, write the outputs under ``cfg.out``; returns a summary (with
+    the text). ``stream=False`` keeps stdout for the caller (the step lines still go to stderr)."""
     prompt, spec, ref = preflight_generate(cfg)
     model, tok = load_model(cfg.model, **cfg.load_args())
     ids = tok(prompt, return_tensors="pt").input_ids  # [1, P]
@@ -186,15 +190,15 @@ def run_generate(cfg: GenerateConfig) -> dict[str, Any]:
         stop = _stop_callback(cfg.stop_on)
         mon = Monitor(model, ref, cfg.every, callback=stop, window=cfg.window, quantile=cfg.quantile)
     t0 = time.perf_counter()
-    out = _generate(model, tok, ids, cfg, mon, spec)
+    out = _generate(model, tok, ids, cfg, mon, spec, stream)
     seconds = time.perf_counter() - t0
     text = tok.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
-    if mon is not None and not cfg.progress_bar:
+    if stream and mon is not None and not cfg.progress_bar:
         print(text)
-    elif not text.endswith("\n"):
+    elif stream and not text.endswith("\n"):
         print()
     summary: dict[str, Any] = {"prompt_tokens": int(ids.shape[1]), "new_tokens": int(out.shape[1] - ids.shape[1])}
-    summary["seconds"] = round(seconds, 3)
+    summary.update(seconds=round(seconds, 3), text=text)
     with outputs.output_folder(cfg.out) as folder:
         (folder / "generated.txt").write_text(text)
         summary["out"] = str(folder)

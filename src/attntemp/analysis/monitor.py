@@ -142,7 +142,14 @@ class _Stopper(StoppingCriteria):
 
 
 class Monitor:
-    """The context manager :func:`monitor` returns; ``steps`` holds a :class:`Step` per recorded step."""
+    """The context manager ``attntemp.monitor(...)`` returns; ``steps`` holds a :class:`Step` per
+    recorded step.
+
+    ``reference``: a :class:`Reference` or an ``AttentionStats`` at the trained length (None: no
+    flags); ``every``: record every k-th generated token; ``callback(step)``: after each recorded
+    step, may return ``"stop"`` or a spec; ``window``, ``quantile``: the flags' trailing mean and
+    the reference quantile of their margins; ``margins``: fixed margins per flag instead;
+    ``sink_tokens``, ``recent_tokens``: default the reference's (4 and 64 without one)."""
 
     def __init__(
         self,
@@ -172,7 +179,8 @@ class Monitor:
         self._heads = text_config(model).num_attention_heads
         self._switched: dict[int, LayerState] | None = None
         self._run, self._index, self._recording = -1, -1, False
-        self._groups: dict[int, list[RowGroup]] = {}
+        self._groups: dict[int, list[RowGroup]] = {}  # layers kept for one stacked call at the step's end
+        self._done: dict[int, dict[str, torch.Tensor]] = {}  # layers done as they came
         self._positions: list[int] = []
         self._history: list[np.ndarray] = []  # this run's shifts, [len(STEP_STATS), B] per step
         self._stack = ExitStack()
@@ -219,7 +227,11 @@ class Monitor:
             m = self._switched[layer].multiplier(query, key, kwargs)
             m = torch.ones((), device=query.device) if m is None else m  # returning None would keep the old m
         if self._recording:
-            self._groups[layer] = row_groups(query.detach(), key.detach(), m, scaling, kwargs, self._positions)
+            groups = row_groups(query.detach(), key.detach(), m, scaling, kwargs, self._positions)
+            if len(groups) == 1 and groups[0].rows is None and groups[0].k.nbytes <= STACK_BYTES:
+                self._groups[layer] = groups  # small keys: stacked with the other layers at the step's end
+            else:  # now, while this layer's keys are in the CPU cache for its own attention
+                self._done[layer] = assemble(groups, group_stats(groups, *self._sizes), query.shape[0])
             if layer == self._layers[-1]:
                 self._finish()
         return m if self._switched is not None else None
@@ -234,36 +246,31 @@ class Monitor:
             p == q + 1 for p, q in zip(positions, self._positions, strict=True)
         )
         if query.shape[2] > 1 or key.shape[2] == query.shape[2] or not follows:
-            self._run, self._index, self._history = self._run + 1, 0, []
+            self._run, self._index, self._history, self._switched = self._run + 1, 0, [], None
         else:
             self._index += 1
         self._positions = positions
         self._recording = self._index % self.every == 0
-        self._groups = {}
+        self._groups, self._done = {}, {}
 
     def _layer_stats(self) -> dict[str, np.ndarray]:
-        """Each layer's rows, ``[B, layers, H]`` per statistic: layers whose rows see the same keys
-        (no padding) and whose keys are small are stacked into one kernel call, where the
-        per-call overhead outweighs the copy; the others go one call per layer."""
-        whole = [g[0] for g in self._groups.values() if len(g) == 1 and g[0].rows is None]
-        if len(whole) == len(self._layers) and len({g.stack_key() for g in whole}) == 1:
-            if sum(g.k.nbytes for g in whole) <= STACK_BYTES:  # the usual step: one call for every layer
-                single = [self._groups[i][0] for i in self._layers]
-                st = torch.stack([v for v in stacked_stats(single, *self._sizes).values()])  # [4, L*B, H]
-                out = st.reshape(len(STEP_STATS), len(self._layers), -1, st.shape[-1]).transpose(1, 2)
-                return dict(zip(STEP_STATS, out.float().cpu().numpy(), strict=True))  # [B, layers, H] each
-        small = [i for i, g in self._groups.items() if len(g) == 1 and g[0].k.nbytes <= STACK_BYTES]
-        stats = dict(zip(small, group_stats([self._groups[i][0] for i in small], *self._sizes), strict=True))
-        for i, groups in self._groups.items():
-            if i not in stats:
-                stats[i] = assemble(groups, group_stats(groups, *self._sizes), len(self._positions))
+        """Each layer's rows, ``[B, layers, H]`` per statistic. Layers with small keys and no
+        padding were kept for now: one stacked kernel call for them all (the per-call overhead
+        outweighs the copy); the others were done as they came."""
+        kept = [i for i in self._layers if i in self._groups]
+        pending = [self._groups[i][0] for i in kept]
+        if len(pending) == len(self._layers) and len({g.stack_key() for g in pending}) == 1:
+            st = torch.stack(list(stacked_stats(pending, *self._sizes).values()))  # [S, L*B, H]: the usual step
+            out = st.reshape(len(STEP_STATS), len(self._layers), -1, st.shape[-1]).transpose(1, 2)
+            return dict(zip(STEP_STATS, out.float().cpu().numpy(), strict=True))  # [B, layers, H] each
+        stats = {**self._done, **dict(zip(kept, group_stats(pending, *self._sizes), strict=True))}
         return {
             n: torch.stack([stats[i][n] for i in self._layers], 1).float().cpu().numpy() for n in STEP_STATS
         }  # [B, layers, H]
 
     def _finish(self) -> None:
         stats = self._layer_stats()
-        self._groups = {}  # the views of the cache: not kept past the step
+        self._groups, self._done = {}, {}  # the views of the cache: not kept past the step
         shift, trend, flags = {}, {}, {}
         if self.reference is not None:
             now = shifts(self.reference, stats)  # [S, B]

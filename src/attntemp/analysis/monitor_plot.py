@@ -25,8 +25,8 @@ def _xs(steps: Sequence[Step]) -> np.ndarray:
 
 
 def _layer_lines(ax: Any, steps: Sequence[Step], reference: Reference | None, legend: bool) -> None:
-    """Entropy per layer (mean over heads and rows), their mean, and the reference's 95% range of
-    single queries' mean over layers at the trained length."""
+    """Entropy per layer (mean over heads and rows), their mean with the central 95% of the rows'
+    means when there are several, and the reference's central 95% of single queries."""
     x = _xs(steps)
     ent = np.stack([np.nanmean(s.stats["entropy"], axis=(0, 2)) for s in steps])  # [steps, layers]
     cmap, n = plt.get_cmap("viridis"), ent.shape[1]
@@ -35,10 +35,14 @@ def _layer_lines(ax: Any, steps: Sequence[Step], reference: Reference | None, le
         colour = cmap(0.85 * layer / max(1, n - 1))  # viridis without its pale yellow end
         ax.plot(x, ent[:, layer], color=colour, lw=1, alpha=0.8, label=label, marker=".", ms=3)
     ax.plot(x, ent.mean(1), color="black", lw=2, label="mean over layers" if legend else None)
+    rows = np.stack([np.nanmean(s.stats["entropy"], axis=(1, 2)) for s in steps])  # [steps, rows]
+    if rows.shape[1] > 1:  # several sequences: the central 95% of their means over layers
+        lo, hi = np.nanquantile(rows, [0.025, 0.975], axis=1)
+        ax.fill_between(x, lo, hi, color="black", alpha=0.15, lw=0, label="rows: central 95%" if legend else None)
     if reference is not None:
         lo, hi = reference.band("entropy")
         label = "reference: central 95% of its queries" if legend else None
-        ax.axhspan(lo, hi, color="grey", alpha=0.25, lw=0, label=label)
+        ax.axhspan(lo, hi, color="#56b4e9", alpha=0.22, lw=0, label=label)
     ax.set_ylabel("entropy (nats)")
     ax.grid(alpha=0.3)
 

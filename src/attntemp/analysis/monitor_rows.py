@@ -13,7 +13,7 @@ import torch
 from ..ops.attention_stats import block_stats
 from .reference_profile import STEP_STATS
 
-STACK_BYTES = 2**20  # layers whose seen keys are at most this size go through one stacked call
+STACK_BYTES = 2**18  # a layer whose seen keys are at most this size joins one stacked call
 
 
 @dataclass(frozen=True)

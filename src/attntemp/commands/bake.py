@@ -7,6 +7,7 @@ import json
 
 from ..ship.bake import BakeConfig, run_bake
 from ..utils.options import add_options, from_args
+from .output import emit
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -19,7 +20,11 @@ def run(args: argparse.Namespace) -> int:
     result = run_bake(from_args(BakeConfig, args))
     targets = ", ".join(sorted({step.target for step in result.layers}))
     diff, n = result.max_abs_diff, result.tokens
-    print(f"baked {len(result.layers)} layers ({targets}) into {result.path}")
-    print(f"max abs diff, reloaded vs patched logits (fp32, {n} tokens): {diff:.3g}")
-    print(json.dumps({"path": str(result.path), "max_abs_diff": diff, "tokens": n}))
+    data = {"path": str(result.path), "max_abs_diff": diff, "tokens": n, "targets": targets.split(", ")}
+    human = (
+        f"baked {len(result.layers)} layers ({targets}) into {result.path}\n"
+        f"max abs diff, reloaded vs patched logits (fp32, {n} tokens): {diff:.3g}\n"
+        + json.dumps({k: data[k] for k in ("path", "max_abs_diff", "tokens")})
+    )
+    emit(args, human, data)
     return 0

@@ -7,6 +7,7 @@ import argparse
 from ..logits import calibrate
 from ..logits.calibrate import CalibrateConfig, run_calibration
 from ..utils.options import add_options, from_args
+from .output import emit
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,11 +24,10 @@ def run(args: argparse.Namespace) -> int:
     cfg = from_args(CalibrateConfig, args)
     report, table = run_calibration(cfg)
     state = "converged" if report["converged"] else "NOT converged (optimum at the edge of [1e-2, 1e2])"
-    print(
+    human = (
         f"Temperature scaling (Guo et al. 2017): T = {report['temperature']:.4f} divides the logits "
         f"(m = 1/T = {report['multiplier']:.4f}); {report['method']}, {state}, {report['n']} positions, "
-        f"{cfg.bins} bins.\n"
+        f"{cfg.bins} bins.\n\n{table}\n\nwrote {cfg.out}/reliability.png and {cfg.out}/calibration.json"
     )
-    print(table)
-    print(f"\nwrote {cfg.out}/reliability.png and {cfg.out}/calibration.json")
+    emit(args, human, {**report, "out": cfg.out})
     return 0

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ..report.demo import MODEL_DEFAULTS, DemoConfig, demo_config, run_demo
 from ..utils.options import add_options, from_args, show
+from .output import emit
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -22,6 +23,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     cfg = from_args(DemoConfig, args, build=demo_config)
     page = run_demo(cfg)
-    print((Path(cfg.out) / "report.md").read_text())
-    print(f"report: {page.resolve()}")
+    md = (Path(cfg.out) / "report.md").read_text()
+    emit(args, f"{md}\nreport: {page.resolve()}", {"report": str(page.resolve()), "markdown": md})
     return 0

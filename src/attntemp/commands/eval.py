@@ -7,6 +7,7 @@ import json
 
 from ..evaluate.harness import EvalHarnessConfig, run_eval
 from ..utils.options import add_options, from_args
+from .output import emit
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -17,6 +18,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     result = run_eval(from_args(EvalHarnessConfig, args))
-    print(result.table)
-    print(json.dumps({"out": str(result.out), "rows": len(result.rows)}))
+    human = f"{result.table}\n" + json.dumps({"out": str(result.out), "rows": len(result.rows)})
+    emit(args, human, {"out": str(result.out), "rows": result.rows})
     return 0

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from ..ship.export import ExportConfig, run_export
 from ..utils.options import add_options, from_args
+from .output import emit
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -15,5 +17,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    print(run_export(from_args(ExportConfig, args)).render())
+    result = run_export(from_args(ExportConfig, args))
+    emit(args, result.render(), dataclasses.asdict(result))
     return 0

@@ -7,6 +7,7 @@ import json
 
 from ..analysis.generate import GenerateConfig, run_generate
 from ..utils.options import add_options, from_args
+from .output import emit
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -18,6 +19,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    summary = run_generate(from_args(GenerateConfig, args))
-    print(json.dumps(summary))
+    summary = run_generate(from_args(GenerateConfig, args), stream=not getattr(args, "json_out", False))
+    emit(args, json.dumps({k: v for k, v in summary.items() if k != "text"}), summary)  # the text: streamed
     return 0

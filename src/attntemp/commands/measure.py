@@ -6,6 +6,7 @@ import argparse
 
 from ..analysis.run import MeasureConfig, run_measure, summary_json
 from ..utils.options import add_options, from_args
+from .output import emit
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -16,6 +17,5 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     result = run_measure(from_args(MeasureConfig, args))
-    print(result["table"])
-    print(summary_json(result))
+    emit(args, f"{result['table']}\n{summary_json(result)}", {k: v for k, v in result.items() if k != "table"})
     return 0

@@ -6,6 +6,7 @@ import argparse
 
 from ..report.build import ReportConfig, build_report
 from ..utils.options import add_options, from_args
+from .output import emit
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -15,7 +16,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    md, page = build_report(from_args(ReportConfig, args).dir)
-    print(md.read_text())
-    print(f"report: {page}")
+    cfg = from_args(ReportConfig, args)
+    md, page = build_report(cfg.dir, cfg.progress)
+    emit(args, f"{md.read_text()}\nreport: {page}", {"report": str(page), "markdown": md.read_text()})
     return 0

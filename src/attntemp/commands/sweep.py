@@ -7,6 +7,7 @@ import argparse
 from ..evaluate.sweep import SweepConfig, run_sweep
 from ..report.build import BEST_NOTE, best_table
 from ..utils.options import add_options, from_args
+from .output import emit
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -22,7 +23,9 @@ def run(args: argparse.Namespace) -> int:
         rows, trained = store.rows(), store.trained_length()
     finally:
         store.close()
-    print(best_table(rows, trained))
-    print(f"\n{BEST_NOTE}\n")
-    print(f"{len(rows)} points in {cfg.out}/sweep.db; `attntemp report {cfg.out}` makes the plots")
+    human = (
+        f"{best_table(rows, trained)}\n\n{BEST_NOTE}\n\n"
+        f"{len(rows)} points in {cfg.out}/sweep.db; `attntemp report {cfg.out}` makes the plots"
+    )
+    emit(args, human, {"out": cfg.out, "trained_length": trained, "points": rows})
     return 0

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ..tune.runner import TuneConfig, run_tune
 from ..utils.options import add_options, from_args
+from .output import emit
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -17,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     cfg = from_args(TuneConfig, args)
-    run_tune(cfg)
-    print((Path(cfg.out) / "evidence.md").read_text())
-    print(f"spec: {cfg.out}/spec.json")
+    evidence = run_tune(cfg)
+    human = (Path(cfg.out) / "evidence.md").read_text() + f"\nspec: {cfg.out}/spec.json"
+    emit(args, human, {"spec_file": f"{cfg.out}/spec.json", **evidence})
     return 0

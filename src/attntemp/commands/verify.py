@@ -6,6 +6,7 @@ import argparse
 
 from ..ship.verify import VerifyConfig, run_verify, summary_json
 from ..utils.options import add_options, from_args
+from .output import emit
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -16,6 +17,5 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     result = run_verify(from_args(VerifyConfig, args))
-    print(result.table())
-    print(summary_json(result))
+    emit(args, f"{result.table()}\n{summary_json(result)}", result.to_dict())
     return 0 if result.passed else 1

@@ -22,7 +22,6 @@ import os
 import shutil
 import sys
 import tempfile
-import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +30,7 @@ from typing import Any
 from ..hf.loading import ModelOptions, load_model, resolve
 from ..hf.patch import patch
 from ..ops.spec import TemperatureSpec
-from ..utils import checks
+from ..utils import checks, install
 from ..utils.options import ints, names, option
 from . import harness_table, lm_eval_tasks
 
@@ -306,8 +305,7 @@ def _write_run(folder: Path, results: dict[str, Any]) -> None:
 def write(out: Path, result: HarnessResult, meta: dict[str, Any], staged: Path | None = None) -> Path:
     """Write everything to a folder beside ``out`` (or into ``staged``), then put it at ``out``:
     an interrupted run leaves ``out`` as it was."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = staged or Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
+    tmp = staged or install.staging(out)
     try:
         for name, results in zip(RUNS, (result.without_spec, result.with_spec), strict=True):
             _write_run(tmp / name, results)
@@ -316,26 +314,11 @@ def write(out: Path, result: HarnessResult, meta: dict[str, Any], staged: Path |
         body = {**meta, "lm_eval_version": lm_eval.__version__, "runs": list(RUNS), "rows": result.rows}
         (tmp / "comparison.json").write_text(_dump(body) + "\n")
         (tmp / "comparison.md").write_text(harness_table.page(result.table, meta) + "\n")
-        _install(tmp, out)
+        install.install(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
-
-
-def _install(tmp: Path, out: Path) -> None:
-    """Rename ``tmp`` to ``out``; an old ``out`` is moved aside first and removed last."""
-    if not out.exists():
-        os.rename(tmp, out)
-        return
-    old = out.with_name(f".{out.name}.old-{uuid.uuid4().hex[:8]}")
-    os.rename(out, old)
-    try:
-        os.rename(tmp, out)
-    except OSError:
-        os.rename(old, out)
-        raise
-    shutil.rmtree(old)
 
 
 # ----------------------------------------------------------------------------- the command

@@ -15,6 +15,8 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -110,6 +112,7 @@ def load_model(
     device: str = "cpu",
     threads: int | None = None,
     offload_folder: str | Path | None = None,
+    verbose: bool = False,
 ):
     """Load ``(model, tokenizer)``: ``tiny`` (default), ``smollm2``, a hub id or a local folder
     (with ``gguf_file`` for a GGUF inside it). The model is in eval mode.
@@ -119,8 +122,10 @@ def load_model(
     torch dtype; default float32 on the CPU, bfloat16 on CUDA); ``threads``: torch's CPU threads
     (``torch.set_num_threads``, process-wide). An explicit ``device_map`` (e.g. layers on several
     devices or ``"disk"``) replaces the one ``device`` implies; offloaded weights go to
-    ``offload_folder`` (default: ``cache_dir()/offload``). Every value is checked before loading."""
+    ``offload_folder`` (default: ``cache_dir()/offload``). Every value is checked before loading.
+    transformers' own loading bars and warnings show only with ``verbose``."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
     device = devices.check_device(device)
     torch_dtype = devices.check_dtype(dtype, device)
@@ -131,7 +136,7 @@ def load_model(
     extra = {"gguf_file": gguf_file} if gguf_file else {}
     placement = device_map if device_map is not None else devices.device_map_for(device)
     offload = {} if placement is None else {"offload_folder": str(offload_folder or cache_dir() / "offload")}
-    with source.loading(name_or_path):  # a broken checkpoint: one ValueError naming it
+    with source.loading(name_or_path), _library_noise(verbose, hf_logging):  # broken checkpoint: one ValueError
         loaded: Any = AutoModelForCausalLM.from_pretrained(
             src, dtype=torch_dtype, device_map=placement, attn_implementation=attn_implementation, **extra, **offload,
             output_loading_info=True,
@@ -140,6 +145,24 @@ def load_model(
         source.refuse_missing(name_or_path, info)  # transformers would initialise them at random
         tok = AutoTokenizer.from_pretrained(src, **extra)
     return model.eval(), tok
+
+
+@contextmanager
+def _library_noise(verbose: bool, hf_logging: Any) -> Iterator[None]:
+    """transformers' progress bars and info/warning lines off while loading (unless ``verbose``);
+    its settings as they were afterwards."""
+    if verbose:
+        yield
+        return
+    bars, level = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+        if bars:
+            hf_logging.enable_progress_bar()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,8 +179,10 @@ class ModelOptions:
         None, f"{', '.join(devices.DTYPES)} (default: float32 on the CPU, bfloat16 on CUDA)", parse=devices.parse_dtype
     )
     threads: int | None = option(None, "CPU threads for torch (default: torch's own)", parse=devices.parse_threads)
+    verbose: bool = option(False, "show transformers' own loading bars and warnings")
 
     def load_args(self, **override: Any) -> dict[str, Any]:
         """``load_model``'s keyword arguments for where and how to load, ``override`` on top:
         ``load_model(cfg.model, **cfg.load_args())``."""
-        return {"device": self.device, "dtype": self.dtype, "threads": self.threads, **override}
+        where = {"device": self.device, "dtype": self.dtype, "threads": self.threads, "verbose": self.verbose}
+        return {**where, **override}

@@ -3,10 +3,14 @@
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from tqdm.auto import tqdm
 
 from ..evaluate.sweep import Store
 from ..evaluate.tasks import TASKS
@@ -28,6 +32,7 @@ class ReportConfig:
     """``attntemp report`` and :func:`build_report`."""
 
     dir: str = option(help="folder holding sweep.db and/or tuning runs (evidence.md)", positional=True)
+    progress: bool = option(True, "no progress bar", flag="--quiet", invert=True)
 
 
 def _store_rows(folder: Path) -> tuple[list[dict[str, Any]], int | None]:
@@ -59,16 +64,25 @@ def best_table(rows: list[dict[str, Any]], trained: int | None) -> str:
     for name, cls in TASKS.items():
         task, metric = cls(), cls.metrics[0]
         for (length, rope), pts in sorted(points(rows, name).items()):
-            best = (max if metric.higher_is_better else min)(pts, key=lambda r: r["metrics"][metric.name])
-            base = next((r for r in pts if abs(r["multiplier"] - 1) < 1e-9), None)
-            at1 = "-" if base is None else task.describe(base["metrics"], metric.name)
-            vs = "-" if base is None or best is base else task.compare(best["metrics"], base["metrics"], metric.name)
-            ym = f"{yarn_multiplier(length / trained):.3f}" if trained and length > trained else "-"
-            lines.append(
-                f"| {name} | {metric.name} | {length} | {rope} | {at1} | {best['multiplier']:g} | "
-                f"{task.describe(best['metrics'], metric.name)} | {vs} | {ym} |"
-            )
+            lines.append(_best_row(task, metric, name, length, rope, pts, trained))
     return "\n".join(lines)
+
+
+def _best_row(task: Any, metric: Any, name: str, length: int, rope: str, pts: list, trained: int | None) -> str:
+    """One row of :func:`best_table`. No best m when every m scores the same (e.g. accuracy 0 at
+    every m: the first grid point would be no answer); YaRN's m only on YaRN rows."""
+    values = [r["metrics"][metric.name] for r in pts]
+    best = (max if metric.higher_is_better else min)(pts, key=lambda r: r["metrics"][metric.name])
+    base = next((r for r in pts if abs(r["multiplier"] - 1) < 1e-9), None)
+    at1 = "-" if base is None else task.describe(base["metrics"], metric.name)
+    ym = f"{yarn_multiplier(length / trained):.3f}" if rope == "yarn" and trained and length > trained else "-"
+    if len(values) > 1 and max(values) == min(values):
+        return f"| {name} | {metric.name} | {length} | {rope} | {at1} | none (equal at every m) | - | - | {ym} |"
+    vs = "-" if base is None or best is base else task.compare(best["metrics"], base["metrics"], metric.name)
+    return (
+        f"| {name} | {metric.name} | {length} | {rope} | {at1} | {best['multiplier']:g} | "
+        f"{task.describe(best['metrics'], metric.name)} | {vs} | {ym} |"
+    )
 
 
 def _evidence_trained_length(folder: Path) -> int | None:
@@ -78,8 +92,9 @@ def _evidence_trained_length(folder: Path) -> int | None:
     return None
 
 
-def build_report(folder: str | Path) -> tuple[Path, Path]:
-    """Write ``report.md`` and ``report.html`` (with PNGs) in ``folder``; returns their paths."""
+def build_report(folder: str | Path, progress: bool = False) -> tuple[Path, Path]:
+    """Write ``report.md`` and ``report.html`` (with PNGs) in ``folder``; returns their paths.
+    ``progress``: a bar over the figures (the slow part of a large sweep's report)."""
     folder = Path(folder)
     if not folder.is_dir():
         what = "is a file; expected a folder" if folder.exists() else "does not exist"
@@ -97,18 +112,21 @@ def build_report(folder: str | Path) -> tuple[Path, Path]:
             BEST_NOTE,
             "",
         ]
-    figs = [
-        plot_metric_vs_multiplier(rows, "perplexity", "tail_ppl", trained, folder / "ppl_vs_multiplier.png"),
-        plot_metric_vs_multiplier(rows, "passkey", "logp", trained, folder / "passkey_logp_vs_multiplier.png"),
-        plot_heatmap_grid(rows, "passkey", "acc", folder / "passkey_heatmap.png"),
-        plot_needle_depths(rows, folder / "needle_heatmap.png"),
+    drawn: list[Callable[[], Path | None]] = [
+        lambda: plot_metric_vs_multiplier(rows, "perplexity", "tail_ppl", trained, folder / "ppl_vs_multiplier.png"),
+        lambda: plot_metric_vs_multiplier(rows, "passkey", "logp", trained, folder / "passkey_logp_vs_multiplier.png"),
+        lambda: plot_heatmap_grid(rows, "passkey", "acc", folder / "passkey_heatmap.png"),
+        lambda: plot_needle_depths(rows, folder / "needle_heatmap.png"),
     ]
     for ev_path in sorted(folder.rglob("evidence.md")):
         parts += [ev_path.read_text().replace("# tuning evidence", "## tuning evidence"), ""]
-        ent = ev_path.parent / "entropy.json"
-        if ent.is_file():
-            png = ev_path.parent / "entropy_shift.png"
-            figs.append(plot_tuning_entropy(ev_path.parent, png, ev_path.parent.name))
+        if (ev_path.parent / "entropy.json").is_file():
+            drawn.append(
+                functools.partial(
+                    plot_tuning_entropy, ev_path.parent, ev_path.parent / "entropy_shift.png", ev_path.parent.name
+                )
+            )
+    figs = [draw() for draw in tqdm(drawn, desc="report figures", disable=not progress, leave=False)]
     for fig in (f for f in figs if f is not None):
         parts += [f"![{fig.stem}]({fig.relative_to(folder).as_posix()})", ""]
     if len(parts) <= 2:

@@ -30,10 +30,9 @@ from ..hf import devices, patch, preflight, rope_scaling
 from ..hf.introspect import attention_modules, text_config
 from ..hf.loading import ModelOptions, load_model
 from ..ops.spec import TemperatureSpec
-from ..utils import checks, outputs
+from ..utils import checks, install, outputs
 from ..utils.options import option
 from ..utils.version import VERSION
-from . import install
 
 BAKED = "_attntemp_baked"
 SPEC_FILE = "attntemp_spec.json"
@@ -312,7 +311,7 @@ def save_baked(
     is reloaded with plain ``AutoModelForCausalLM.from_pretrained`` and must match within ``atol``.
     Everything is written to a temporary folder next to ``out_dir`` and renamed at the end: a failed
     or interrupted bake leaves nothing at ``out_dir``, and the next bake into the same parent folder
-    cleans up after it (:func:`attntemp.ship.install.recover`). Files get the modes the umask gives.
+    cleans up after it (:func:`attntemp.utils.install.recover`). Files get the modes the umask gives.
     """
     out = Path(out_dir)
     install.recover(out.absolute().parent)

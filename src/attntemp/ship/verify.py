@@ -257,7 +257,9 @@ def _compare(label, llama, gguf, args, ids, ref: Reference, work: Path, threads)
     return Comparison(label, run.ppl, ours, run.kl, run.same_top, run.chunk_nll, ref.nll, run.command)
 
 
-def _tempered(cfg, spec, model, tok, llama, gguf, work: Path, export_args) -> tuple[str, Path, tuple, list[str]]:
+def _tempered(
+    spec: TemperatureSpec, model: Any, tok: Any, llama: llamacpp.LlamaCpp, gguf: Path, work: Path, export_args: Any
+) -> tuple[str, Path, tuple[str, ...], list[str]]:
     """The spec's route: the export's flags on the original GGUF, or bake + convert + the baked RoPE's flags."""
     if is_global(spec, "llama.cpp"):
         return "export", gguf, export_args(spec), []
@@ -284,7 +286,7 @@ def _llamacpp_run(cfg: VerifyConfig, spec: TemperatureSpec, model: Any, tok: Any
     def export_args(s: TemperatureSpec) -> tuple[str, ...]:
         return export(s, "llama.cpp", trained_length=fill_l0(s, trained), gguf_arch=arch).args
 
-    route, tempered_gguf, args, bake_cmd = _tempered(cfg, spec, model, tok, llama, gguf, work, export_args)
+    route, tempered_gguf, args, bake_cmd = _tempered(spec, model, tok, llama, gguf, work, export_args)
     runs = [
         _compare(label, llama, g, a, ids, refs[label], work, cfg.threads)
         for label, g, a in (("m = 1", gguf, export_args(base_spec)), ("spec", tempered_gguf, args))
@@ -304,8 +306,8 @@ def run_verify(cfg: VerifyConfig) -> VerifyResult:
     if cfg.engine == "llama.cpp" and spec.position_dependent:
         raise ValueError(
             f"spec={cfg.spec!r} has the position-dependent schedule {spec.schedule!r}: llama.cpp has no "
-            "per-position temperature. It ships to transformers as a checkpoint that carries its schedule "
-            "(attntemp.ship.remote_code.save_schedule_checkpoint)"
+            "per-position temperature. `attntemp bake` ships it as a checkpoint that carries its schedule "
+            "(transformers with trust_remote_code=True; vLLM with attntemp's plugin: --engine vllm checks it)"
         )
     model, tok = load_model(cfg.model, **cfg.load_args(dtype="float32"))
     if cfg.work_dir:

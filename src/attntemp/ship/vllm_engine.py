@@ -99,8 +99,9 @@ def run_logprobs(python: Path, model_dir: Path, ids: torch.Tensor, overrides, to
     cmd += ["--hf-overrides", json.dumps(overrides)] if overrides else []
     # the windows may pass max_position_embeddings (no RoPE change): vLLM refuses that unless told
     env = {**os.environ, "VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"}
+    out.unlink(missing_ok=True)
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=work, env=env)
-    if done.returncode:
+    if done.returncode or not out.is_file():
         raise RuntimeError(f"vLLM exited {done.returncode}: {(done.stderr or done.stdout)[-1500:]}")
     return {**json.loads(out.read_text()), "command": cmd}
 

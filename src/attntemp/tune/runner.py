@@ -43,7 +43,8 @@ class TuneConfig(EvalOptions):
     granularity: str = option("global", f"one m for the model, per layer or per head: {', '.join(GRANULARITIES)}")
     objective: str = option(
         "perplexity",
-        f"what to optimise: {', '.join(OBJECTIVES)} (entropy is label-free matching to the trained length)",
+        f"what to optimise: {', '.join(OBJECTIVES)}; with --method search: perplexity, passkey or needle tune one "
+        "global m, entropy matches per layer/head (label-free); --method gradient optimises perplexity only",
     )
     rope: str = option("none", f"RoPE extension: {', '.join(SCALINGS)} (s = length / trained length)")
     method: str = option(
@@ -101,6 +102,12 @@ class TuneConfig(EvalOptions):
             checks.choice(f"tasks[{i}]", t, TASKS)
         if not self.tasks:
             raise ValueError("tasks is empty; give at least one evidence task, e.g. perplexity")
+        if self.method == "gradient" and self.objective != "perplexity":
+            raise ValueError(
+                f"objective={self.objective!r} with method='gradient' is not allowed: gradient tuning "
+                "minimises next-token loss, so its objective is perplexity; for passkey or needle use "
+                "method='search' (global), for entropy matching method='search' with any granularity"
+            )
         if self.method == "search" and self.granularity != "global" and self.objective != "entropy":
             raise ValueError(
                 f"granularity={self.granularity!r} with method='search' tunes by entropy "

@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..utils import outputs
+from . import outputs
 
 LOG = logging.getLogger("attntemp")
 LEGACY_AGE = 3600.0
