@@ -99,11 +99,18 @@ def test_a_single_window_has_no_interval(tiny, stdlib_docs):
     assert task.compare(r, r, "tail_ppl").startswith("no interval")
 
 
-def test_a_single_file_text_is_evaluated_whole_and_refused_for_tuning(tmp_path):
+def test_a_single_file_text_is_evaluated_whole_or_halved_for_tuning(tmp_path):
+    """One file: a sweep evaluates it whole; a tune takes the first half of it and scores its
+    evidence on the second, so the tuner never sees the evidence's text."""
     from attntemp.evaluate.tasks import EvalOptions, eval_context, tuning_context
 
-    (tmp_path / "mine.txt").write_text("some text " * 100)
+    text = "".join(f"line {i} of some text\n" for i in range(100))
+    (tmp_path / "mine.txt").write_text(text)
     ctx = eval_context(EvalOptions(text=str(tmp_path / "mine.txt")), 256)
     assert [d.name for d in ctx.docs] == ["mine.txt"] and not ctx.tuning_docs
     with pytest.raises(ValueError, match="cannot be split into a tuning and an evaluation pool"):
         tuning_context(ctx)
+    ctx = eval_context(EvalOptions(text=str(tmp_path / "mine.txt")), 256, tuning=True)
+    tuner = tuning_context(ctx)
+    assert [d.name for d in ctx.docs] == ["mine.txt#2"] and [d.name for d in tuner.docs] == ["mine.txt#1"]
+    assert tuner.docs[0].text + ctx.docs[0].text == text and tuner.docs[0].text.endswith("\n")

@@ -250,7 +250,6 @@ CASES = [
     ("tune-length-passkey", with_(T, "--length", "100"), "--length=100 is too short for passkey"),
     ("tune-check-length-short", with_(T, "--check-lengths", "40"), "--check-lengths[0]=40 is too short for passkey"),
     ("tune-lengths-short", with_(T, "--method", "gradient", "--lengths", "4"), "--lengths[0]=4 is too short"),
-    ("tune-one-document", with_(T, "--text", "{w}/one.txt"), "cannot be split into a tuning and an evaluation pool"),
     ("tune-objective-head", with_(T, "--granularity", "head"), "use --objective='entropy'"),
     ("tune-objective-typo", with_(T, "--objective", "perplx"), "--objective='perplx' is not allowed"),
     ("tune-method-typo", with_(T, "--method", "grad"), "--method='grad' is not allowed"),

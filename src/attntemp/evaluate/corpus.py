@@ -141,6 +141,18 @@ def split(docs: Sequence[Document], part: str = "train") -> list[Document]:
 POOLS = ("evaluation", "tuning")
 
 
+def halves(docs: Sequence[Document]) -> tuple[list[Document], list[Document]]:
+    """Each document cut in two at the line break nearest its middle: ``(first halves, second
+    halves)``, named ``NAME#1`` and ``NAME#2``. For a text of too few documents to make two pools
+    (a user's one file): a tuner takes the first halves, its evidence is scored on the second."""
+    first, second = [], []
+    for d in docs:
+        cut = d.text.find("\n", len(d.text) // 2) + 1 or len(d.text) // 2
+        first.append(Document(f"{d.name}#1", d.text[:cut], hash_split=d.hash_split))
+        second.append(Document(f"{d.name}#2", d.text[cut:], hash_split=d.hash_split))
+    return first, second
+
+
 def pool(docs: Sequence[Document], which: str) -> list[Document]:
     """The ``which`` pool ("evaluation" or "tuning") of ``docs``: a stable half by a hash of each
     name, so a tuner never sees a document its evidence is scored on, at any length."""

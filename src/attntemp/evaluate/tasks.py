@@ -95,14 +95,17 @@ class EvalOptions(ModelOptions):
         checks.positive_int("batch_size", self.batch_size)
 
 
-def eval_context(opts: EvalOptions, trained_length: int) -> EvalContext:
+def eval_context(opts: EvalOptions, trained_length: int, tuning: bool = False) -> EvalContext:
     """The task context of any evaluating config: its text loaded and split into the evaluation
-    and the tuning pool (:func:`attntemp.evaluate.corpus.pool`), the haystack, its sizes."""
+    and the tuning pool (:func:`attntemp.evaluate.corpus.pool`), the haystack, its sizes. A text of
+    too few documents for two pools is evaluated whole, or, for a run that ``tuning``, cut in
+    halves: the tuner takes the first half of each document, the evidence the second
+    (:func:`attntemp.evaluate.corpus.halves`)."""
     docs = corpus.load_text(opts.text)
     hay = corpus.load_text(opts.gutenberg) if opts.gutenberg else ()
-    evaluation, tuning = corpus.pool(docs, "evaluation"), corpus.pool(docs, "tuning")
-    if not evaluation or not tuning:  # a text of one or a few documents: evaluate on all, tune on none
-        evaluation, tuning = list(docs), []
+    evaluation, tuners = corpus.pool(docs, "evaluation"), corpus.pool(docs, "tuning")
+    if not evaluation or not tuners:
+        tuners, evaluation = corpus.halves(docs) if tuning else ([], list(docs))
     return EvalContext(
         trained_length,
         evaluation,
@@ -111,7 +114,7 @@ def eval_context(opts: EvalOptions, trained_length: int) -> EvalContext:
         opts.seed,
         batch_size=opts.batch_size,
         haystack=hay,
-        tuning_docs=tuning,
+        tuning_docs=tuners,
     )
 
 

@@ -293,7 +293,7 @@ def run_demo(cfg: DemoConfig) -> Path:
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     trained = introspect.trained_length(model)
-    ctx = eval_context(cfg, trained)
+    ctx = eval_context(cfg, trained, tuning=True)
     lengths = ", ".join(str(int(trained * s)) for s in cfg.scales)
     md = [
         f"# attntemp demo: {cfg.model}",

@@ -171,12 +171,7 @@ def preflight_tune(cfg: TuneConfig, model=None, tok=None) -> Any:
     outputs.check_out(cfg.out, RESULTS, overwrite=True)  # a rerun replaces its own results
     config = model.config.to_dict() if model is not None else preflight.source_config(cfg.model)
     tok = tok if tok is not None else preflight.load_tokenizer(cfg.model)
-    docs = corpus.load_text(cfg.text)
-    if not corpus.pool(docs, "tuning") or not corpus.pool(docs, "evaluation"):
-        raise ValueError(
-            f"text={cfg.text!r}: its {len(docs)} document(s) cannot be split into a tuning and an evaluation "
-            "pool; tuning needs documents its evidence is not scored on: give a folder of several files"
-        )
+    corpus.load_text(cfg.text)  # a text of one document is cut in halves (eval_context): tuned on one
     objective = [cfg.objective] if cfg.objective in TASKS else []
     limits.check_lengths("length", [cfg.length], [*cfg.tasks, *objective], tok, indexed=False)
     limits.check_lengths("lengths", cfg.lengths, cfg.tasks, tok)
@@ -203,7 +198,7 @@ def _run(cfg: TuneConfig, out: Path, model=None, tok=None) -> dict[str, Any]:
     if model is None:
         model, tok = load_model(cfg.model, **cfg.load_args())
     trained = introspect.trained_length(model)
-    ctx = eval_context(cfg, trained)
+    ctx = eval_context(cfg, trained, tuning=True)
     t0 = time.perf_counter()
     spec, info = _tune(cfg, model, tok, ctx, out)
     seconds = time.perf_counter() - t0
