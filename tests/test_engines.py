@@ -218,13 +218,16 @@ SMOLLM2_CASES = {
 }
 
 
+BUILD = "the engines tests need the engines: run scripts/build_llama_cpp.sh and scripts/build_vllm_cpu.sh first"
+
+
 def _llamacpp_or_skip():
     from attntemp.ship import llamacpp
 
     try:
         return llamacpp.find_llamacpp()
     except FileNotFoundError as exc:
-        pytest.skip(str(exc))
+        pytest.fail(f"{exc} ({BUILD})")
 
 
 def _verify(tmp_path, spec, model, length, chunks, text="stdlib", engine="llama.cpp"):
@@ -267,7 +270,7 @@ def test_vllm_runs_what_attntemp_ships_smollm2(tmp_path, case):
     try:
         find_vllm(None)
     except FileNotFoundError as exc:
-        pytest.skip(str(exc))
+        pytest.fail(f"{exc} ({BUILD})")
     result = _verify(tmp_path, SMOLLM2_CASES[case], "smollm2", 1024, 1, "gutenberg:austen-emma", engine="vllm")
     assert result.route == ("export" if case == "yarn + m" else "bake")
 
@@ -280,7 +283,7 @@ def test_vllm_serves_a_schedule_checkpoint_through_the_plugin(tmp_path):
     try:
         find_vllm(None)
     except FileNotFoundError as exc:
-        pytest.skip(str(exc))
+        pytest.fail(f"{exc} ({BUILD})")
     spec = TemperatureSpec(schedule="log_length", schedule_params={"trained_len": 256, "a": 0.0, "b": 0.2})
     result = _verify(tmp_path, spec, "smollm2", 1024, 1, "gutenberg:austen-emma", engine="vllm")
     assert result.route == "schedule plugin"

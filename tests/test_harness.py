@@ -113,8 +113,7 @@ def yarn2(tmp_path_factory):
 @pytest.fixture(scope="module")
 def eval_run(yarn2, tmp_path_factory):
     """``attntemp eval`` once: YaRN x2 against none at 512 tokens (2x the tiny model's 256)."""
-    if importlib.util.find_spec("lm_eval") is None:
-        pytest.skip("needs attntemp[eval]")
+    assert importlib.util.find_spec("lm_eval") is not None, "lm-eval is part of the dev extra: pip install -e '.[dev]'"
     out = tmp_path_factory.mktemp("eval") / "run"
     argv = [
         "eval",

@@ -93,11 +93,7 @@ def preflight_generate(cfg: GenerateConfig) -> tuple[str, TemperatureSpec | None
         raise ValueError(f"prompt_file={cfg.prompt_file!r} is empty; expected the prompt's text")
     spec = TemperatureSpec.load(cfg.spec) if cfg.spec else None
     config = preflight.source_config(cfg.model)
-    if spec is not None and config is not None:
-        try:
-            spec.check_model(config.get("num_hidden_layers") or 0, config.get("num_attention_heads") or 0)
-        except ValueError as exc:
-            raise ValueError(f"spec={cfg.spec!r}: {exc}") from None
+    preflight.check_spec("spec", cfg.spec, spec, config)
     try:
         ref = Reference.load(cfg.reference) if cfg.reference else None
     except (KeyError, TypeError, AttributeError, json.JSONDecodeError) as exc:

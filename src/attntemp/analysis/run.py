@@ -50,11 +50,7 @@ def preflight_measure(cfg: MeasureConfig) -> TemperatureSpec | None:
     outputs.check_out(cfg.out, RESULTS, cfg.overwrite)
     spec = TemperatureSpec.load(cfg.spec) if cfg.spec else None
     config = preflight.source_config(cfg.model)
-    if spec is not None and config is not None:
-        try:
-            spec.check_model(config.get("num_hidden_layers") or 0, config.get("num_attention_heads") or 0)
-        except ValueError as exc:
-            raise ValueError(f"spec={cfg.spec!r}: {exc}") from None
+    preflight.check_spec("spec", cfg.spec, spec, config)
     preflight.check_forward("length", cfg.length, config, cfg.n_docs, cfg.length)
     return spec
 

@@ -37,6 +37,17 @@ def source_config(name: str) -> dict[str, Any] | None:
     return text_part(cfg)
 
 
+def check_spec(name: str, path: str | None, spec: Any, config: dict[str, Any] | None) -> None:
+    """``spec`` (a TemperatureSpec or None) against the layer and head counts of the model's
+    ``config`` before it loads; a mismatch is one ValueError naming ``name=path``."""
+    if spec is None or config is None:
+        return
+    try:
+        spec.check_model(config.get("num_hidden_layers") or 0, config.get("num_attention_heads") or 0)
+    except ValueError as exc:
+        raise ValueError(f"{name}={path!r}: {exc}") from None
+
+
 def text_part(cfg: dict[str, Any]) -> dict[str, Any]:
     """A config dict's decoder part (``text_config`` of a multimodal config)."""
     inner = cfg.get("text_config")

@@ -379,11 +379,7 @@ def run_bake(cfg: BakeConfig) -> BakeResult:
     keep = {"the spec file": Path(cfg.spec)} | ({"the model's own folder": source} if source else {})
     check_out_dir(Path(cfg.out), cfg.overwrite, keep, name="out")
     config = preflight.source_config(cfg.model)
-    if config is not None:
-        try:
-            spec.check_model(config.get("num_hidden_layers") or 0, config.get("num_attention_heads") or 0)
-        except ValueError as exc:
-            raise ValueError(f"spec={cfg.spec!r}: {exc}") from None
+    preflight.check_spec("spec", cfg.spec, spec, config)
     check_tokens_fit("check_tokens", cfg.check_tokens, config, spec)
     model, tok = load_model(cfg.model, **cfg.load_args(dtype="float32"))
     if spec.position_dependent:

@@ -293,6 +293,13 @@ def perplexity_args(args: Sequence[str], length: int | None) -> tuple[str, ...]:
     """The serving flags as ``llama-perplexity`` takes them: there ``-c`` is the chunk length, each
     chunk's second half is scored and the text needs at least two chunks, so ``--ctx-size`` goes and
     ``-c length`` comes in (``<LENGTH>`` when unknown)."""
+    out = without_ctx_size(args)
+    return ("llama-perplexity", "-m", "MODEL.gguf", "-f", "TEXT.txt", "-c", str(length or "<LENGTH>"), *out)
+
+
+def without_ctx_size(args: Sequence[str]) -> list[str]:
+    """The serving flags less ``--ctx-size N`` / ``-c N`` (``llama-perplexity`` reads ``-c`` as the
+    chunk length, so a caller sets it itself)."""
     out, skip = [], False
     for a in args:
         if skip:
@@ -301,7 +308,7 @@ def perplexity_args(args: Sequence[str], length: int | None) -> tuple[str, ...]:
             skip = True
         else:
             out.append(a)
-    return ("llama-perplexity", "-m", "MODEL.gguf", "-f", "TEXT.txt", "-c", str(length or "<LENGTH>"), *out)
+    return out
 
 
 def _llamacpp_plain(m: float, params: dict[str, Any], gguf_arch: str | None) -> ExportResult:

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from ..ops.intervals import Interval
+from .export import without_ctx_size
 
 MAGIC = b"_logits_"
 FLOOR = 16.0  # perplexity.cpp: min_logit = max(min_logit, max_logit - 16)
@@ -159,14 +160,7 @@ def kl_command(
 ) -> list[str]:
     """``llama-perplexity --kl-divergence`` on ``base``'s tokens, f32 KV cache, with the export's flags
     (``-c`` is the chunk length there: the export's ``--ctx-size`` is dropped)."""
-    flags, skip = [], False
-    for a in args:
-        if skip:
-            skip = False
-        elif a in ("--ctx-size", "-c"):
-            skip = True
-        else:
-            flags.append(a)
+    flags = without_ctx_size(args)
     cmd = [str(llama.perplexity), "-m", str(gguf), "--kl-divergence-base", str(base), "--kl-divergence"]
     cmd += ["-c", str(length), "-b", str(max(length, 512)), "-ctk", "f32", "-ctv", "f32", *flags]
     return cmd + (["-t", str(threads)] if threads else [])
