@@ -3,8 +3,10 @@
 folder (a block may use what an earlier one made), so the examples cannot drift from the tool.
 
 The README runs in the default suite; the ``docs/`` pages are marked ``docs_pages`` (``.ci/run``
-runs them after the docs build: a few minutes); pages whose commands name SmolLM2 are ``slow``."""
+runs them after the docs build: a few minutes); pages whose commands name SmolLM2 are ``slow``; a
+page that runs ``attntemp verify`` (docs/engines.md) is ``engines``: it needs llama.cpp built."""
 
+import os
 import re
 import shlex
 from pathlib import Path
@@ -33,10 +35,19 @@ def steps(page: Path) -> list[tuple[str, object]]:
     return out
 
 
+def _marks(page: Path) -> list:
+    """README: the default suite; a page that runs ``attntemp verify`` needs the built engines
+    (``engines``, opt-in like tests/test_engines.py); any other page: ``docs_pages``."""
+    if page.name == "README.md":
+        return []
+    verifies = any(k == "attntemp" and a[0] == "verify" for k, a in steps(page))  # type: ignore[index]
+    return [pytest.mark.engines] if verifies else [pytest.mark.docs_pages]
+
+
 def _cases(slow: bool) -> list:
     """One case per page: the pages whose commands name SmolLM2 (``slow``) or do not."""
     return [
-        pytest.param(page, id=page.name, marks=[] if page.name == "README.md" else [pytest.mark.docs_pages])
+        pytest.param(page, id=page.name, marks=_marks(page))
         for page in PAGES
         if steps(page) and any("smollm2" in a for k, a in steps(page) if k == "attntemp") == slow
     ]
@@ -55,14 +66,21 @@ def test_the_readme_has_a_tour_and_python():
     assert kinds.count("attntemp") >= 6 and "python" in kinds
 
 
-@pytest.mark.parametrize("page", _cases(slow=False))
-def test_page_runs(page, tmp_path, monkeypatch):
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch):
+    """Each page in a folder of its own; ``gutenberg:<book>`` still finds ../shared/data/gutenberg
+    of the checkout (the pages are written to be run from the repository's root)."""
+    if "ATTNTEMP_GUTENBERG" not in os.environ:
+        monkeypatch.setenv("ATTNTEMP_GUTENBERG", str(ROOT.parent / "shared" / "data" / "gutenberg"))
     monkeypatch.chdir(tmp_path)
+
+
+@pytest.mark.parametrize("page", _cases(slow=False))
+def test_page_runs(page, in_tmp):
     _run(page)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("page", _cases(slow=True))
-def test_page_with_smollm2_runs(page, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
+def test_page_with_smollm2_runs(page, in_tmp):
     _run(page)

@@ -92,6 +92,36 @@ def test_engine_not_found_says_how_to_build_it(tmp_path):
     assert found.perplexity == exe and found.convert == tmp_path / "src" / "convert_hf_to_gguf.py"
 
 
+def _fake_build(folder, convert_body):
+    """An engine folder whose llama-perplexity is a stub and whose converter runs ``convert_body``."""
+    exe = folder / "build" / "bin" / "llama-perplexity"
+    exe.parent.mkdir(parents=True)
+    exe.write_text("#!/bin/sh\nexit 1\n")
+    exe.chmod(0o755)
+    (folder / "src").mkdir()
+    (folder / "src" / "convert_hf_to_gguf.py").write_text(convert_body)
+    return folder
+
+
+def test_a_failing_engine_is_one_line_and_exit_1_and_the_work_dir_is_marked(tmp_path, capsys, monkeypatch):
+    """The input is fine, the program verify drives fails: one line naming it and its last output."""
+    monkeypatch.setenv("ATTNTEMP_ENGINES", str(tmp_path / "cache"))  # no cached GGUF: the converter runs
+    build = _fake_build(
+        tmp_path / "build",
+        "import sys\nprint('boom', file=sys.stderr)\nprint('last words', file=sys.stderr)\nsys.exit(3)\n",
+    )
+    TemperatureSpec(multiplier=1.2).save(tmp_path / "spec.json")
+    work = tmp_path / "work"
+    argv = ["verify", "--engine", "llama.cpp", "--spec", str(tmp_path / "spec.json"), "--engine-dir", str(build)]
+    argv += ["--length", "256", "--chunks", "1", "--work-dir", str(work)]
+    for _ in range(2):  # the second run reuses the folder the first one marked as verify's
+        assert main(argv) == 1
+        lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+        assert len(lines) == 1 and lines[0].startswith("attntemp verify: failed: GGUF conversion failed"), lines
+        assert "boom last words" in lines[0] and "Traceback" not in lines[0]
+        assert (work / V.WORK_MARK).is_file()
+
+
 def test_routes_and_baselines():
     yarn = dataclasses.replace(TemperatureSpec.yarn(4, 256), multiplier=1.2)
     base = V.baseline(yarn)

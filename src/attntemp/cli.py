@@ -5,8 +5,9 @@ Every sub-command module defines ``register(subparsers)``, which adds its parser
 and ``--version`` import none, so they answer without loading torch); :data:`SUMMARIES` holds
 the one-line help of each command for the top-level listing. Bad input (a ``ValueError`` named
 by field and value, an ``OSError``, a damaged database: :func:`_bad_input`) becomes one line on
-stderr naming the flag (open progress bars ended first) and exit code 2, never a traceback; see
-``docs/errors.md``.
+stderr naming the flag (open progress bars ended first) and exit code 2, never a traceback; a
+program attntemp drove that failed (an engine: :class:`~attntemp.utils.errors.ExternalToolError`) is
+one line and exit code 1; see ``docs/errors.md``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import importlib
 import re
 import sys
 from collections.abc import Sequence
+
+from .utils.errors import ExternalToolError
 
 # Sub-command modules under attntemp.commands, in the order `attntemp --help` lists them.
 COMMANDS = (
@@ -138,6 +141,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
+    except ExternalToolError as exc:  # the input was fine; the program it drove failed
+        _end_progress_bars()
+        print(f"attntemp {args.command}: failed: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 1
     except Exception as exc:
         if not _bad_input(exc):
             raise  # a bug: the traceback is what a report needs

@@ -63,6 +63,7 @@ def ws(tmp_path_factory):
     (w / "s_deep.json").write_text("[" * 100000)
     (w / "afile").write_text("not a folder")
     (w / "empty").mkdir()
+    (w / "empty.txt").write_text("  \n")
     (w / "one.txt").write_text("a single document\n" * 400)
     for name, files in (("measured", ["stats.json"]), ("calibrated", ["calibration.json"]), ("full", ["keep.txt"])):
         (w / name).mkdir()
@@ -108,6 +109,9 @@ T = ["tune", "--length", "400", "--out", "{w}/t_out"]
 B = ["bake", "--spec", "{w}/ok.json", "--out", "{w}/b_out"]
 C = ["calibrate", "--logits", "{w}/l.npz", "--out", "{w}/c_out"]
 D = ["demo", "--out", "{w}/d_out"]
+G = ["generate", "--prompt-file", "{w}/one.txt", "--max-new-tokens", "4", "--out", "{w}/g_out"]
+E = ["eval", "--spec", "{w}/ok.json", "--tasks", "attntemp_passkey_512", "--out", "{w}/e_out"]
+V = ["verify", "--engine", "llama.cpp", "--spec", "{w}/ok.json", "--engine-dir", "{w}/empty"]
 
 
 def with_(base: list[str], *extra: str) -> list[str]:
@@ -295,7 +299,9 @@ CASES = [
     ("measure-length-float", with_(M, "--length", "1e9"), "--length '1e9'"),
     ("measure-docs-0", with_(M, "--docs", "0"), "--docs=0"),
     ("measure-sink-0", with_(M, "--sink-tokens", "0"), "--sink-tokens=0"),
-    ("measure-text-missing", with_(M, "--text", "{w}/nope"), "source="),
+    ("measure-text-missing", with_(M, "--text", "{w}/nope"), "--text='{w}/nope' is not allowed"),
+    ("sweep-text-missing", with_(S, "--text", "{w}/nope"), "--text='{w}/nope' is not allowed"),
+    ("tune-text-empty-dir", with_(T, "--text", "{w}/empty"), "--text='{w}/empty' holds no"),
     # --- report (items 1, 4)
     ("report-random-db", ["report", "{w}/rnd"], "sweep.db' is not a usable sweep database: file is not a database"),
     ("report-foreign-db", ["report", "{w}/foreign"], "is not a usable sweep database: no such table"),
@@ -308,6 +314,50 @@ CASES = [
     ("calibrate-logits-text", with_(C, "--logits", "{w}/afile"), "not a readable .npz file"),
     ("calibrate-logits-nolabels", with_(C, "--logits", "{w}/nolabels.npz"), "missing array(s) ['labels']"),
     ("calibrate-ignore-index", with_(C, "--ignore-index", "x"), "--ignore-index 'x'"),
+    # --- generate
+    (
+        "generate-prompt-missing",
+        with_(G, "--prompt-file", "{w}/nope.txt"),
+        "--prompt-file='{w}/nope.txt' is not allowed",
+    ),
+    ("generate-prompt-empty", with_(G, "--prompt-file", "{w}/empty.txt"), "--prompt-file='{w}/empty.txt' is empty"),
+    ("generate-prompt-binary", with_(G, "--prompt-file", "{w}/l.npz"), "is not UTF-8 text"),
+    ("generate-new-0", with_(G, "--max-new-tokens", "0"), "--max-new-tokens=0 is not allowed"),
+    ("generate-new-huge", with_(G, "--max-new-tokens", "100000000"), "--max-new-tokens=100000000 is not allowed"),
+    ("generate-every-0", with_(G, "--monitor", "--every", "0"), "--every=0 is not allowed"),
+    ("generate-quantile", with_(G, "--monitor", "--quantile", "1.5"), "--quantile=1.5 is not allowed"),
+    ("generate-stop-on", with_(G, "--monitor", "--stop-on", "bogus"), "--stop-on[0]='bogus' is not allowed"),
+    ("generate-reference-missing", with_(G, "--reference", "{w}/nope.json"), "--reference='{w}/nope.json'"),
+    ("generate-reference-bad", with_(G, "--reference", "{w}/ok.json"), "is not a reference profile"),
+    ("generate-spec-layers", with_(G, "--spec", "{w}/s_layers.json"), "layers=1.1 is not allowed"),
+    ("generate-out-file", with_(G, "--out", "{w}/afile"), "--out='{w}/afile' exists and is a file"),
+    ("generate-model-missing", with_(G, "--model", "/nonexistent"), "--model='/nonexistent' is no such folder"),
+    ("generate-dtype", with_(G, "--dtype", "float8"), "--dtype 'float8'"),
+    # --- eval (lm-evaluation-harness)
+    ("eval-tasks-empty", with_(E, "--tasks", ""), "--tasks=() is not allowed"),
+    ("eval-limit-0", with_(E, "--limit", "0"), "--limit=0 is not allowed"),
+    ("eval-batch-0", with_(E, "--batch-size", "0"), "--batch-size=0 is not allowed"),
+    ("eval-bootstrap-neg", with_(E, "--bootstrap-iters", "-1"), "--bootstrap-iters=-1 is not allowed"),
+    (
+        "eval-length-over-max",
+        with_(E, "--lengths", "9000"),
+        "--lengths[0]=9000 is not allowed; expected <= --max-length",
+    ),
+    ("eval-length-short", with_(E, "--lengths", "5"), "--lengths[0]=5 is too short for passkey"),
+    ("eval-include-missing", with_(E, "--include-path", "{w}/nope"), "--include-path '{w}/nope' is not a folder"),
+    ("eval-spec-missing", with_(E, "--spec", "{w}/nope.json"), "--spec='{w}/nope.json': no such file"),
+    ("eval-out-full", with_(E, "--out", "{w}/full"), "--out '{w}/full' exists and is not empty"),
+    # --- verify (the engines)
+    ("verify-engine", with_(V, "--engine", "tgi"), "--engine='tgi' is not allowed"),
+    ("verify-length-0", with_(V, "--length", "0"), "--length=0 is not allowed"),
+    ("verify-length-huge", with_(V, "--length", "100000000"), "--length=100000000 is not allowed"),
+    ("verify-chunks-0", with_(V, "--chunks", "0"), "--chunks=0 is not allowed"),
+    ("verify-dtype", with_(V, "--dtype", "bfloat16"), "verify compares float32 models"),
+    ("verify-spec-layers", with_(V, "--spec", "{w}/s_layers.json"), "layers=1.1 is not allowed"),
+    ("verify-work-dir-users", with_(V, "--work-dir", "{w}/full"), "--work-dir='{w}/full' holds files verify did not"),
+    ("verify-work-dir-file", with_(V, "--work-dir", "{w}/afile"), "--work-dir='{w}/afile' is a file"),
+    ("verify-no-llamacpp", V, "llama-perplexity not found in --engine-dir='{w}/empty'"),
+    ("verify-no-vllm", with_(V, "--engine", "vllm"), "no vLLM venv in --engine-dir='{w}/empty'"),
     # --- argparse's own errors, as one line too
     (
         "measure-model-no-value",
@@ -365,7 +415,9 @@ def test_hostile_input_is_one_line_naming_the_flag_and_exit_2(ws, name, argv, ex
 
 def test_the_table_covers_every_command_and_is_large():
     commands = {argv[0] for _, argv, _ in CASES}
-    assert {"measure", "sweep", "tune", "bake", "calibrate", "demo", "report", "export", "tables"} <= commands
+    from attntemp.cli import COMMANDS
+
+    assert set(COMMANDS) <= commands
     assert len(CASES) >= 100 and len({c[0] for c in CASES}) == len(CASES)
 
 

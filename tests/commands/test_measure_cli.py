@@ -21,7 +21,7 @@ def test_measure_cli_writes_stats_and_plots(tmp_path, capsys):
 def test_measure_cli_bad_input_is_one_line(tmp_path, capsys):
     assert main(["measure", "--length", "64", "--text", str(tmp_path / "nope"), "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("attntemp measure: error: source=")
+    assert len(err) == 1 and err[0].startswith("attntemp measure: error: --text=")
     spec = tmp_path / "s.json"
     spec.write_text('{"multiplier": -1}')
     assert main(["measure", "--length", "64", "--spec", str(spec), "--out", str(tmp_path)]) == 2

@@ -83,7 +83,8 @@ class GenerateConfig(ModelOptions):
 
 def preflight_generate(cfg: GenerateConfig) -> tuple[str, TemperatureSpec | None, Reference | None]:
     """Before the model loads: ``out``, the prompt (non-empty UTF-8), the spec against the model's
-    config and the saved reference; returns the prompt, spec and reference."""
+    config, the memory of a forward over prompt + new tokens, and the saved reference; returns the
+    prompt, spec and reference."""
     outputs.check_out(cfg.out, RESULTS, cfg.overwrite)
     try:
         prompt = Path(cfg.prompt_file).read_text(encoding="utf-8")
@@ -94,6 +95,8 @@ def preflight_generate(cfg: GenerateConfig) -> tuple[str, TemperatureSpec | None
     spec = TemperatureSpec.load(cfg.spec) if cfg.spec else None
     config = preflight.source_config(cfg.model)
     preflight.check_spec("spec", cfg.spec, spec, config)
+    text = config and preflight.text_part(config)  # a character is at most about one token:
+    preflight.check_generation("max_new_tokens", cfg.max_new_tokens, text, len(prompt), cfg.max_new_tokens)
     try:
         ref = Reference.load(cfg.reference) if cfg.reference else None
     except (KeyError, TypeError, AttributeError, json.JSONDecodeError) as exc:

@@ -71,7 +71,7 @@ def run_measure(cfg: MeasureConfig) -> dict[str, Any]:
     """Measure, write the outputs under ``cfg.out``; returns a summary (and the markdown table).
     Everything is checked before the model loads (:func:`preflight_measure`)."""
     spec = preflight_measure(cfg)
-    docs = load_text(cfg.text)
+    docs = load_text(cfg.text, name="text")
     model, tok = load_model(cfg.model, **cfg.load_args())
     ids = heldout_windows(tok, cfg.length, n=cfg.n_docs, docs=docs)
     stats = measure(

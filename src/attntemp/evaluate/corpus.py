@@ -85,43 +85,46 @@ def gutenberg_dir(folder: str | os.PathLike[str] | None = None) -> pathlib.Path:
     return pathlib.Path(env) if env else pathlib.Path.cwd().parent / "shared/data/gutenberg"
 
 
-def _gutenberg(book: str, folder: str | os.PathLike[str] | None) -> list[Document]:
+def _gutenberg(book: str, folder: str | os.PathLike[str] | None, name: str = "source") -> list[Document]:
     root = gutenberg_dir(folder)
     if not root.is_dir():
         raise ValueError(
-            f"source='gutenberg:{book}' needs the folder {str(root)!r}, which does not exist; "
+            f"{name}='gutenberg:{book}' needs the folder {str(root)!r}, which does not exist; "
             f"pass gutenberg_dir or set {GUTENBERG_ENV}"
         )
     path = root / f"{book}.txt"
     if not book or not path.is_file():
         books = sorted(p.stem for p in root.glob("*.txt"))
-        checks.choice("source book", book, books)
+        checks.choice(f"{name} book", book, books)
     return [Document(f"gutenberg:{book}", _decode(path.read_bytes()), hash_split=False)]
 
 
-def _path_source(source: str) -> list[Document]:
+def _path_source(source: str, name: str = "source") -> list[Document]:
     path = pathlib.Path(source)
     if path.is_file():
         return [_read(path, path.name, hash_split=False)]
     if path.is_dir():
         files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in TEXT_SUFFIXES)
         if not files:
-            raise ValueError(f"source={source!r} holds no {'/'.join(TEXT_SUFFIXES)} files")
+            raise ValueError(f"{name}={source!r} holds no {'/'.join(TEXT_SUFFIXES)} files")
         return [_read(p, p.relative_to(path).as_posix(), hash_split=False) for p in files]
     raise ValueError(
-        f"source={source!r} is not allowed; expected 'stdlib', 'gutenberg:<book>', or an existing file or folder"
+        f"{name}={source!r} is not allowed; expected 'stdlib', 'gutenberg:<book>', or an existing file or folder"
     )
 
 
-def load_text(source: str = "stdlib", gutenberg_dir: str | os.PathLike[str] | None = None) -> list[Document]:
-    """Documents of ``source``: ``"stdlib"``, ``"gutenberg:<book>"`` or a file / folder path."""
+def load_text(
+    source: str = "stdlib", gutenberg_dir: str | os.PathLike[str] | None = None, name: str = "source"
+) -> list[Document]:
+    """Documents of ``source``: ``"stdlib"``, ``"gutenberg:<book>"`` or a file / folder path (errors
+    call it ``name``: the field that holds it, e.g. ``text``)."""
     if not isinstance(source, str) or not source:
-        raise ValueError(f"source={source!r} is not allowed; expected a non-empty string")
+        raise ValueError(f"{name}={source!r} is not allowed; expected a non-empty string")
     if source == "stdlib":
         return stdlib_documents()
     if source.startswith("gutenberg:"):
-        return _gutenberg(source.split(":", 1)[1], gutenberg_dir)
-    return _path_source(source)
+        return _gutenberg(source.split(":", 1)[1], gutenberg_dir, name)
+    return _path_source(source, name)
 
 
 def is_heldout(name: str) -> bool:
@@ -244,14 +247,15 @@ def heldout_windows(
     n: int = 32,
     min_tokens: int | None = None,
     docs: Sequence[Document] | None = None,
+    n_name: str = "n",
 ) -> torch.Tensor:
     """``[n, length]`` token ids: the start of each held-out document with at least ``min_tokens``
     (default ``length``) tokens, in name order; when there are fewer such documents than ``n`` (a
     user's own file or a few books), the documents are cut further into consecutive windows, taken
     round-robin (every document's second window, then its third, ...). A text too short for ``n``
-    windows raises a ValueError saying how long it is and how long it must be."""
+    windows raises a ValueError saying how long it is and how long it must be (``n`` named ``n_name``)."""
     length = checks.positive_int("length", length)
-    n = checks.positive_int("n", n)
+    n = checks.positive_int(n_name, n)
     docs = load_text("stdlib") if docs is None else docs
     need = min_tokens or length
     ids = _long_documents(docs, tokenizer, need, n)  # token ids of up to n documents
@@ -263,7 +267,7 @@ def heldout_windows(
     if len(rows) < n:
         total = sum(len(d) for d in ids)
         raise ValueError(
-            f"n={n} windows of {length} tokens are more than the text holds: its held-out documents of at "
+            f"{n_name}={n} windows of {length} tokens are more than the text holds: its held-out documents of at "
             f"least {need} tokens are {len(ids)} with {total} tokens in all, which give {len(rows)}; it needs "
             f"{n * length} tokens: give a longer text, or ask for fewer windows or a shorter length"
         )

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import fnmatch
+import io
 import json
 import logging
 import os
@@ -32,7 +33,7 @@ from ..hf.patch import patch
 from ..ops.spec import TemperatureSpec
 from ..utils import checks, install
 from ..utils.options import ints, names, option
-from . import harness_table, lm_eval_tasks
+from . import harness_table, limits, lm_eval_tasks
 
 LM_EVAL_REQUIREMENT = "lm-eval>=0.4,<0.5"
 INSTALL_HINT = f"pip install 'attntemp[eval]' (or '{LM_EVAL_REQUIREMENT}')"
@@ -161,13 +162,38 @@ def expand(tasks: Sequence[str], manager: Any) -> list[str]:
     return out
 
 
+@contextlib.contextmanager
+def cache_only_without_hub() -> Iterator[None]:
+    """While tasks load: when the Hub cannot be reached (a 3 s connection test), huggingface_hub
+    and datasets are put in offline mode, so a dataset that is cached loads from the cache and one
+    that is not fails at once instead of after five retries (30 s and a page of retry lines)."""
+    from ..hf.source import hub_reachable
+
+    if hub_reachable():
+        yield
+        return
+    import datasets.config
+    import huggingface_hub.constants
+
+    saved = (huggingface_hub.constants.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFFLINE)
+    huggingface_hub.constants.HF_HUB_OFFLINE = datasets.config.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        huggingface_hub.constants.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFFLINE = saved
+
+
 def load_tasks(tasks: Sequence[str], manager: Any) -> list[str]:
     """Build each task once (lm-eval fetches its dataset here) and return the leaf task names;
-    a dataset that cannot be had (offline, no such dataset) is one error line naming the task."""
+    a dataset that cannot be had (offline, no such dataset) is one error line naming the task.
+    What task code prints on import is lm-eval's noise: on stderr when its logs are shown
+    (:func:`lm_eval_logging`), else dropped; stdout carries only the results."""
+    shown = logging.getLogger("lm_eval").getEffectiveLevel() < logging.ERROR
     leaves: list[str] = []
     for name in tasks:
         try:
-            loaded = manager.load([name])
+            with cache_only_without_hub(), contextlib.redirect_stdout(sys.stderr if shown else io.StringIO()):
+                loaded = manager.load([name])
         except Exception as exc:  # datasets / hub errors have many types; all mean "cannot load"
             detail = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
             raise ValueError(
@@ -344,6 +370,7 @@ def _remade_tasks(cfg: EvalHarnessConfig, folder: Path) -> Path | None:
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(resolve(cfg.model))
+    limits.check_lengths("lengths", cfg.lengths, ["passkey", "needle"], tok)  # the remade tasks' own minimum
     return lm_eval_tasks.write_folder(folder, tok, cfg.lengths)
 
 

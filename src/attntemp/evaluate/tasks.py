@@ -101,8 +101,8 @@ def eval_context(opts: EvalOptions, trained_length: int, tuning: bool = False) -
     too few documents for two pools is evaluated whole, or, for a run that ``tuning``, cut in
     halves: the tuner takes the first half of each document, the evidence the second
     (:func:`attntemp.evaluate.corpus.halves`)."""
-    docs = corpus.load_text(opts.text)
-    hay = corpus.load_text(opts.gutenberg) if opts.gutenberg else ()
+    docs = corpus.load_text(opts.text, name="text")
+    hay = corpus.load_text(opts.gutenberg, name="gutenberg") if opts.gutenberg else ()
     evaluation, tuners = corpus.pool(docs, "evaluation"), corpus.pool(docs, "tuning")
     if not evaluation or not tuners:
         tuners, evaluation = corpus.halves(docs) if tuning else ([], list(docs))

@@ -86,6 +86,26 @@ def check_forward(
     resources.check_memory(name, value, forward_bytes(cfg, rows, tokens, grad), what)
 
 
+def kv_cache_bytes(cfg: dict[str, Any], tokens: int) -> float:
+    """Bytes of a float32 KV cache over ``tokens``: 2 x layers x kv heads x head_dim per token."""
+    h, n = (cfg.get(k) or 0 for k in ("hidden_size", "num_hidden_layers"))
+    heads = cfg.get("num_attention_heads") or 1
+    kv = cfg.get("num_key_value_heads") or heads
+    head_dim = cfg.get("head_dim") or h // heads
+    return 2.0 * BYTES * n * kv * head_dim * tokens
+
+
+def check_generation(name: str, value: Any, cfg: dict[str, Any] | None, prompt_tokens: int, new_tokens: int) -> None:
+    """Raise (naming ``name=value``) when generating ``new_tokens`` after a prompt of ``prompt_tokens``
+    would not fit: one forward over the prompt, then a KV cache over both (decoding one token at a time)."""
+    if cfg is None:
+        return
+    total = prompt_tokens + new_tokens
+    needed = forward_bytes(cfg, 1, prompt_tokens) + kv_cache_bytes(cfg, total)
+    what = f"a prompt of {prompt_tokens} tokens and a KV cache of {total}"
+    resources.check_memory(name, value, needed, what)
+
+
 def check_prompts(name: str, value: Any, trials: int, tokens: int) -> None:
     """Raise when ``trials`` prompts of ``tokens`` tokens (kept as ids) would not fit in memory."""
     needed = PROMPT_BYTES_PER_TOKEN * tokens + 8.0 * trials * tokens

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from ..ops.intervals import Interval
+from ..utils.errors import ExternalToolError
 from .export import without_ctx_size
 
 MAGIC = b"_logits_"
@@ -142,7 +143,8 @@ def convert(convert_script: Path, checkpoint: Path, outfile: Path) -> list[str]:
         cmd = [sys.executable, "-c", code]
         done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode or not outfile.is_file():
-        raise RuntimeError(f"GGUF conversion failed ({' '.join(cmd[:3])} ...): {(done.stderr or done.stdout)[-800:]}")
+        tail = (done.stderr or done.stdout)[-800:]
+        raise ExternalToolError(f"GGUF conversion failed ({' '.join(cmd[:3])} ...): {tail}")
     return cmd
 
 
@@ -185,7 +187,7 @@ class KLRun:
 def _stat(text: str, name: str) -> tuple[float, float]:
     found = re.search(_STAT.format(re.escape(name)), text)
     if not found:
-        raise RuntimeError(f"llama-perplexity printed no {name!r}; its output ends: {text[-600:]}")
+        raise ExternalToolError(f"llama-perplexity printed no {name!r}; its output ends: {text[-600:]}")
     return float(found.group(1)), float(found.group(2))
 
 
@@ -219,5 +221,5 @@ def run_kl(cmd: list[str], length: int) -> KLRun:
     done = subprocess.run(cmd, capture_output=True, text=True)
     text = done.stdout + "\n" + done.stderr
     if done.returncode:
-        raise RuntimeError(f"llama-perplexity exited {done.returncode}: {text.strip()[-800:]}")
+        raise ExternalToolError(f"llama-perplexity exited {done.returncode}: {text.strip()[-800:]}")
     return parse(text, length, cmd)

@@ -15,6 +15,8 @@ from __future__ import annotations
 import hashlib
 import json
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,13 +24,13 @@ from typing import Any
 import torch
 
 from ..evaluate.corpus import heldout_windows, load_text
-from ..hf import loading
+from ..hf import loading, preflight
 from ..hf.introspect import text_config
 from ..hf.loading import ModelOptions, load_model
 from ..hf.patch import patch
 from ..ops.intervals import Interval, paired_ratio_interval, perplexity_interval
 from ..ops.spec import TemperatureSpec
-from ..utils import checks
+from ..utils import checks, outputs
 from ..utils.options import option
 from . import llamacpp
 from .bake import save_baked
@@ -60,6 +62,55 @@ class VerifyConfig(ModelOptions):
             raise ValueError(f"length={self.length} is not allowed; expected >= 4")
         if self.dtype not in (None, "float32"):
             raise ValueError(f"dtype={self.dtype!r} is not allowed; verify compares float32 models")
+
+
+# ----------------------------------------------------------------------------- before any work
+WORK_MARK = ".attntemp-verify"  # in a --work-dir that verify made its own
+
+
+def check_work_dir(work_dir: str | None) -> None:
+    """A ``work_dir`` must be new, empty, or one an earlier verify used: what verify writes there
+    (GGUF files, checkpoints, KL files) would replace a user's files of the same names."""
+    if work_dir is None:
+        return
+    path = Path(work_dir)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"work_dir={work_dir!r} is a file; expected a folder (new, empty, or an earlier verify's)")
+    if path.is_dir() and not (path / WORK_MARK).exists():
+        found = sorted(p.name for p in path.iterdir())
+        if found:
+            shown = ", ".join(found[:3]) + (", ..." if len(found) > 3 else "")
+            raise ValueError(
+                f"work_dir={work_dir!r} holds files verify did not write ({shown}); expected a new or empty "
+                f"folder, or one an earlier verify used (it holds {WORK_MARK})"
+            )
+    outputs.check_writable("work_dir", path)
+
+
+@contextmanager
+def work_folder(work_dir: str | None) -> Iterator[Path]:
+    """``work_dir`` (checked by :func:`check_work_dir`, created and marked as verify's), or a
+    temporary folder removed afterwards."""
+    if work_dir is None:
+        with tempfile.TemporaryDirectory(prefix="attntemp-verify-") as tmp:
+            yield Path(tmp)
+        return
+    path = Path(work_dir)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / WORK_MARK).touch()
+    yield path
+
+
+def check_size(cfg: VerifyConfig, spec: TemperatureSpec) -> None:
+    """Refuse ``chunks x length`` when attntemp's own forward over the windows would not fit."""
+    config = preflight.source_config(cfg.model)
+    if config is None:
+        return
+    config = preflight.text_part(config)
+    trained = config.get("max_position_embeddings")
+    length = cfg.length or (default_length(spec, trained) if isinstance(trained, int) else None)
+    if length is not None:
+        preflight.check_forward("length", length, config, cfg.chunks, length)
 
 
 # ----------------------------------------------------------------------------- specs and tokens
@@ -95,7 +146,8 @@ def default_length(spec: TemperatureSpec, trained: int) -> int:
 
 def windows(tokenizer: Any, text: str, length: int, chunks: int) -> torch.Tensor:
     """``[chunks, length]`` held-out token ids, BOS first (llama.cpp puts it there when its vocab adds one)."""
-    ids = heldout_windows(tokenizer, length, n=chunks, docs=load_text(text)).clone()  # [C, L]
+    docs = load_text(text, name="text")
+    ids = heldout_windows(tokenizer, length, n=chunks, docs=docs, n_name="chunks").clone()  # [C, L]
     if tokenizer.bos_token_id is not None:
         ids[:, 0] = tokenizer.bos_token_id
     return ids
@@ -269,8 +321,9 @@ def _tempered(
     return "bake + convert", out, export_args(TemperatureSpec(rope=dict(spec.rope))), cmd
 
 
-def _llamacpp_run(cfg: VerifyConfig, spec: TemperatureSpec, model: Any, tok: Any, work: Path) -> VerifyResult:
-    llama = llamacpp.find_llamacpp(cfg.engine_dir)
+def _llamacpp_run(
+    cfg: VerifyConfig, spec: TemperatureSpec, llama: llamacpp.LlamaCpp, model: Any, tok: Any, work: Path
+) -> VerifyResult:
     folder = Path(loading.resolve(cfg.model))
     trained = int(text_config(model).max_position_embeddings)
     length = cfg.length or default_length(spec, trained)
@@ -299,6 +352,8 @@ def _llamacpp_run(cfg: VerifyConfig, spec: TemperatureSpec, model: Any, tok: Any
 def run_verify(cfg: VerifyConfig) -> VerifyResult:
     """Load the spec and model, run the engine on held-out windows, compare (see the module doc)."""
     spec = TemperatureSpec.load(cfg.spec)
+    check_work_dir(cfg.work_dir)
+    check_size(cfg, spec)
     if cfg.engine == "vllm":
         from .vllm_engine import run as run_vllm  # it builds on this module
 
@@ -309,13 +364,10 @@ def run_verify(cfg: VerifyConfig) -> VerifyResult:
             "per-position temperature. `attntemp bake` ships it as a checkpoint that carries its schedule "
             "(transformers with trust_remote_code=True; vLLM with attntemp's plugin: --engine vllm checks it)"
         )
+    llama = llamacpp.find_llamacpp(cfg.engine_dir)
     model, tok = load_model(cfg.model, **cfg.load_args(dtype="float32"))
-    if cfg.work_dir:
-        work = Path(cfg.work_dir)
-        work.mkdir(parents=True, exist_ok=True)
-        return _llamacpp_run(cfg, spec, model, tok, work)
-    with tempfile.TemporaryDirectory(prefix="attntemp-verify-") as tmp:
-        return _llamacpp_run(cfg, spec, model, tok, Path(tmp))
+    with work_folder(cfg.work_dir) as work:
+        return _llamacpp_run(cfg, spec, llama, model, tok, work)
 
 
 def summary_json(result: VerifyResult) -> str:

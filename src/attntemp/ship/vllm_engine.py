@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from ..hf.introspect import text_config
 from ..hf.loading import load_model
 from ..ops.intervals import Interval, mean_interval, perplexity_interval
 from ..ops.spec import TemperatureSpec
+from ..utils.errors import ExternalToolError
 from . import llamacpp, remote_code
 from .bake import save_baked
 from .export import export
@@ -43,6 +43,7 @@ from .verify import (
     fill_l0,
     reference,
     windows,
+    work_folder,
 )
 
 SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "vllm_logprobs.py"
@@ -86,7 +87,7 @@ def ensure_plugin(python: Path, work: Path) -> list[str]:
     cmd = [str(python), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", str(folder)]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode:
-        raise RuntimeError(f"installing the vLLM schedule plugin failed: {done.stderr[-800:]}")
+        raise ExternalToolError(f"installing the vLLM schedule plugin failed: {done.stderr[-800:]}")
     return cmd
 
 
@@ -102,7 +103,7 @@ def run_logprobs(python: Path, model_dir: Path, ids: torch.Tensor, overrides, to
     out.unlink(missing_ok=True)
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=work, env=env)
     if not out.is_file():  # written last and atomically: present means complete (see the script)
-        raise RuntimeError(f"vLLM exited {done.returncode}: {(done.stderr or done.stdout)[-1500:]}")
+        raise ExternalToolError(f"vLLM exited {done.returncode}: {(done.stderr or done.stdout)[-1500:]}")
     return {**json.loads(out.read_text()), "command": cmd}
 
 
@@ -156,7 +157,7 @@ def _compare(label: str, ref: Reference, got: dict, ids: torch.Tensor, full: boo
 
 def run(cfg: VerifyConfig, spec: TemperatureSpec) -> VerifyResult:
     """Both runs (m = 1 and the spec) on vLLM and in attntemp; see the module doc."""
-    python = find_vllm(cfg.engine_dir)
+    python = find_vllm(cfg.engine_dir)  # before the model loads
     model, tok = load_model(cfg.model, **cfg.load_args(dtype="float32"))
     trained = int(text_config(model).max_position_embeddings)
     length = cfg.length or default_length(spec, trained)
@@ -168,9 +169,7 @@ def run(cfg: VerifyConfig, spec: TemperatureSpec) -> VerifyResult:
     folder = Path(loading.resolve(cfg.model))
     theta = (getattr(text_config(model), "rope_parameters", None) or {}).get("rope_theta")
     route, overrides = _route(spec, trained, theta)
-    with tempfile.TemporaryDirectory(prefix="attntemp-vllm-") as tmp:
-        work = Path(cfg.work_dir or tmp)
-        work.mkdir(parents=True, exist_ok=True)
+    with work_folder(cfg.work_dir) as work:
         served = folder
         if route == "bake":
             save_baked(model, tok, spec, work / "baked", overwrite=True)

@@ -171,7 +171,7 @@ def preflight_tune(cfg: TuneConfig, model=None, tok=None) -> Any:
     outputs.check_out(cfg.out, RESULTS, overwrite=True)  # a rerun replaces its own results
     config = model.config.to_dict() if model is not None else preflight.source_config(cfg.model)
     tok = tok if tok is not None else preflight.load_tokenizer(cfg.model)
-    corpus.load_text(cfg.text)  # a text of one document is cut in halves (eval_context): tuned on one
+    corpus.load_text(cfg.text, name="text")  # a text of one document is cut in halves (eval_context): tuned on one
     objective = [cfg.objective] if cfg.objective in TASKS else []
     limits.check_lengths("length", [cfg.length], [*cfg.tasks, *objective], tok, indexed=False)
     limits.check_lengths("lengths", cfg.lengths, cfg.tasks, tok)
