@@ -47,3 +47,24 @@ def test_statistics_move_the_right_way_with_temperature():
     flat = attention_stats(q, k, torch.tensor(1e-6))  # T -> inf: uniform over visible keys
     assert torch.allclose(flat["norm_entropy"][..., 1:], torch.ones(1, 6, 199), atol=1e-4)
     assert torch.allclose(flat["mean_distance"][0, 0], torch.arange(200) / 2, atol=1e-2)
+
+
+@pytest.mark.parametrize("hq, hkv", [(8, 8), (8, 2), (9, 3)])
+@pytest.mark.parametrize("n", [1, 2, 5, 300])
+@pytest.mark.parametrize("with_m", [False, True])
+def test_single_query_kernel_equals_the_blockwise_one_and_the_reference(hq, hkv, n, with_m):
+    """The monitor's kernel: the newest query of each row against all its keys, as block_stats
+    (q0 = n - 1) and the materialised reference compute it, sink and recent windows cut short too."""
+    from attntemp.ops.attention_stats import block_stats, last_query_stats
+
+    g = torch.Generator().manual_seed(n * 31 + hq)
+    q, k = torch.randn(3, hq, 1, 16, generator=g) * 2, torch.randn(3, hkv, n, 16, generator=g)
+    m = torch.rand(3, hq, 1, generator=g) + 0.5 if with_m else None
+    got = last_query_stats(q, k, m, 0.3, sink_tokens=4, recent_tokens=64)
+    blocked = block_stats(q, k, n - 1, m, 0.3, None, None, 4, 64)
+    ref = reference_stats(q, k, m, 0.3, None, None, 4, 64)
+    for name in ("entropy", "norm_entropy", "sink_mass", "recent_mass"):
+        assert got[name].shape == (3, hq)
+        torch.testing.assert_close(got[name], blocked[name][..., 0], atol=2e-5, rtol=1e-5, equal_nan=True)
+        torch.testing.assert_close(got[name], ref[name][..., -1], atol=2e-5, rtol=1e-5, equal_nan=True)
+    assert torch.isnan(got["norm_entropy"]).all() == (n == 1)

@@ -260,7 +260,8 @@ class Monitor:
         kept = [i for i in self._layers if i in self._groups]
         pending = [self._groups[i][0] for i in kept]
         if len(pending) == len(self._layers) and len({g.stack_key() for g in pending}) == 1:
-            st = torch.stack(list(stacked_stats(pending, *self._sizes).values()))  # [S, L*B, H]: the usual step
+            by_name = stacked_stats(pending, *self._sizes)
+            st = torch.stack([by_name[n] for n in STEP_STATS])  # [S, L*B, H]: the usual step
             out = st.reshape(len(STEP_STATS), len(self._layers), -1, st.shape[-1]).transpose(1, 2)
             return dict(zip(STEP_STATS, out.float().cpu().numpy(), strict=True))  # [B, layers, H] each
         stats = {**self._done, **dict(zip(kept, group_stats(pending, *self._sizes), strict=True))}

@@ -1,8 +1,9 @@
 """One query row per sequence against the keys it sees, for the monitor: each row's last query and
 its visible keys (located by absolute position: left padding, sliding-window caches), grouped so
 that rows, and layers, seeing keys of one shape go through one call of
-:func:`attntemp.ops.attention_stats.block_stats`, the blockwise kernel of ``measure`` (one query
-row is a single block: O(n) time and memory)."""
+:func:`attntemp.ops.attention_stats.last_query_stats` (one query row against every key it sees:
+O(n) time and memory; with soft-capping :func:`~attntemp.ops.attention_stats.block_stats`, the
+blockwise kernel of ``measure``, which is also its reference)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..ops.attention_stats import block_stats
+from ..ops.attention_stats import block_stats, last_query_stats
 from .reference_profile import STEP_STATS
 
 STACK_BYTES = 2**18  # a layer whose seen keys are at most this size joins one stacked call
@@ -81,12 +82,12 @@ def stacked_stats(groups: list[RowGroup], sink_tokens: int, recent_tokens: int) 
     per statistic."""
     g = groups[0]
     cat = (lambda ts: ts[0]) if len(groups) == 1 else torch.cat
-    k = cat([x.k for x in groups])  # [sum b, Hkv, n, D]
+    q, k = cat([x.q for x in groups]), cat([x.k for x in groups])  # [sum b, H, 1, D], [sum b, Hkv, n, D]
     m = None if g.m is None else cat([x.m for x in groups if x.m is not None])  # [sum b, H, 1]
-    st = block_stats(
-        cat([x.q for x in groups]), k, k.shape[2] - 1, m, g.scaling, g.softcap, None,
-        max(0, sink_tokens - g.first), recent_tokens,
-    )  # fmt: skip
+    sink = max(0, sink_tokens - g.first)  # the sink is the sequence's first keys, not the window's
+    if g.softcap is None:  # the usual case: the single-query kernel, half the operations
+        return last_query_stats(q, k, m, g.scaling, sink, recent_tokens)  # [sum b, H] each
+    st = block_stats(q, k, k.shape[2] - 1, m, g.scaling, g.softcap, None, sink, recent_tokens)
     return {n: st[n][..., 0] for n in STEP_STATS}  # [sum b, H]
 
 

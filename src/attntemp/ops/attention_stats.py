@@ -100,6 +100,36 @@ def block_stats(
     }
 
 
+def last_query_stats(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    multiplier: torch.Tensor | None = None,
+    scale: float | None = None,
+    sink_tokens: int = 4,
+    recent_tokens: int = 64,
+) -> dict[str, torch.Tensor]:
+    """``entropy``, ``norm_entropy``, ``sink_mass`` and ``recent_mass`` ``[B, H]`` of one query per
+    row, ``q`` ``[B, H, 1, D]``, that sees every key of ``k`` ``[B, Hkv, n, D]`` (the newest token
+    while generating; keys in order, the sink at index 0 when ``sink_tokens`` > 0). The same
+    formulas as :func:`block_stats` with ``q0 = n - 1`` (its reference), in about half the tensor
+    operations: no mask (nothing is hidden), no weights but the needed sums; no soft-capping."""
+    b, hq, _, d = q.shape
+    hkv, n = k.shape[1], k.shape[2]
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    qf = q.float() * (scale if multiplier is None else multiplier.float().reshape(b, hq, 1, 1) * scale)  # [B, H, 1, D]
+    z = qf.reshape(b, hkv, hq // hkv, d) @ k.float().transpose(-1, -2)  # [B, Hkv, G, n]: GQA without repeats
+    z = z.sub_(z.amax(-1, keepdim=True)).reshape(b, hq, n)  # [B, H, n], max 0
+    e = torch.exp(z)  # [B, H, n]
+    big_z = e.sum(-1)  # [B, H]
+    ent = (big_z.log() - torch.linalg.vecdot(e, z) / big_z).clamp_min(0)  # [B, H]
+    return {
+        "entropy": ent,
+        "norm_entropy": ent / math.log(n) if n > 1 else torch.full_like(ent, torch.nan),
+        "sink_mass": e[..., :sink_tokens].sum(-1) / big_z,
+        "recent_mass": e[..., max(0, n - recent_tokens) :].sum(-1) / big_z,
+    }
+
+
 def block_size(b: int, h: int, lk: int, budget_bytes: int = 64 * 2**20) -> int:
     """Queries per block so that ~4 fp32 ``[B, H, blk, Lk]`` temporaries fit ``budget_bytes``."""
     return int(max(16, min(lk, budget_bytes // max(1, 16 * b * h * lk))))
