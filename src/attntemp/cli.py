@@ -34,6 +34,7 @@ COMMANDS = (
     "export",
     "verify",
     "calibrate",
+    "completion",
 )
 DEFAULT_COMMAND = "demo"
 # The top-level listing, without importing the commands (each module's own help says more).
@@ -50,6 +51,7 @@ SUMMARIES = {
     "export": "print an engine's settings for a spec (rope_parameters or flags)",
     "verify": "run llama.cpp or vLLM with the shipped settings and compare with attntemp",
     "calibrate": "fit a temperature on held-out logits (Guo et al. 2017)",
+    "completion": "print the shell completion script (bash, zsh, tcsh)",
 }
 
 
@@ -139,6 +141,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(only=argv[:1])
     _one_line_errors(parser)
     args = parser.parse_args(argv)
+    if getattr(args, "full_parser", False) is None:  # `completion`: every command's flags, not only its own
+        args.full_parser = build_parser
     try:
         return int(args.func(args) or 0)
     except ExternalToolError as exc:  # the input was fine; the program it drove failed
