@@ -2,6 +2,8 @@
 measure's on the full sequence at the generated positions (every architecture, padding, a
 tempered patch); the flags fire on constructed collapse and diffusion and stay quiet at m = 1."""
 
+import copy
+import inspect
 from contextlib import nullcontext
 
 import numpy as np
@@ -211,3 +213,28 @@ def test_public_name_probes_and_arguments(tiny, stdlib_reference):
         attntemp.monitor(model).__enter__()
     assert not is_patched(model)  # the monitor's own patch is gone after the block
     assert tf.StoppingCriteriaList is type(attntemp.monitor(model).stopping_criteria)
+
+
+def test_every_k_records_the_same_steps_as_every_step_across_resumed_runs():
+    """Unrecorded steps move positions on without reading tensors; the recorded steps must still be
+    exactly every-step monitoring's, and runs restarted from caches filled elsewhere be found."""
+    model = tiny_arch("llama")
+    torch.manual_seed(3)
+    ids = torch.randint(3, 97, (1, 24))
+    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    with torch.no_grad():
+        cache = getattr(model(ids[:, :-1], use_cache=True), name)  # filled outside the monitor
+
+    def runs(every):
+        with attntemp.monitor(model, every=every) as mon:
+            for _ in range(2):  # the same prompt twice, each resumed from a copy of the cache
+                kw = {name: copy.deepcopy(cache)}
+                model.generate(ids, max_new_tokens=7, min_new_tokens=7, do_sample=False, pad_token_id=0, **kw)
+        return {(s.run, s.index): s for s in mon.steps}
+
+    each, third = runs(1), runs(3)
+    assert sorted(third) == [(r, i) for r in (0, 1) for i in (0, 3, 6)]
+    for key, step in third.items():
+        assert np.array_equal(step.positions, each[key].positions)
+        for name in STEP_STATS:
+            np.testing.assert_allclose(step.stats[name], each[key].stats[name], rtol=1e-6, atol=1e-7)

@@ -178,7 +178,7 @@ class Monitor:
         self._layers = [m.layer_idx for m in mods]
         self._heads = text_config(model).num_attention_heads
         self._switched: dict[int, LayerState] | None = None
-        self._run, self._index, self._recording = -1, -1, False
+        self._run, self._index, self._recording, self._keys = -1, -1, False, -1
         self._groups: dict[int, list[RowGroup]] = {}  # layers kept for one stacked call at the step's end
         self._done: dict[int, dict[str, torch.Tensor]] = {}  # layers done as they came
         self._positions: list[int] = []
@@ -239,7 +239,17 @@ class Monitor:
     def _begin(self, query: torch.Tensor, key: torch.Tensor, kwargs: dict) -> None:
         """A new forward: the next step, or the first of a new run (a prefill: several queries or
         as many keys as queries; or positions that do not follow the last step's, e.g. generate
-        resumed from a cache filled elsewhere)."""
+        resumed from a cache filled elsewhere). A step that will not be recorded, one query on one
+        more key than the last step, moves every row on by one without reading a tensor; a step to
+        be recorded reads the positions, so recorded steps are always exact (a run that restarts
+        on an unrecorded step is found at the next one due)."""
+        lq, lk, rows = query.shape[2], key.shape[2], query.shape[0]
+        quiet = (self._index + 1) % self.every != 0 and self._index >= 0
+        if quiet and lq == 1 and lk == self._keys + 1 and rows == len(self._positions):
+            self._index, self._keys, self._recording = self._index + 1, lk, False
+            self._positions = [p + 1 for p in self._positions]
+            return
+        self._keys = lk
         pos = query_positions(query, key, kwargs)[:, -1].expand(query.shape[0])  # [B]
         positions = [int(p) for p in pos.tolist()]
         follows = len(positions) == len(self._positions) and all(
@@ -253,8 +263,8 @@ class Monitor:
         self._recording = self._index % self.every == 0
         self._groups, self._done = {}, {}
 
-    def _layer_stats(self) -> dict[str, np.ndarray]:
-        """Each layer's rows, ``[B, layers, H]`` per statistic. Layers with small keys and no
+    def _layer_stats(self) -> np.ndarray:
+        """Each layer's rows, ``[len(STEP_STATS), B, layers, H]``. Layers with small keys and no
         padding were kept for now: one stacked kernel call for them all (the per-call overhead
         outweighs the copy); the others were done as they came."""
         kept = [i for i in self._layers if i in self._groups]
@@ -262,19 +272,19 @@ class Monitor:
         if len(pending) == len(self._layers) and len({g.stack_key() for g in pending}) == 1:
             by_name = stacked_stats(pending, *self._sizes)
             st = torch.stack([by_name[n] for n in STEP_STATS])  # [S, L*B, H]: the usual step
-            out = st.reshape(len(STEP_STATS), len(self._layers), -1, st.shape[-1]).transpose(1, 2)
-            return dict(zip(STEP_STATS, out.float().cpu().numpy(), strict=True))  # [B, layers, H] each
+            st = st.reshape(len(STEP_STATS), len(self._layers), -1, st.shape[-1]).transpose(1, 2)  # [S, B, L, H]
+            return st.float().cpu().numpy()
         stats = {**self._done, **dict(zip(kept, group_stats(pending, *self._sizes), strict=True))}
-        return {
-            n: torch.stack([stats[i][n] for i in self._layers], 1).float().cpu().numpy() for n in STEP_STATS
-        }  # [B, layers, H]
+        per_name = [torch.stack([stats[i][n] for i in self._layers], 1) for n in STEP_STATS]  # [B, layers, H] each
+        return torch.stack(per_name).float().cpu().numpy()
 
     def _finish(self) -> None:
-        stats = self._layer_stats()
+        stacked = self._layer_stats()  # [S, B, layers, H]
+        stats = dict(zip(STEP_STATS, stacked, strict=True))
         self._groups, self._done = {}, {}  # the views of the cache: not kept past the step
         shift, trend, flags = {}, {}, {}
         if self.reference is not None:
-            now = shifts(self.reference, stats)  # [S, B]
+            now = shifts(self.reference, stacked)  # [S, B]
             self._history = [*self._history, now][-self.window :]
             mean = np.mean(self._history, axis=0)  # [S, B]: the trend over the last window steps
             flags = raise_flags(mean, self._table, len(self._history))

@@ -285,10 +285,12 @@ def reference(
     return _profile(collect, length, start, {"rows": len(ids), "text": text if isinstance(text, str) else None})
 
 
-def shifts(ref: Reference, stats: dict[str, np.ndarray]) -> np.ndarray:
+def shifts(ref: Reference, stats: dict[str, np.ndarray] | np.ndarray) -> np.ndarray:
     """Each statistic's shift from the reference, per row: ``stats`` ``[B, layers, heads]`` per name
-    -> ``[len(STEP_STATS), B]`` (one array op: this runs at every generated token)."""
-    d = np.stack([stats[n] for n in STEP_STATS]) - ref.stacked_mean[:, None]  # [S, B, layers, heads]
+    (or already stacked in :data:`STEP_STATS` order, ``[S, B, layers, heads]``) -> ``[S, B]`` (a few
+    array ops: this runs at every generated token)."""
+    values = stats if isinstance(stats, np.ndarray) else np.stack([stats[n] for n in STEP_STATS])
+    d = values - ref.stacked_mean[:, None]  # [S, B, layers, heads]
     out = d.mean(axis=(-2, -1))  # [S, B]
     return np.nanmean(d, axis=(-2, -1)) if np.isnan(out).any() else out  # NaN: H / ln n of one key
 
