@@ -329,6 +329,7 @@ CASES = [
     ("generate-stop-on", with_(G, "--monitor", "--stop-on", "bogus"), "--stop-on[0]='bogus' is not allowed"),
     ("generate-reference-missing", with_(G, "--reference", "{w}/nope.json"), "--reference='{w}/nope.json'"),
     ("generate-reference-bad", with_(G, "--reference", "{w}/ok.json"), "is not a reference profile"),
+    ("generate-reference-text", with_(G, "--monitor", "--reference-text", "{w}/nope"), "--reference-text='{w}/nope'"),
     ("generate-spec-layers", with_(G, "--spec", "{w}/s_layers.json"), "layers=1.1 is not allowed"),
     ("generate-out-file", with_(G, "--out", "{w}/afile"), "--out='{w}/afile' exists and is a file"),
     ("generate-model-missing", with_(G, "--model", "/nonexistent"), "--model='/nonexistent' is no such folder"),

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from ..evaluate.corpus import source_files
 from ..hf import preflight
 from ..hf.introspect import trained_length
 from ..hf.loading import ModelOptions, load_model
@@ -93,6 +94,8 @@ def preflight_generate(cfg: GenerateConfig) -> tuple[str, TemperatureSpec | None
     if not prompt.strip():
         raise ValueError(f"prompt_file={cfg.prompt_file!r} is empty; expected the prompt's text")
     spec = TemperatureSpec.load(cfg.spec) if cfg.spec else None
+    if cfg.monitor and cfg.reference is None:
+        source_files(cfg.reference_text, name="reference_text")
     config = preflight.source_config(cfg.model)
     preflight.check_spec("spec", cfg.spec, spec, config)
     text = config and preflight.text_part(config)  # a character is at most about one token:

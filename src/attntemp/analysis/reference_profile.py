@@ -245,7 +245,7 @@ def _ids(model, text: str | Sequence[str] | torch.Tensor, length: int, tokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(model.config.name_or_path)
     if isinstance(text, str):
-        return heldout_windows(tokenizer, length, n=n_docs, docs=load_text(text))
+        return heldout_windows(tokenizer, length, n=n_docs, docs=load_text(text, name="text"))
     rows = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in list(text)[:n_docs]]
     short = [i for i, r in enumerate(rows) if len(r) < length]
     if short:

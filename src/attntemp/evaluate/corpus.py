@@ -85,7 +85,7 @@ def gutenberg_dir(folder: str | os.PathLike[str] | None = None) -> pathlib.Path:
     return pathlib.Path(env) if env else pathlib.Path.cwd().parent / "shared/data/gutenberg"
 
 
-def _gutenberg(book: str, folder: str | os.PathLike[str] | None, name: str = "source") -> list[Document]:
+def _gutenberg_file(book: str, folder: str | os.PathLike[str] | None, name: str) -> pathlib.Path:
     root = gutenberg_dir(folder)
     if not root.is_dir():
         raise ValueError(
@@ -96,35 +96,51 @@ def _gutenberg(book: str, folder: str | os.PathLike[str] | None, name: str = "so
     if not book or not path.is_file():
         books = sorted(p.stem for p in root.glob("*.txt"))
         checks.choice(f"{name} book", book, books)
-    return [Document(f"gutenberg:{book}", _decode(path.read_bytes()), hash_split=False)]
+    return path
 
 
-def _path_source(source: str, name: str = "source") -> list[Document]:
+def _path_files(source: str, name: str) -> list[pathlib.Path]:
     path = pathlib.Path(source)
     if path.is_file():
-        return [_read(path, path.name, hash_split=False)]
+        return [path]
     if path.is_dir():
         files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in TEXT_SUFFIXES)
         if not files:
             raise ValueError(f"{name}={source!r} holds no {'/'.join(TEXT_SUFFIXES)} files")
-        return [_read(p, p.relative_to(path).as_posix(), hash_split=False) for p in files]
+        return files
     raise ValueError(
         f"{name}={source!r} is not allowed; expected 'stdlib', 'gutenberg:<book>', or an existing file or folder"
     )
 
 
-def load_text(
+def source_files(
     source: str = "stdlib", gutenberg_dir: str | os.PathLike[str] | None = None, name: str = "source"
-) -> list[Document]:
-    """Documents of ``source``: ``"stdlib"``, ``"gutenberg:<book>"`` or a file / folder path (errors
-    call it ``name``: the field that holds it, e.g. ``text``)."""
+) -> list[pathlib.Path]:
+    """The files ``source`` names, checked without reading them (``[]`` for ``"stdlib"``): what a
+    command checks before its heavy work; errors call the source ``name`` (the field, e.g. ``text``)."""
     if not isinstance(source, str) or not source:
         raise ValueError(f"{name}={source!r} is not allowed; expected a non-empty string")
     if source == "stdlib":
+        return []
+    if source.startswith("gutenberg:"):
+        return [_gutenberg_file(source.split(":", 1)[1], gutenberg_dir, name)]
+    return _path_files(source, name)
+
+
+def load_text(
+    source: str = "stdlib", gutenberg_dir: str | os.PathLike[str] | None = None, name: str = "source"
+) -> list[Document]:
+    """Documents of ``source``: ``"stdlib"``, ``"gutenberg:<book>"`` or a file / folder path (a
+    folder's files named by their path in it); errors as :func:`source_files`."""
+    files = source_files(source, gutenberg_dir, name)
+    if source == "stdlib":
         return stdlib_documents()
     if source.startswith("gutenberg:"):
-        return _gutenberg(source.split(":", 1)[1], gutenberg_dir, name)
-    return _path_source(source, name)
+        return [Document(source, _decode(files[0].read_bytes()), hash_split=False)]
+    folder = pathlib.Path(source)
+    if folder.is_file():
+        return [_read(folder, folder.name, hash_split=False)]
+    return [_read(p, p.relative_to(folder).as_posix(), hash_split=False) for p in files]
 
 
 def is_heldout(name: str) -> bool:
