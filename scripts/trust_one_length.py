@@ -7,7 +7,8 @@ same evaluation windows (documents no tuner saw) and compared, paired, with m = 
 own m: tail-perplexity ratio, 95% bootstrap interval, verdict in words.
 
     python scripts/trust_one_length.py --model smollm2 --text ../shared/data/gutenberg \\
-        --length 12288 --rope yarn --docs 4 --tune-windows 1 --targets norm_entropy,entropy_growth \\
+        --length 12288 --rope yarn --docs 4 --tune-windows 1 \\
+        --targets norm_entropy,entropy_growth,entropy,max_weight \\
         --global-spec docs/results/smollm2_tune12k_spec.json \\
         --global-evidence docs/results/smollm2_tune12k_evidence.json \\
         --out runs/smollm2_trust12k   # resumable; on 2 busy CPU cores ~10-25 min per scored spec
