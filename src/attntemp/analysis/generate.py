@@ -98,8 +98,8 @@ def preflight_generate(cfg: GenerateConfig) -> tuple[str, TemperatureSpec | None
         source_files(cfg.reference_text, name="reference_text")
     config = preflight.source_config(cfg.model)
     preflight.check_spec("spec", cfg.spec, spec, config)
-    text = config and preflight.text_part(config)  # a character is at most about one token:
-    preflight.check_generation("max_new_tokens", cfg.max_new_tokens, text, len(prompt), cfg.max_new_tokens)
+    # config is the text part already; a character of the prompt is at most about one token
+    preflight.check_generation("max_new_tokens", cfg.max_new_tokens, config, len(prompt), cfg.max_new_tokens)
     try:
         ref = Reference.load(cfg.reference) if cfg.reference else None
     except (KeyError, TypeError, AttributeError, json.JSONDecodeError) as exc:

@@ -250,12 +250,12 @@ class Monitor:
             self._positions = [p + 1 for p in self._positions]
             return
         self._keys = lk
-        pos = query_positions(query, key, kwargs)[:, -1].expand(query.shape[0])  # [B]
+        pos = query_positions(query, key, kwargs)[:, -1].expand(rows)  # [B]
         positions = [int(p) for p in pos.tolist()]
         follows = len(positions) == len(self._positions) and all(
             p == q + 1 for p, q in zip(positions, self._positions, strict=True)
         )
-        if query.shape[2] > 1 or key.shape[2] == query.shape[2] or not follows:
+        if lq > 1 or lk == lq or not follows:
             self._run, self._index, self._history, self._switched = self._run + 1, 0, [], None
         else:
             self._index += 1

@@ -50,10 +50,6 @@ def row_groups(
     b, h, lq, _ = query.shape
     lk, window = key.shape[2], kwargs.get("sliding_window")
     mult = None if m is None else m.float().expand(b, h, lq)[..., -1:]  # [B, H, 1]
-    if min(positions) == max(positions):  # every row at one position (no padding): one group, no copies
-        n = min(positions[0] + 1, lk, int(window) if window else lk)
-        q, k = query[:, :, -1:], key[:, :, lk - n :]  # [B, H, 1, D], [B, Hkv, n, D]
-        return [RowGroup(None, q, k, mult, positions[0] + 1 - n, scaling, kwargs.get("softcap"))]
     by_keys: dict[tuple[int, int], list[int]] = {}
     for row, p in enumerate(positions):
         n = min(p + 1, lk, int(window) if window else lk)  # keys row b sees

@@ -190,18 +190,19 @@ def load_tasks(tasks: Sequence[str], manager: Any) -> list[str]:
     (:func:`lm_eval_logging`), else dropped; stdout carries only the results."""
     shown = logging.getLogger("lm_eval").getEffectiveLevel() < logging.ERROR
     leaves: list[str] = []
-    for name in tasks:
-        try:
-            with cache_only_without_hub(), contextlib.redirect_stdout(sys.stderr if shown else io.StringIO()):
-                loaded = manager.load([name])
-        except Exception as exc:  # datasets / hub errors have many types; all mean "cannot load"
-            detail = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
-            raise ValueError(
-                f"--tasks {name!r} could not be loaded ({detail}); its dataset may need the Hugging Face Hub: "
-                "fetch it once with network access (HF_DATASETS_OFFLINE=0; lm-eval then reads its cache) "
-                "or give a local task folder with --include-path"
-            ) from None
-        leaves += [t for t in loaded["tasks"] if t not in leaves]
+    with cache_only_without_hub():  # one connection test for all the tasks
+        for name in tasks:
+            try:
+                with contextlib.redirect_stdout(sys.stderr if shown else io.StringIO()):
+                    loaded = manager.load([name])
+            except Exception as exc:  # datasets / hub errors have many types; all mean "cannot load"
+                detail = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+                raise ValueError(
+                    f"--tasks {name!r} could not be loaded ({detail}); its dataset may need the Hugging Face "
+                    "Hub: fetch it once with network access (HF_DATASETS_OFFLINE=0; lm-eval then reads its "
+                    "cache) or give a local task folder with --include-path"
+                ) from None
+            leaves += [t for t in loaded["tasks"] if t not in leaves]
     return leaves
 
 

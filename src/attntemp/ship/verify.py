@@ -63,6 +63,10 @@ class VerifyConfig(ModelOptions):
         if self.dtype not in (None, "float32"):
             raise ValueError(f"dtype={self.dtype!r} is not allowed; verify compares float32 models")
 
+    def window_length(self, spec: TemperatureSpec, trained: int) -> int:
+        """Tokens per window: ``length``, else the spec's RoPE s x L0, else the trained length."""
+        return self.length or default_length(spec, trained)
+
 
 # ----------------------------------------------------------------------------- before any work
 WORK_MARK = ".attntemp-verify"  # in a --work-dir that verify made its own
@@ -79,10 +83,9 @@ def check_work_dir(work_dir: str | None) -> None:
     if path.is_dir() and not (path / WORK_MARK).exists():
         found = sorted(p.name for p in path.iterdir())
         if found:
-            shown = ", ".join(found[:3]) + (", ..." if len(found) > 3 else "")
             raise ValueError(
-                f"work_dir={work_dir!r} holds files verify did not write ({shown}); expected a new or empty "
-                f"folder, or one an earlier verify used (it holds {WORK_MARK})"
+                f"work_dir={work_dir!r} holds files verify did not write ({outputs.shown(found)}); expected a "
+                f"new or empty folder, or one an earlier verify used (it holds {WORK_MARK})"
             )
     outputs.check_writable("work_dir", path)
 
@@ -103,12 +106,11 @@ def work_folder(work_dir: str | None) -> Iterator[Path]:
 
 def check_size(cfg: VerifyConfig, spec: TemperatureSpec) -> None:
     """Refuse ``chunks x length`` when attntemp's own forward over the windows would not fit."""
-    config = preflight.source_config(cfg.model)
+    config = preflight.source_config(cfg.model)  # its text part, or None before a first download
     if config is None:
         return
-    config = preflight.text_part(config)
     trained = config.get("max_position_embeddings")
-    length = cfg.length or (default_length(spec, trained) if isinstance(trained, int) else None)
+    length = cfg.window_length(spec, trained) if isinstance(trained, int) else cfg.length
     if length is not None:
         preflight.check_forward("length", length, config, cfg.chunks, length)
 
@@ -326,7 +328,7 @@ def _llamacpp_run(
 ) -> VerifyResult:
     folder = Path(loading.resolve(cfg.model))
     trained = int(text_config(model).max_position_embeddings)
-    length = cfg.length or default_length(spec, trained)
+    length = cfg.window_length(spec, trained)
     scored = length - 1 - length // 2
     if scored * cfg.chunks < 100:
         raise ValueError(f"length={length} with chunks={cfg.chunks} scores {scored * cfg.chunks} tokens; need >= 100")

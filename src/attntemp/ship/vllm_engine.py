@@ -39,7 +39,6 @@ from .verify import (
     VerifyConfig,
     VerifyResult,
     baseline,
-    default_length,
     fill_l0,
     reference,
     windows,
@@ -160,7 +159,7 @@ def run(cfg: VerifyConfig, spec: TemperatureSpec) -> VerifyResult:
     python = find_vllm(cfg.engine_dir)  # before the model loads
     model, tok = load_model(cfg.model, **cfg.load_args(dtype="float32"))
     trained = int(text_config(model).max_position_embeddings)
-    length = cfg.length or default_length(spec, trained)
+    length = cfg.window_length(spec, trained)
     ids = windows(tok, cfg.text, length, cfg.chunks)  # [C, L]
     vocab = int(text_config(model).vocab_size)
     top = -1 if vocab <= FULL_VOCAB else 20

@@ -165,13 +165,14 @@ RESULTS = ("spec.json", "evidence.json", "evidence.md", "entropy.json")
 
 
 def preflight_tune(cfg: TuneConfig, model=None, tok=None) -> Any:
-    """Before the model loads: ``out`` writable, the text splits into a tuning and an evaluation
-    pool, every length (tuning, extra and held-out) long enough for the tasks that score at it and
-    within the memory available; returns the tokenizer."""
+    """Before the model loads: ``out`` writable, the text there (read once, later, by
+    :func:`~attntemp.evaluate.tasks.eval_context`: a text of too few documents for two pools is cut
+    in halves), every length (tuning, extra and held-out) long enough for the tasks that score at it
+    and within the memory available; returns the tokenizer."""
     outputs.check_out(cfg.out, RESULTS, overwrite=True)  # a rerun replaces its own results
     config = model.config.to_dict() if model is not None else preflight.source_config(cfg.model)
     tok = tok if tok is not None else preflight.load_tokenizer(cfg.model)
-    corpus.load_text(cfg.text, name="text")  # a text of one document is cut in halves (eval_context): tuned on one
+    corpus.source_files(cfg.text, name="text")
     objective = [cfg.objective] if cfg.objective in TASKS else []
     limits.check_lengths("length", [cfg.length], [*cfg.tasks, *objective], tok, indexed=False)
     limits.check_lengths("lengths", cfg.lengths, cfg.tasks, tok)

@@ -42,6 +42,11 @@ def check_writable(name: str, path: Path) -> None:
         raise ValueError(f"{name}={str(path)!r} is not writable ({str(base)!r}: {exc.strerror})") from None
 
 
+def shown(names: list[str], most: int = 3) -> str:
+    """The first ``most`` of ``names`` for an error line, ``...`` when there are more."""
+    return ", ".join(names[:most]) + (", ..." if len(names) > most else "")
+
+
 def check_out(
     path: str | os.PathLike[str],
     results: Iterable[str] = (),
@@ -59,9 +64,8 @@ def check_out(
     if out.is_dir() and not overwrite:
         found = sorted(p.name for p in out.iterdir()) if any_content else [r for r in results if (out / r).exists()]
         if found:
-            shown = ", ".join(found[:3]) + (", ..." if len(found) > 3 else "")
             raise ValueError(
-                f"{name}={str(out)!r} already holds results ({shown}); pass overwrite=True to replace them, "
+                f"{name}={str(out)!r} already holds results ({shown(found)}); pass overwrite=True to replace them, "
                 "or choose another folder"
             )
     check_writable(name, out)
