@@ -1,8 +1,8 @@
 """`attntemp sweep --workers N` on Ray: the same database rows as the single-process sweep, a resumed
 store, a worker killed with -9 restarted, the driver killed with -9 and rerun; one-line errors.
 
-CI installs Ray (`.ci/run` installs the `ray` extra), so there a missing Ray fails these tests
-instead of skipping them."""
+Ray is part of `[dev]` (the README's test command and `.ci/run` install it): a missing Ray fails
+these tests."""
 
 import os
 import signal
@@ -12,13 +12,12 @@ import sys
 import time
 
 import pytest
+import ray
 import torch
 
 from attntemp.cli import main
 from attntemp.evaluate import distributed
 from attntemp.evaluate.sweep import SweepConfig, run_sweep
-
-ray = pytest.importorskip("ray") if not os.environ.get("CI") else __import__("ray")
 
 POINTS = {"lengths": (192, 320), "rope": ("none", "yarn"), "multipliers": (0.9, 1.0, 1.2), "n_docs": 2}
 ROWS = "SELECT model, length, rope, mkey, multiplier, task, metrics, batched FROM points"
