@@ -2,7 +2,7 @@
 
     python scripts/learn_tiny.py --length 512 --steps 20 --rope yarn --out out/learn_tiny
 
-Only the temperatures train (every weight frozen); see ``attntemp.learn.run_gradient_tuning``.
+Only the temperatures train (every weight frozen); see ``attntemp.tune.gradient.run_gradient_tuning``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Train the embedded default model: a tiny byte-level RoPE transformer in the Llama format.
 
-Data: the running CPython's standard library (train split of ``attntemp.data``), read at run time,
+Data: the running CPython's standard library (train split of ``attntemp.evaluate.corpus``), read at run time,
 as random windows of the trained context, mixed per batch with synthetic YaRN-format passkey
 documents. Deterministic for a given ``--seed`` and thread count (unless ``--minutes`` cuts it).
 

@@ -37,7 +37,7 @@ def steps(page: Path) -> list[tuple[str, object]]:
 
 def _marks(page: Path) -> list:
     """README: the default suite; a page that runs ``attntemp verify`` needs the built engines
-    (``engines``, opt-in like tests/test_engines.py); any other page: ``docs_pages``."""
+    (``engines``, opt-in like tests/ship/test_engines.py); any other page: ``docs_pages``."""
     if page.name == "README.md":
         return []
     verifies = any(k == "attntemp" and a[0] == "verify" for k, a in steps(page))  # type: ignore[index]

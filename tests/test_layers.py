@@ -123,3 +123,92 @@ def test_the_checker_catches_what_it_forbids(module, source, expected):
 def test_the_checker_allows_what_is_allowed():
     src = "from ..ops.spec import TemperatureSpec\nfrom . import patch\nfrom .introspect import text_config\n"
     assert violations(src, "attntemp.hf.learnable") == []
+
+
+# ----------------------------------------------------------------------------- no circles
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the attntemp modules it imports (nested imports too), packages' ``__init__`` left
+    out: they re-export their submodules by design, which is not a circle of code."""
+    graph = {}
+    for path in package_modules():
+        if path.name == "__init__.py":
+            continue
+        mod = module_name(path)
+        graph[mod] = {t for t, _, _ in imports(path.read_text(), mod, False) if t != mod}
+    return {m: {t for t in ts if t in graph} for m, ts in graph.items()}
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan), each sorted."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                out.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_circle_even_inside_a_folder():
+    assert circles(import_graph()) == []
+
+
+def test_the_circle_finder_finds_a_circle_through_a_lazy_import():
+    graph = {"a.x": {"a.y"}, "a.y": {"a.z"}, "a.z": {"a.x"}, "a.w": {"a.x"}}
+    assert circles(graph) == [["a.x", "a.y", "a.z"]]
+    assert circles({"a.x": {"a.y"}, "a.y": set()}) == []
+
+
+# ----------------------------------------------------------------------------- tests mirror the package
+TESTS = Path(__file__).resolve().parent
+# tests/<layer>/ tests that layer and may import it and the layers below; tests/commands drives the
+# CLI (the top layer); tests/scripts and the top-level files test the project as a whole.
+UNLAYERED = ("scripts",)
+
+
+def test_folders_of_the_tests_mirror_the_package():
+    folders = {p.name for p in TESTS.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))}
+    assert folders - set(UNLAYERED) <= set(LAYERS) - {"top", "assets"}, folders
+    basenames = [p.name for p in TESTS.rglob("test_*.py")]
+    assert len(basenames) == len(set(basenames)), "two test files share a name (pytest's rootdir import needs unique)"
+
+
+def test_the_layer_of_a_test_is_its_folder():
+    assert layer_of_test(TESTS / "ops" / "test_rope.py") == "ops"
+    assert layer_of_test(TESTS / "commands" / "test_hostile.py") == "top"
+    assert layer_of_test(TESTS / "test_readme.py") == "top"
+
+
+def layer_of_test(path: Path) -> str:
+    folder = path.relative_to(TESTS).parts[0]
+    return "top" if folder in (*UNLAYERED, "commands") or folder == path.name else folder
+
+
+@pytest.mark.parametrize("path", sorted(TESTS.rglob("test_*.py")), ids=lambda p: str(p.relative_to(TESTS)))
+def test_a_test_imports_only_its_layer_and_below(path):
+    own = layer_of_test(path)
+    bad = [f"{path.name}:{line} imports {t} (layer {layer_of(t)} is above {own})"
+           for t, _, line in imports(path.read_text(), f"tests.{own}.x", False)
+           if RANK[layer_of(t)] > RANK[own]]
+    assert bad == []

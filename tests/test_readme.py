@@ -1,5 +1,6 @@
-"""Every dotted ``attntemp.`` name in the README and in ``docs/`` resolves, and the flat layout's
-old module names still import (the blocks themselves run in ``tests/test_docs_commands.py``)."""
+"""Every dotted ``attntemp.`` name in what ships to a reader resolves (the README, ``docs/``, the
+package's own READMEs, ``scripts/`` and ``benchmarks/``), and the flat layout's old module names
+still import (the blocks themselves run in ``tests/test_docs_commands.py``)."""
 
 import re
 from pathlib import Path
@@ -7,7 +8,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TEXT = "".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
+SHIPPED = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").rglob("*.md")),
+    *sorted((ROOT / "src" / "attntemp").rglob("*.md")),
+    *sorted(p for p in (ROOT / "scripts").iterdir() if p.suffix in (".py", ".sh")),
+    *sorted((ROOT / "benchmarks").glob("*.py")),
+]
+# A dotted name anywhere (backticks, prose, imports), not part of a path or a longer word.
+DOTTED = re.compile(r"(?<![\w/.-])attntemp(?:\.\w+)+")
+NAMES = sorted({(name, p.relative_to(ROOT).as_posix()) for p in SHIPPED for name in DOTTED.findall(p.read_text())})
 
 
 def _resolve(dotted: str) -> object:
@@ -26,9 +36,18 @@ def _resolve(dotted: str) -> object:
     raise ModuleNotFoundError(dotted)
 
 
-@pytest.mark.parametrize("dotted", sorted(set(re.findall(r"`(attntemp(?:\.\w+)+)", TEXT))))
-def test_every_dotted_name_in_the_readme_resolves(dotted):
+@pytest.mark.parametrize("dotted, where", NAMES, ids=[f"{w}:{n}" for n, w in NAMES])
+def test_every_dotted_name_in_shipped_text_resolves(dotted, where):
     _resolve(dotted)
+
+
+def test_the_shipped_text_is_read_and_a_stale_name_is_caught():
+    assert len(NAMES) > 100 and {"scripts/learn_tiny.py", "src/attntemp/assets/tiny/README.md"} <= {w for _, w in NAMES}
+    assert DOTTED.findall("see attntemp.tiny_eval.passkey_accuracy, not attntemp-demo/x or src/attntemp.egg") == [
+        "attntemp.tiny_eval.passkey_accuracy"
+    ]
+    with pytest.raises(AttributeError):
+        _resolve("attntemp.evaluate.lm.passkey_accuracy")
 
 
 def test_the_flat_layout_names_are_the_moved_modules():

@@ -2,6 +2,7 @@
 
 import torch
 import transformers as tf
+from transformers import AttentionInterface
 
 COMMON = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
               num_attention_heads=4, max_position_embeddings=128)
@@ -40,3 +41,24 @@ def model(arch: str, seed: int = 0, attn: str = "sdpa"):
         attn = "eager"  # soft-capping: transformers' sdpa refuses it
     m = tf.AutoModelForCausalLM.from_config(cfg, attn_implementation=attn, dtype=torch.float32)
     return m.eval()
+
+
+class Capture:
+    """Wrap the registered attention function to record what reaches it and what it returns."""
+
+    def __init__(self, name):
+        self.name, self.calls = name, []
+
+    def __enter__(self):
+        self.orig = AttentionInterface._global_mapping[self.name]
+
+        def spy(module, q, k, v, mask, **kw):
+            out = self.orig(module, q, k, v, mask, **kw)
+            self.calls.append((module.layer_idx, q, k, v, kw, out[0]))
+            return out
+
+        AttentionInterface._global_mapping[self.name] = spy
+        return self
+
+    def __exit__(self, *exc):
+        AttentionInterface._global_mapping[self.name] = self.orig

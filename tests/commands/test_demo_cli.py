@@ -16,7 +16,8 @@ def test_demo_writes_the_report(tmp_path, capsys):
     assert "Reloaded without attntemp" in (out / "report.md").read_text()
 
 
-def test_no_arguments_runs_the_demo(monkeypatch):
+def test_no_arguments_runs_the_demo(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
     seen = []
     monkeypatch.setattr("attntemp.commands.demo.run_demo", lambda cfg: seen.append(cfg.out) or 1 / 0)
     assert cli.DEFAULT_COMMAND == "demo"
@@ -27,7 +28,8 @@ def test_no_arguments_runs_the_demo(monkeypatch):
     assert seen == ["attntemp-demo"]
 
 
-def test_model_defaults_then_flags(monkeypatch):
+def test_model_defaults_then_flags(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)  # the default --out is relative: never the checkout's own attntemp-demo/
     seen = []
     monkeypatch.setattr("attntemp.commands.demo.run_demo", lambda cfg: seen.append(cfg) or 1 / 0)
     for argv in (["demo", "--model", "smollm2"], ["demo", "--model", "smollm2", "--trials", "7", "--scales", "3"],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..ship.bake import BakeConfig, run_bake
+from ..ship.bake_runner import BakeConfig, run_bake
 from ..utils.options import add_options, from_args
 from .output import emit
 

@@ -3,7 +3,7 @@
 ``run_sweep`` comes here when ``workers > 1`` or ``ray_address`` is given. Each worker is a Ray
 actor (:class:`SweepWorker`) that loads the model once and evaluates one group of points at a time:
 one (length, RoPE, task) and its pending multipliers, the same groups and the same batched forward
-as the single-process sweep (:func:`attntemp.evaluate.sweep.point_groups`), so the figures are the
+as the single-process sweep (:func:`attntemp.evaluate.store.point_groups`), so the figures are the
 same. A worker takes one GPU (``num_gpus=1``) where the cluster has GPUs and the device is not
 ``cpu``, and a share of the CPUs otherwise. Workers only compute and return each point's metrics
 with their per-window values; the driver alone writes the SQLite store, one transaction per
@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 
 from ..hf import introspect
 from ..hf.loading import load_model
-from .sweep import Store, SweepConfig, evaluate_group, point_groups
+from .store import Store, SweepConfig, evaluate_group, point_groups
 from .tasks import eval_context
 
 INSTALL = "pip install 'attntemp[ray]'"

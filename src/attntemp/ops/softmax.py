@@ -3,7 +3,7 @@
 Temperature ``T`` divides the logits; the multiplier ``m = 1/T`` multiplies them. ``T > 1`` softens
 (flatter, higher entropy), ``T < 1`` sharpens; the order of the weights never changes.
 
-Edge cases, the same in :func:`tempered_softmax` and :func:`entropy` (``tests/test_softmax_edges.py``):
+Edge cases, the same in :func:`tempered_softmax` and :func:`entropy` (``tests/ops/test_softmax_edges.py``):
 
 - ``-inf`` is a masked score: weight exactly 0, and it drops out of the entropy.
 - A row of only ``-inf`` (every key masked) has no distribution: its weights are all 0 and its

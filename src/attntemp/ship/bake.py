@@ -28,10 +28,8 @@ import torch
 
 from ..hf import devices, patch, preflight, rope_scaling
 from ..hf.introspect import attention_modules, text_config
-from ..hf.loading import ModelOptions, load_model
 from ..ops.spec import TemperatureSpec
 from ..utils import checks, install, outputs
-from ..utils.options import option
 from ..utils.version import VERSION
 
 BAKED = "_attntemp_baked"
@@ -346,49 +344,3 @@ def save_baked(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return BakeResult(out, diff, check_tokens, steps)
-
-
-@dataclass(frozen=True, kw_only=True)
-class BakeConfig(ModelOptions):
-    """``attntemp bake`` and :func:`run_bake`."""
-
-    spec: str = option(help="a TemperatureSpec JSON file (multipliers m = 1/T, RoPE extension)")
-    out: str = option(help="output folder (must be new or empty)")
-    overwrite: bool = option(False, "replace a non-empty --out")
-    check_tokens: int = option(64, "tokens in the fp32 logit check")
-
-    def __post_init__(self) -> None:
-        checks.positive_int("check_tokens", self.check_tokens)
-        if self.dtype not in (None, "float32"):
-            raise ValueError(
-                f"dtype={self.dtype!r} is not allowed; bake folds m into float32 weights and checks them in float32"
-            )
-
-
-def run_bake(cfg: BakeConfig) -> BakeResult:
-    """Check everything before the (slow) model load: the spec against the model's config, ``out``
-    (writable; new, empty or ``overwrite``; not the current folder nor one holding the spec or the
-    model), ``check_tokens`` against positions and memory, the source not baked already; then
-    :func:`save_baked`."""
-    spec = TemperatureSpec.load(cfg.spec)
-    if spec.position_dependent and (preflight.source_config(cfg.model) or {}).get("model_type") != "llama":
-        refuse_position_dependent(spec, why="only a Llama checkpoint can carry it (remote code: ship/remote_code.py)")
-    source = preflight.source_folder(cfg.model)
-    refuse_baked_source("model", source)
-    install.recover(Path(cfg.out).absolute().parent)
-    keep = {"the spec file": Path(cfg.spec)} | ({"the model's own folder": source} if source else {})
-    check_out_dir(Path(cfg.out), cfg.overwrite, keep, name="out")
-    config = preflight.source_config(cfg.model)
-    preflight.check_spec("spec", cfg.spec, spec, config)
-    check_tokens_fit("check_tokens", cfg.check_tokens, config, spec)
-    model, tok = load_model(cfg.model, **cfg.load_args(dtype="float32"))
-    if spec.position_dependent:
-        return _save_schedule(model, tok, spec, cfg)
-    return save_baked(model, tok, spec, cfg.out, overwrite=cfg.overwrite, check_tokens=cfg.check_tokens)
-
-
-def _save_schedule(model: torch.nn.Module, tok: Any, spec: TemperatureSpec, cfg: BakeConfig) -> BakeResult:
-    """A position-dependent spec ships as a checkpoint that carries its schedule (ship/remote_code.py)."""
-    from .remote_code import save_schedule_checkpoint  # built on this module: imported when needed
-
-    return save_schedule_checkpoint(model, tok, spec, cfg.out, overwrite=cfg.overwrite, check_tokens=cfg.check_tokens)

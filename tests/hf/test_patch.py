@@ -2,8 +2,8 @@
 
 import pytest
 import torch
-from tiny_configs import ARCHS, model
-from transformers import AttentionInterface, GPT2Config, GPT2LMHeadModel
+from tiny_configs import ARCHS, Capture, model
+from transformers import GPT2Config, GPT2LMHeadModel
 
 import attntemp.hf.patch as P
 from attntemp.ops.attention import reference_attention
@@ -67,27 +67,6 @@ def test_a_probe_can_set_the_multiplier_and_is_removed_even_on_error():
         raise RuntimeError("probe")
     assert not any(hasattr(mod, P.PROBE) or hasattr(mod, P.STATE) for mod in m.modules())
     assert torch.equal(logits(m), base)
-
-
-class Capture:
-    """Wrap the registered attention function to record what reaches it and what it returns."""
-
-    def __init__(self, name):
-        self.name, self.calls = name, []
-
-    def __enter__(self):
-        self.orig = AttentionInterface._global_mapping[self.name]
-
-        def spy(module, q, k, v, mask, **kw):
-            out = self.orig(module, q, k, v, mask, **kw)
-            self.calls.append((module.layer_idx, q, k, v, kw, out[0]))
-            return out
-
-        AttentionInterface._global_mapping[self.name] = spy
-        return self
-
-    def __exit__(self, *exc):
-        AttentionInterface._global_mapping[self.name] = self.orig
 
 
 @pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2", "qwen3", "gemma3_text", "phi3", "gpt_neox"])

@@ -193,7 +193,7 @@ def test_llamacpp_refuses_other_ropes_saying_to_bake_and_convert():
 
 
 # ----------------------------------------------------------------------------- the engines themselves
-# `pytest -m engines tests/test_engines.py` after `bash scripts/build_llama_cpp.sh` (and
+# `pytest -m engines tests/ship/test_engines.py` after `bash scripts/build_llama_cpp.sh` (and
 # scripts/build_vllm_cpu.sh): each case runs `attntemp verify` and must pass its limits (f32 KL per
 # token <= 1e-4, engine and attntemp ratios to m = 1 within 0.5%), with an effect well above that.
 ENGINE_CASES = {
@@ -231,7 +231,7 @@ def _llamacpp_or_skip():
 
 
 def _verify(tmp_path, spec, model, length, chunks, text="stdlib", engine="llama.cpp"):
-    from attntemp.ship import verify as V
+    from attntemp.ship import verify_runner as V
 
     path = spec.save(tmp_path / "spec.json")
     cfg = V.VerifyConfig(engine=engine, spec=str(path), model=model, length=length, chunks=chunks, text=text)
@@ -319,7 +319,7 @@ def _plain_venv():
     python = venv / "bin" / "python"
     if not python.is_file():
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        pins = Path(__file__).parents[1] / "constraints" / "ci.txt"
+        pins = Path(__file__).parents[2] / "constraints" / "ci.txt"
         pkgs = ["torch==2.13.0", "transformers==5.24.0", "safetensors"]
         subprocess.run([str(python), "-m", "pip", "install", "-q", "-c", str(pins), *pkgs], check=True)
     return python

@@ -10,15 +10,16 @@ from pathlib import Path
 import pytest
 import torch
 
-import attntemp
-from attntemp.hf.loading import resolve
+from attntemp.hf.loading import load_model, resolve
+from attntemp.hf.patch import patch
+from attntemp.ops.spec import TemperatureSpec
 
 pytestmark = pytest.mark.skipif(os.environ.get("ATTNTEMP_OFFLINE") == "1", reason="ATTNTEMP_OFFLINE=1")
 
 
 @pytest.fixture(scope="module")
 def smollm2():
-    model, tok = attntemp.load_model("smollm2")
+    model, tok = load_model("smollm2")
     text = (Path(sysconfig.get_paths()["stdlib"]) / "functools.py").read_text()
     ids = tok(text, return_tensors="pt").input_ids[:, :256]
     return model, tok, ids
@@ -37,10 +38,10 @@ def test_smollm2_patch_identity_per_head_and_restore(smollm2):
     model, _, ids = smollm2
     with torch.no_grad():
         base = model(ids).logits
-        with attntemp.patch(model, attntemp.TemperatureSpec()):
+        with patch(model, TemperatureSpec()):
             assert (model(ids).logits - base).abs().max() <= 1e-6
         heads = torch.linspace(0.8, 1.25, 30 * 9).reshape(30, 9)
-        with attntemp.patch(model, attntemp.TemperatureSpec.per_head(heads)):
+        with patch(model, TemperatureSpec.per_head(heads)):
             tempered = model(ids).logits
         assert (tempered - base).abs().max() > 1e-3
         assert torch.equal(model(ids).logits, base)
@@ -52,5 +53,5 @@ def test_smollm2_patch_identity_per_head_and_restore(smollm2):
 def test_smollm2_greedy_generate_unchanged_by_identity(smollm2):
     model, _, ids = smollm2
     plain = model.generate(ids[:, :64], max_new_tokens=8, do_sample=False)
-    with attntemp.patch(model, attntemp.TemperatureSpec()):
+    with patch(model, TemperatureSpec()):
         assert torch.equal(model.generate(ids[:, :64], max_new_tokens=8, do_sample=False), plain)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gpu_check.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu_check.py"
 
 
 @pytest.fixture(scope="module")

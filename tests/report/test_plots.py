@@ -20,7 +20,7 @@ from attntemp.ops.attention_stats import STATS
 from attntemp.report import figures
 from attntemp.tune.evidence import BASELINE, TUNED
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

@@ -3,8 +3,7 @@
 import numpy as np
 import pytest
 import torch
-from test_patching import Capture
-from tiny_configs import model
+from tiny_configs import Capture, model
 
 from attntemp.analysis import plots
 from attntemp.analysis.measure import AttentionStats, _bucket_means, bucket_edges, measure

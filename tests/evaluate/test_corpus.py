@@ -9,7 +9,7 @@ import pytest
 
 from attntemp.evaluate import corpus
 
-GUTENBERG = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "gutenberg"
+GUTENBERG = pathlib.Path(__file__).resolve().parents[3] / "shared" / "data" / "gutenberg"
 
 
 class ByteTokenizer:

@@ -8,6 +8,7 @@ from tiny_configs import config, model
 from transformers import AutoModelForCausalLM
 
 import attntemp.ship.bake as B
+import attntemp.ship.bake_runner as BR
 from attntemp.hf.patch import patch
 from attntemp.ops.spec import TemperatureSpec
 
@@ -188,7 +189,7 @@ def test_a_bake_killed_between_its_renames_is_recovered_by_the_next(tmp_path):
     from pathlib import Path
 
     out = tmp_path / "baked"
-    code = KILL_BETWEEN_RENAMES.format(tests=str(Path(__file__).parent), out=str(out))
+    code = KILL_BETWEEN_RENAMES.format(tests=str(Path(__file__).parents[1]), out=str(out))
     assert subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == -9
     left = sorted(p.name for p in tmp_path.iterdir())
     assert "baked" not in left and any(n.startswith(".baked.old-") for n in left)
@@ -218,9 +219,9 @@ def test_baking_a_baked_folder_is_refused_naming_its_record(tmp_path):
     B.save_baked(model("llama"), None, TemperatureSpec(multiplier=1.5), baked)
     spec = tmp_path / "s.json"
     TemperatureSpec(multiplier=1.5).save(spec)
-    cfg = B.BakeConfig(model=str(baked), spec=str(spec), out=str(tmp_path / "again"))
+    cfg = BR.BakeConfig(model=str(baked), spec=str(spec), out=str(tmp_path / "again"))
     with pytest.raises(ValueError, match=r"already baked \(.*attntemp_spec.json"):
-        B.run_bake(cfg)
+        BR.run_bake(cfg)
     again = reload(baked)
     with pytest.raises(ValueError, match="already baked"):
         B.bake(again, TemperatureSpec(multiplier=1.5))
@@ -239,9 +240,9 @@ def test_a_checkpoint_missing_weights_is_refused_not_baked_with_random_ones(tmp_
     save_file(weights, src / "model.safetensors", metadata={"format": "pt"})
     spec = tmp_path / "s.json"
     TemperatureSpec(multiplier=1.5).save(spec)
-    cfg = B.BakeConfig(model=str(src), spec=str(spec), out=str(tmp_path / "out"))
+    cfg = BR.BakeConfig(model=str(src), spec=str(spec), out=str(tmp_path / "out"))
     with pytest.raises(ValueError, match=f"lacks 1 weight.*{key}"):
-        B.run_bake(cfg)
+        BR.run_bake(cfg)
     assert not (tmp_path / "out").exists()
 
 
@@ -266,7 +267,7 @@ def test_out_that_is_the_current_folder_or_holds_the_spec_is_refused(tmp_path, m
     spec = tmp_path / "sub" / "s.json"
     TemperatureSpec(multiplier=1.5).save(spec)
     for out, match in ((".", "current folder"), ("sub/..", "current folder"), ("sub", "holds the spec file")):
-        cfg = B.BakeConfig(spec=str(spec), out=out, overwrite=True)
+        cfg = BR.BakeConfig(spec=str(spec), out=out, overwrite=True)
         with pytest.raises(ValueError, match=match):
-            B.run_bake(cfg)
+            BR.run_bake(cfg)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sub"] and spec.is_file()

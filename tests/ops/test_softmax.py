@@ -7,7 +7,7 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from attntemp import entropy, tempered_softmax
+from attntemp.ops.softmax import entropy, tempered_softmax
 
 rows = st.lists(st.floats(-30, 30, allow_nan=False), min_size=2, max_size=24)
 temps = st.floats(0.05, 50.0)

@@ -5,10 +5,11 @@ import math
 import pytest
 import torch
 
-import attntemp
 from attntemp.evaluate.corpus import heldout_windows
 from attntemp.evaluate.lm import perplexity
 from attntemp.evaluate.tasks import TASKS, EvalContext, get_task, needle_prompt, tail_start
+from attntemp.hf.patch import patch
+from attntemp.ops.spec import TemperatureSpec
 
 
 def test_registry_declares_directions():
@@ -22,7 +23,7 @@ def test_registry_declares_directions():
 def test_perplexity_matches_plain_computation(tiny, stdlib_docs):
     model, tok = tiny
     ctx = EvalContext(256, stdlib_docs, n_docs=2)
-    with attntemp.patch(model, attntemp.TemperatureSpec()):
+    with patch(model, TemperatureSpec()):
         r = get_task("perplexity").evaluate(model, tok, 512, [1.0], ctx)[0]
     ids = heldout_windows(tok, 512, n=2, docs=stdlib_docs)
     assert r["ppl"] == pytest.approx(perplexity(model, ids), rel=1e-5)
@@ -35,7 +36,7 @@ def test_batched_multipliers_equal_separate_runs(tiny, stdlib_docs, task):
     model, tok = tiny
     ctx = EvalContext(256, stdlib_docs, n_docs=2, trials=3)
     ms = [0.7, 1.0, 1.4]
-    with attntemp.patch(model, attntemp.TemperatureSpec()):
+    with patch(model, TemperatureSpec()):
         batched = get_task(task).evaluate(model, tok, 384, ms, ctx)
         alone = [get_task(task).evaluate(model, tok, 384, [m], ctx)[0] for m in ms]
     for b, a in zip(batched, alone, strict=True):
@@ -48,7 +49,7 @@ def test_batched_multipliers_equal_separate_runs(tiny, stdlib_docs, task):
 def test_passkey_and_needle_metrics_are_in_range(tiny, stdlib_docs):
     model, tok = tiny
     ctx = EvalContext(256, stdlib_docs, n_docs=2, trials=2, depths=(0.0, 1.0))
-    with attntemp.patch(model, attntemp.TemperatureSpec()):
+    with patch(model, TemperatureSpec()):
         pk = get_task("passkey").evaluate(model, tok, 256, [1.0], ctx)[0]
         nd = get_task("needle").evaluate(model, tok, 256, [1.0], ctx)[0]
     assert 0 <= pk["acc"] <= 1 and pk["logp"] < 0 and math.isfinite(pk["logp"])
@@ -69,7 +70,7 @@ def test_needle_prompt(tiny):
 def test_per_window_values_rebuild_every_figure(tiny, stdlib_docs):
     model, tok = tiny
     ctx = EvalContext(256, stdlib_docs, n_docs=3, trials=4)
-    with attntemp.patch(model, attntemp.TemperatureSpec()):
+    with patch(model, TemperatureSpec()):
         r = get_task("perplexity").evaluate(model, tok, 512, [1.0, 1.3], ctx)
         k = get_task("passkey").evaluate(model, tok, 384, [1.0, 1.3], ctx)
     for p in r:
@@ -92,7 +93,7 @@ def test_per_window_values_rebuild_every_figure(tiny, stdlib_docs):
 
 def test_a_single_window_has_no_interval(tiny, stdlib_docs):
     model, tok = tiny
-    with attntemp.patch(model, attntemp.TemperatureSpec()):
+    with patch(model, TemperatureSpec()):
         r = get_task("perplexity").evaluate(model, tok, 300, [1.0], EvalContext(256, stdlib_docs, n_docs=1))[0]
     task = get_task("perplexity")
     assert task.interval(r, "tail_ppl") is None and task.describe(r, "tail_ppl").endswith("(no interval)")

@@ -13,13 +13,12 @@ import transformers as tf
 from tiny_configs import ARCHS
 from tiny_configs import model as tiny_arch
 
-import attntemp
 from attntemp.analysis.measure import measure
-from attntemp.analysis.monitor import Monitor
+from attntemp.analysis.monitor import Monitor, monitor
 from attntemp.analysis.monitor_rows import last_row_stats
 from attntemp.analysis.reference_profile import FLAGS, STEP_STATS, Reference, trailing_means
 from attntemp.evaluate.corpus import heldout_windows
-from attntemp.hf.patch import is_patched, probing
+from attntemp.hf.patch import is_patched, patch, probing
 from attntemp.ops.attention_stats import attention_stats
 from attntemp.ops.spec import TemperatureSpec
 
@@ -33,7 +32,7 @@ def _one_thread(one_torch_thread):
 
 def _generate(model, ids, mask, spec=None, new_tokens=6, **kw):
     """Greedy generate inside the monitor (under ``spec``'s patch when given): (output, monitor)."""
-    with attntemp.patch(model, spec) if spec is not None else nullcontext(), attntemp.monitor(model, **kw) as mon:
+    with patch(model, spec) if spec is not None else nullcontext(), monitor(model, **kw) as mon:
         out = model.generate(ids, attention_mask=mask, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
                              do_sample=False, pad_token_id=0)  # fmt: skip
     return out, mon
@@ -102,14 +101,14 @@ def test_one_row_is_linear_memory_and_equals_the_kernel_on_all_keys():
 @pytest.fixture(scope="module")
 def stdlib_reference(tiny):
     model, tok = tiny
-    return attntemp.monitor.reference(model, "stdlib", 256, tokenizer=tok, n_docs=32)
+    return monitor.reference(model, "stdlib", 256, tokenizer=tok, n_docs=32)
 
 
 def _flag_shares(model, tok, ref, multiplier, sample, rows=8, new_tokens=96):
     """Share of (step, row) raising each flag while generating at the trained length (128 + 96 < 256)."""
     prompts = heldout_windows(tok, 128, n=32 + rows)[32:]  # documents the reference did not see
     torch.manual_seed(0)
-    with attntemp.patch(model, TemperatureSpec(multiplier=multiplier)), attntemp.monitor(model, ref) as mon:
+    with patch(model, TemperatureSpec(multiplier=multiplier)), monitor(model, ref) as mon:
         model.generate(prompts, attention_mask=torch.ones_like(prompts), max_new_tokens=new_tokens,
                        min_new_tokens=new_tokens, do_sample=sample, pad_token_id=257)  # fmt: skip
     return {f: float(np.mean([s.flags[f].mean() for s in mon.steps])) for f in FLAGS}
@@ -130,7 +129,7 @@ def test_a_loop_on_one_token_reads_as_diffusion(tiny, stdlib_reference):
     keys: the monitor calls that diffusion, at m = 1 and the trained length."""
     model, tok = tiny
     ids = tok("import os\n\n" + "#" * 100, return_tensors="pt", add_special_tokens=False).input_ids
-    with attntemp.monitor(model, stdlib_reference) as mon:
+    with monitor(model, stdlib_reference) as mon:
         out = model.generate(ids, max_new_tokens=24, do_sample=False, pad_token_id=257)
     assert set(tok.decode(out[0, ids.shape[1] :])) == {"#"}
     assert np.mean([s.flags["diffusion"][0] for s in mon.steps]) >= 0.5
@@ -177,7 +176,7 @@ def test_reference_round_trips_and_comes_from_measure_or_steps(tiny, stdlib_refe
 def test_callback_stops_generation_and_switches_the_spec(tiny):
     model, tok = tiny
     ids = heldout_windows(tok, 40, n=1)
-    with attntemp.monitor(model, callback=lambda s: "stop" if s.index == 3 else None) as mon:
+    with monitor(model, callback=lambda s: "stop" if s.index == 3 else None) as mon:
         out = model.generate(ids, max_new_tokens=20, do_sample=False, pad_token_id=257,
                              stopping_criteria=mon.stopping_criteria)  # fmt: skip
     assert out.shape[1] == 40 + 4 and mon.stopped
@@ -185,34 +184,34 @@ def test_callback_stops_generation_and_switches_the_spec(tiny):
     # the same as generating under the spec from the start
     one = ids[:, :1]
     spec = TemperatureSpec(multiplier=2.5)
-    with attntemp.patch(model, spec), attntemp.monitor(model) as patched:
+    with patch(model, spec), monitor(model) as patched:
         a = model.generate(one, max_new_tokens=12, do_sample=False, pad_token_id=257)
-    with attntemp.monitor(model, callback=lambda s: spec if s.index == 0 else None) as switched:
+    with monitor(model, callback=lambda s: spec if s.index == 0 else None) as switched:
         b = model.generate(one, max_new_tokens=12, do_sample=False, pad_token_id=257)
     assert torch.equal(a, b)
     for x, y in zip(patched.steps[1:], switched.steps[1:], strict=True):
         assert np.allclose(x.stats["entropy"], y.stats["entropy"], atol=1e-5)
     yarn = TemperatureSpec.yarn(4.0, 256)
-    with attntemp.monitor(model) as mon, pytest.raises(ValueError, match=r"spec\.rope="):
+    with monitor(model) as mon, pytest.raises(ValueError, match=r"spec\.rope="):
         mon.switch(yarn)  # the cached keys carry the RoPE in use
-    with attntemp.monitor(model, callback=lambda s: 3) as mon, pytest.raises(ValueError, match="callback returned 3"):
+    with monitor(model, callback=lambda s: 3) as mon, pytest.raises(ValueError, match="callback returned 3"):
         model.generate(one, max_new_tokens=2, do_sample=False, pad_token_id=257)
 
 
 def test_public_name_probes_and_arguments(tiny, stdlib_reference):
     model, _ = tiny
-    assert callable(attntemp.monitor) and callable(attntemp.monitor.reference)
-    assert isinstance(attntemp.monitor(model), Monitor)
+    assert callable(monitor) and callable(monitor.reference)
+    assert isinstance(monitor(model), Monitor)
     with pytest.raises(ValueError, match="every=0"):
-        attntemp.monitor(model, every=0)
+        monitor(model, every=0)
     with pytest.raises(ValueError, match=r"margins=.*unknown flag"):
-        attntemp.monitor(model, stdlib_reference, margins={"colapse": 0.1})
+        monitor(model, stdlib_reference, margins={"colapse": 0.1})
     with pytest.raises(ValueError, match="recent_tokens=32 differs"):
-        attntemp.monitor(model, stdlib_reference, recent_tokens=32)
+        monitor(model, stdlib_reference, recent_tokens=32)
     with probing(model, TemperatureSpec(), lambda *a: None), pytest.raises(ValueError, match="probed already"):
-        attntemp.monitor(model).__enter__()
+        monitor(model).__enter__()
     assert not is_patched(model)  # the monitor's own patch is gone after the block
-    assert tf.StoppingCriteriaList is type(attntemp.monitor(model).stopping_criteria)
+    assert tf.StoppingCriteriaList is type(monitor(model).stopping_criteria)
 
 
 def test_every_k_records_the_same_steps_as_every_step_across_resumed_runs():
@@ -226,7 +225,7 @@ def test_every_k_records_the_same_steps_as_every_step_across_resumed_runs():
         cache = getattr(model(ids[:, :-1], use_cache=True), name)  # filled outside the monitor
 
     def runs(every):
-        with attntemp.monitor(model, every=every) as mon:
+        with monitor(model, every=every) as mon:
             for _ in range(2):  # the same prompt twice, each resumed from a copy of the cache
                 kw = {name: copy.deepcopy(cache)}
                 model.generate(ids, max_new_tokens=7, min_new_tokens=7, do_sample=False, pad_token_id=0, **kw)
