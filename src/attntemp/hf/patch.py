@@ -28,6 +28,7 @@ from transformers.masking_utils import AttentionMaskInterface, eager_mask, flex_
 
 from ..ops.attention import fold_into_q, foldable, reference_scores, repeat_kv
 from ..ops.spec import TemperatureSpec
+from .flex_check import flex_gap, flex_is_right
 from .introspect import attention_modules, text_config
 from .rope_scaling import extend_context, put_rope_state, rope_state
 
@@ -162,6 +163,8 @@ def apply(model: torch.nn.Module, spec: TemperatureSpec) -> torch.nn.Module:
     impl = cfg._attn_implementation
     softcap = getattr(cfg, "attn_logit_softcapping", None)
     target = "attntemp_eager" if impl == "eager" or softcap else f"attntemp_{impl}"
+    if target == "attntemp_flex_attention" and not _flex_right(model, cfg):
+        target = "attntemp_sdpa"
     object.__setattr__(model, _SAVED, (impl, rope_state(model)))  # restore puts back exactly this
     try:
         if spec.rope:
@@ -174,6 +177,22 @@ def apply(model: torch.nn.Module, spec: TemperatureSpec) -> torch.nn.Module:
         restore(model)
         raise
     return model
+
+
+def _flex_right(model: torch.nn.Module, cfg: Any) -> bool:
+    """Whether the compiled flex kernel agrees with SDPA for this model's heads on its device
+    (:mod:`.flex_check`, once per shape); where not, say so in one line: apply then uses SDPA."""
+    p = next(model.parameters())
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    if flex_is_right(cfg.num_attention_heads, head_dim, str(p.device), p.dtype):
+        return True
+    gap = flex_gap(cfg.num_attention_heads, head_dim, str(p.device), p.dtype)
+    print(
+        f"attntemp: flex_attention differs from SDPA on this machine by {gap:.3g} (head_dim {head_dim}; "
+        "torch's compiled CPU kernel, see docs/concepts.md): the patched model runs SDPA instead",
+        file=sys.stderr,
+    )
+    return False
 
 
 def is_patched(model: torch.nn.Module) -> bool:

@@ -1,0 +1,56 @@
+"""Is transformers' compiled flex_attention right on this machine? Checked once against SDPA.
+
+On an AVX2-only CPU (no AVX-512), torch 2.13's inductor CPU kernel for FlexAttention returns wrong
+outputs for small heads: with ``head_dim <= 16`` and a key length of 8 mod 16 (40, 56, ...) the
+gap to SDPA is O(1) and sometimes NaN, with random q, k, v and no mask at all, so it is the kernel,
+not transformers' mask or attntemp's patch. Forced here with ``ATEN_CPU_CAPABILITY=avx2`` on an
+AVX-512 machine (the tiny test configs: 0.46 in the logits, NaN for Mistral); with AVX-512 the
+same kernel agrees with SDPA to 1e-7. ``docs/concepts.md`` has the table.
+
+:func:`flex_gap` runs the same compiled kernel transformers uses
+(``compile_friendly_flex_attention``) and SDPA on random inputs of the model's head shape at a few
+short lengths, and returns the largest difference; :func:`attntemp.hf.patch.apply` calls it once
+per shape and falls back to SDPA (saying so in one line on stderr) where they disagree.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+# Lengths that reach the kernel's tails: 8 mod 16 (where the AVX2 kernel fails), a multiple of 16, odd.
+CHECK_LENGTHS = (40, 56, 64, 33)
+TOLERANCE = 1e-3  # float32 flex and SDPA agree to ~1e-6; the failures are O(1) or NaN
+
+
+def _pair(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> float:
+    """Max |flex - SDPA| (inf for NaN) of causal attention over ``q, k, v`` ``[1, H, L, D]``."""
+    from torch.nn.attention.flex_attention import create_block_mask
+    from transformers.integrations.flex_attention import compile_friendly_flex_attention
+
+    n = q.shape[2]
+    mask = create_block_mask(lambda b, h, i, j: i >= j, None, None, n, n, device=q.device)
+    flex = compile_friendly_flex_attention(q, k, v, block_mask=mask)  # [1, H, L, D]
+    sdpa = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)  # [1, H, L, D]
+    gap = (flex.float() - sdpa.float()).abs().max()
+    return float("inf") if torch.isnan(gap) else float(gap)
+
+
+@functools.cache
+def flex_gap(heads: int, head_dim: int, device: str = "cpu", dtype: torch.dtype = torch.float32) -> float:
+    """The largest difference between the compiled flex kernel and SDPA for ``heads`` heads of
+    ``head_dim`` on ``device`` (inf where flex gave NaN), over :data:`CHECK_LENGTHS`; cached."""
+    g = torch.Generator().manual_seed(0)
+    worst = 0.0
+    with torch.no_grad():
+        for n in CHECK_LENGTHS:
+            q, k, v = (torch.randn(1, heads, n, head_dim, generator=g).to(device, dtype) for _ in range(3))
+            worst = max(worst, _pair(q, k, v))  # q, k, v: [1, H, n, D]
+    return worst
+
+
+def flex_is_right(heads: int, head_dim: int, device: str = "cpu", dtype: torch.dtype = torch.float32) -> bool:
+    """Whether flex agrees with SDPA within :data:`TOLERANCE` (scaled for half precision)."""
+    tol = TOLERANCE if dtype == torch.float32 else 2e-2
+    return flex_gap(heads, head_dim, device, dtype) <= tol
