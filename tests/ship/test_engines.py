@@ -12,6 +12,7 @@ import attntemp.ship.export as E
 from attntemp.hf.patch import patch
 from attntemp.ops.schedules import yarn_mscale, yarn_multiplier
 from attntemp.ops.spec import TemperatureSpec
+from attntemp.utils.resources import vllm_cpu_refusal
 
 X = torch.randint(1, 97, (2, 48), generator=torch.Generator().manual_seed(1))  # [2, 48]
 
@@ -260,7 +261,12 @@ def test_llamacpp_runs_what_attntemp_ships_smollm2(tmp_path, case):
     _verify(tmp_path, SMOLLM2_CASES[case], "smollm2", 2048, 1, text="gutenberg:austen-emma")
 
 
+# vLLM's CPU build runs only with AVX-512: on an AVX2-only CPU its cases are skipped, naming why.
+NEEDS_AVX512 = pytest.mark.skipif(vllm_cpu_refusal() is not None, reason=str(vllm_cpu_refusal()))
+
+
 @pytest.mark.engines
+@NEEDS_AVX512
 @pytest.mark.parametrize("case", list(SMOLLM2_CASES))
 def test_vllm_runs_what_attntemp_ships_smollm2(tmp_path, case):
     """vLLM (vllm-cpu, its own venv): SmolLM2 only, its CPU attention has no kernel for the tiny
@@ -276,6 +282,7 @@ def test_vllm_runs_what_attntemp_ships_smollm2(tmp_path, case):
 
 
 @pytest.mark.engines
+@NEEDS_AVX512
 def test_vllm_serves_a_schedule_checkpoint_through_the_plugin(tmp_path):
     """log_length past L0 = 256: the schedule checkpoint, served by vLLM with attntemp's plugin."""
     from attntemp.ship.vllm_engine import find_vllm
