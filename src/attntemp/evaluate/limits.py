@@ -3,7 +3,10 @@ enough): the shortest window each task can score and the memory its forwards wou
 
 - perplexity: at least :data:`PERPLEXITY_MIN` tokens (a window needs predictions in its tail);
 - passkey: the prompt without filler and the longest key, plus the 10 tokens the task keeps free;
-- needle: the needle sentence and the question, 8 tokens of haystack, plus those 10 tokens.
+- needle: the needle sentence and the question, 8 tokens of haystack, plus those 10 tokens;
+- key_tokens: more than K + n + 1 tokens (a key token's evidence lies more than K back, after its
+  n-gram), K = ``key_distance`` or half the trained length;
+- needles: ``needles_per_forward`` facts and questions with the longest keys, and 16 tokens of haystack.
 """
 
 from __future__ import annotations
@@ -12,15 +15,20 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..hf import preflight
-from . import corpus
+from . import corpus, needles
 from .tasks import NEEDLE, NEEDLE_QUESTION
 
 PERPLEXITY_MIN = 8
 ANSWER_ROOM = 10  # tokens the retrieval tasks keep free after the prompt (``length - 10``)
 
 
-def min_length(task: str, tok: Any) -> int:
-    """The shortest window ``task`` can score with tokenizer ``tok``."""
+def min_length(task: str, tok: Any, key_span: int = 0, needles_per_forward: int = 1) -> int:
+    """The shortest window ``task`` can score with tokenizer ``tok`` (key_tokens: with K + n =
+    ``key_span``; needles: with ``needles_per_forward`` needles)."""
+    if task == "key_tokens":
+        return key_span + 2
+    if task == "needles":
+        return needles.min_tokens(tok, needles_per_forward)
     if task == "passkey":
         return corpus.passkey_min_tokens(tok) + ANSWER_ROOM
     if task == "needle":
@@ -29,14 +37,33 @@ def min_length(task: str, tok: Any) -> int:
     return PERPLEXITY_MIN
 
 
-def check_lengths(name: str, lengths: Sequence[int], tasks: Sequence[str], tok: Any, indexed: bool = True) -> None:
-    """Raise naming ``name[i]=length`` (or ``name=length``) when a length is too short for a task."""
+def check_lengths(
+    name: str,
+    lengths: Sequence[int],
+    tasks: Sequence[str],
+    tok: Any,
+    indexed: bool = True,
+    opts: Any = None,
+    trained: int | None = None,
+) -> None:
+    """Raise naming ``name[i]=length`` (or ``name=length``) when a length is too short for a task
+    (``opts``: an EvalOptions, for key_tokens' K and n and the needles' count; ``trained``: the
+    trained length, of which K's default is half)."""
+    n = getattr(opts, "key_ngram", 0)
+    distance = getattr(opts, "key_distance", None) or max(1, (trained or 2) // 2)
+    k = getattr(opts, "needles_per_forward", 1)
+    why = {
+        "key_tokens": f" (its n-gram of key_ngram={n} tokens last occurred more than key_distance={distance} back)",
+        "needles": f" with needles_per_forward={k}",
+    }
     for task in tasks:
-        need = min_length(task, tok)
-        for i, n in enumerate(lengths):
-            if n < need:
+        need = min_length(task, tok, distance + n, k)
+        for i, length in enumerate(lengths):
+            if length < need:
                 where = f"{name}[{i}]" if indexed else name
-                raise ValueError(f"{where}={n} is too short for {task}: it needs at least {need} tokens")
+                raise ValueError(
+                    f"{where}={length} is too short for {task}{why.get(task, '')}: it needs at least {need} tokens"
+                )
 
 
 def forward_rows(batch_size: int, n_docs: int, trials: int, k: int) -> int:
@@ -59,3 +86,20 @@ def check_memory(
         preflight.check_forward(where, n, cfg, rows, n, grad=grad)
         if trials:
             preflight.check_prompts(where, n, trials, n)
+
+
+def check_evaluator(opts: Any, tok: Any) -> None:
+    """With key_tokens and ``key_evaluator``: the evaluator there, with the model's tokenizer (key
+    tokens are positions in the model's ids), checked from its tokenizer alone."""
+    name = getattr(opts, "key_evaluator", None)
+    if not name or "key_tokens" not in (*getattr(opts, "tasks", ()), getattr(opts, "objective", "")):
+        return
+    try:
+        evaluator = preflight.load_tokenizer(name)
+    except ValueError as exc:
+        raise ValueError(str(exc).replace("model=", "key_evaluator=", 1)) from None
+    if evaluator.get_vocab() != tok.get_vocab():
+        raise ValueError(
+            f"key_evaluator={name!r} has another tokenizer than the model; key tokens are positions in the "
+            "model's ids: give an evaluator with the same tokenizer"
+        )

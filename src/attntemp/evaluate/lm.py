@@ -31,17 +31,43 @@ def token_nll(model: Any, ids: torch.Tensor, start: int = 0, chunk: int = 1024) 
     when enabled (gradient tuning uses it as its loss)."""
     _check_start(start, ids.shape[1])
     hidden = model.get_decoder()(input_ids=ids, use_cache=False).last_hidden_state  # [b, L, d]
-    head = model.get_output_embeddings()
-    cap = getattr(model.config, "final_logit_softcapping", None)
     out = []
     for a in range(start, ids.shape[1] - 1, chunk):
-        logits = head(hidden[:, a : min(a + chunk, ids.shape[1] - 1)])  # [b, c, V]
-        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # [b, c, V], fp32 at least
-        if cap:
-            logits = torch.tanh(logits / cap) * cap
+        logits = _head_logits(model, hidden[:, a : min(a + chunk, ids.shape[1] - 1)])  # [b, c, V]
         target = ids[:, a + 1 : a + 1 + logits.shape[1]].to(logits.device)  # [b, c]: the head may sit elsewhere
         out.append(torch.nn.functional.cross_entropy(logits.transpose(1, 2), target, reduction="none"))
     return torch.cat(out, dim=1)  # [b, L-1-start]
+
+
+def _head_logits(model: Any, hidden: torch.Tensor) -> torch.Tensor:
+    """``[b, c, V]`` logits (fp32 at least, final soft-capping applied) of hidden states ``[b, c, d]``."""
+    logits = model.get_output_embeddings()(hidden)  # [b, c, V]
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # [b, c, V]
+    cap = getattr(model.config, "final_logit_softcapping", None)
+    return torch.tanh(logits / cap) * cap if cap else logits
+
+
+def position_scores(model: Any, ids: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``([b, P] NLL, [b, P] greedy hit)`` of the next-token predictions made at ``positions``
+    ``[b, P]`` (each < L - 1) of ``ids`` ``[b, L]``: the NLL of ``ids[:, p + 1]`` and whether it is
+    the argmax there. The LM head runs on those positions only; gradients flow when enabled. Its
+    NLL equals :func:`token_nll` at the same positions (tested)."""
+    hidden = model.get_decoder()(input_ids=ids, use_cache=False).last_hidden_state  # [b, L, d]
+    pos = positions.to(hidden.device)  # [b, P]
+    picked = hidden.gather(1, pos[..., None].expand(-1, -1, hidden.shape[-1]))  # [b, P, d]
+    logits = _head_logits(model, picked)  # [b, P, V]
+    target = ids.gather(1, positions.to(ids.device) + 1).to(logits.device)  # [b, P]
+    nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), target, reduction="none")  # [b, P]
+    return nll, logits.argmax(-1) == target  # [b, P], [b, P]
+
+
+def masked_loss(model: Any, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean next-token NLL of ``ids`` [b, L] over the predictions ``mask`` [b, L-1] keeps (key
+    tokens, answer tokens): the loss gradient tuning minimises for those objectives."""
+    if not bool(mask.any()):
+        raise ValueError("mask keeps no prediction; a masked loss needs at least one")
+    nll = token_nll(model, ids)  # [b, L-1]
+    return nll[mask.to(nll.device)].mean()
 
 
 def next_token_loss(model: Any, ids: torch.Tensor, start: int = 0) -> torch.Tensor:

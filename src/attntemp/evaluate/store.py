@@ -56,7 +56,7 @@ class SweepConfig(EvalOptions):
         for i, t in enumerate(self.tasks):
             checks.choice(f"tasks[{i}]", t, TASKS)
         for i, m in enumerate(self.multipliers):
-            checks.positive(f"multipliers[{i}]", m)
+            options.check_multiplier(f"multipliers[{i}]", m)
         for name in ("lengths", "rope", "tasks", "multipliers"):
             if not getattr(self, name):
                 raise ValueError(f"{name} is empty; give at least one value")
@@ -77,8 +77,21 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 
 
 LOCK_FILE = ".sweep.lock"
+# key_tokens' rule and the needles' count (a database from before them recorded none: not compared)
+DISTANT_SETTINGS = ("key_ngram", "key_distance", "key_evaluator", "key_alpha", "key_beta", "needles_per_forward")
 # What changes a point's numbers besides its key (asdict of the config, plus what run_sweep adds).
-SETTINGS = ("model", "text", "n_docs", "trials", "seed", "gutenberg", "dtype", "trained_length", "model_files")
+SETTINGS = (
+    "model",
+    "text",
+    "n_docs",
+    "trials",
+    "seed",
+    "gutenberg",
+    "dtype",
+    "trained_length",
+    "model_files",
+    *DISTANT_SETTINGS,
+)
 
 
 def mkey(m: float) -> str:

@@ -42,14 +42,15 @@ def preflight_sweep(cfg: SweepConfig, model=None, tok=None) -> tuple[Any, dict[s
     forward within the memory available; returns the tokenizer and the settings to record."""
     config = model.config.to_dict() if model is not None else preflight.source_config(cfg.model)
     tok = tok if tok is not None else preflight.load_tokenizer(cfg.model)
-    limits.check_lengths("lengths", cfg.lengths, cfg.tasks, tok)
-    k = len(cfg.multipliers) if cfg.batched else 1
-    rows = limits.forward_rows(cfg.batch_size, cfg.n_docs, cfg.trials, k)
-    retrieval = cfg.trials if set(cfg.tasks) - {"perplexity"} else 0
-    limits.check_memory("lengths", cfg.lengths, config and preflight.text_part(config), rows, retrieval)
     trained = cfg.trained_length or (
         introspect.trained_length(model) if model is not None else preflight.trained_length(config or {})
     )
+    limits.check_lengths("lengths", cfg.lengths, cfg.tasks, tok, opts=cfg, trained=trained)
+    limits.check_evaluator(cfg, tok)
+    k = len(cfg.multipliers) if cfg.batched else 1
+    rows = limits.forward_rows(cfg.batch_size, cfg.n_docs, cfg.trials, k)
+    retrieval = cfg.trials if set(cfg.tasks) & {"passkey", "needle"} else 0
+    limits.check_memory("lengths", cfg.lengths, config and preflight.text_part(config), rows, retrieval)
     dtype = str(devices.check_dtype(getattr(cfg, "dtype", None), getattr(cfg, "device", "cpu"))).split(".")[-1]
     found = {**asdict(cfg), "dtype": dtype, "trained_length": trained, "model_files": preflight.fingerprint(cfg.model)}
     return tok, {k: found.get(k) for k in SETTINGS}

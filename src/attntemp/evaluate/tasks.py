@@ -12,190 +12,66 @@ the task's headline metric (tables and reports show it), ``objective`` the one t
   log-probability of the key's tokens (a graded signal for small models).
 - ``needle``: a fact hidden at several depths in real text (Gutenberg or stdlib), scored the
   same two ways, per depth.
+- ``key_tokens`` (:mod:`.key_tokens`) and ``needles`` (:mod:`.needles`): perplexity on the tokens only distant context
+  predicts, and many keyed facts scored in one forward.
+
+The registry and the base classes are in :mod:`.task_base`; every name is importable from here.
 """
 
 from __future__ import annotations
 
-import abc
 import itertools
 import math
 import random
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
-from ..hf.loading import ModelOptions
 from ..hf.patch import batch_multipliers
 from ..ops import intervals
-from ..ops.intervals import Interval
-from ..utils import checks
-from ..utils.options import option
 from . import corpus
 from .corpus import heldout_windows
+from .key_tokens import KeyTokens
 from .lm import first_integer, greedy, multiplier_nll, repeat_rows, token_nll
+from .needles import Needles
+from .task_base import (
+    TASKS,
+    EvalContext,
+    EvalOptions,
+    Metric,
+    Task,
+    eval_context,
+    get_task,
+    register,
+    tail_start,
+    tuning_context,
+)
+
+__all__ = [
+    "NEEDLE",
+    "NEEDLE_QUESTION",
+    "TASKS",
+    "EvalContext",
+    "EvalOptions",
+    "KeyTokens",
+    "Metric",
+    "Needle",
+    "Needles",
+    "Passkey",
+    "Perplexity",
+    "RetrievalTask",
+    "Task",
+    "eval_context",
+    "get_task",
+    "needle_prompt",
+    "register",
+    "score_prompts",
+    "tail_start",
+    "tuning_context",
+]
 
 NEEDLE = "The special magic number is {key}."
 NEEDLE_QUESTION = "What is the special magic number? The special magic number is"
-
-
-@dataclass(frozen=True)
-class Metric:
-    """A task's metric: its name, whether higher is better, its unit (for tables), and how two
-    specs are compared on it: their ``ratio`` (perplexity) or their ``difference`` (accuracy)."""
-
-    name: str
-    higher_is_better: bool
-    unit: str = ""
-    comparison: str = "difference"
-    values: tuple[str, ...] = ()  # the keys of a result it is made of (per window or per trial)
-
-    @property
-    def null(self) -> float:
-        """The comparison's value for "no change": 1 for a ratio, 0 for a difference."""
-        return 1.0 if self.comparison == "ratio" else 0.0
-
-
-@dataclass(frozen=True)
-class EvalContext:
-    """What every task needs besides the model: trained length, text and sizes."""
-
-    trained_length: int
-    docs: Sequence[corpus.Document] = field(default=(), repr=False)
-    n_docs: int = 4
-    trials: int = 20
-    seed: int = 0
-    depths: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
-    batch_size: int = 16
-    haystack: Sequence[corpus.Document] = field(default=(), repr=False)
-    tuning_docs: Sequence[corpus.Document] = field(default=(), repr=False)  # the other pool: tuners use it
-
-    def __post_init__(self) -> None:
-        checks.positive_int("trained_length", self.trained_length)
-        checks.positive_int("n_docs", self.n_docs)
-        checks.positive_int("trials", self.trials)
-
-
-@dataclass(frozen=True, kw_only=True)
-class EvalOptions(ModelOptions):
-    """What every command that evaluates takes: the model, the text and the evaluation's sizes."""
-
-    text: str = option("stdlib", "held-out text: stdlib, gutenberg:<book>, a file or a folder")
-    n_docs: int = option(16, "held-out documents (windows) per evaluation", flag="--docs")
-    trials: int = option(50, "passkey / needle trials per point (and depth)")
-    seed: int = option(0, "seed of the passkey and needle keys and depths")
-    batch_size: int = option(16, "rows per forward (one row per window and multiplier)")
-    gutenberg: str | None = option(None, "needle haystack, e.g. gutenberg:melville-moby_dick")
-    progress: bool = option(True, "no progress bars", flag="--quiet", invert=True)
-
-    def __post_init__(self) -> None:
-        checks.positive_int("n_docs", self.n_docs)
-        checks.positive_int("trials", self.trials)
-        checks.positive_int("batch_size", self.batch_size)
-
-
-def eval_context(opts: EvalOptions, trained_length: int, tuning: bool = False) -> EvalContext:
-    """The task context of any evaluating config: its text loaded and split into the evaluation
-    and the tuning pool (:func:`attntemp.evaluate.corpus.pool`), the haystack, its sizes. A text of
-    too few documents for two pools is evaluated whole, or, for a run that ``tuning``, cut in
-    halves: the tuner takes the first half of each document, the evidence the second
-    (:func:`attntemp.evaluate.corpus.halves`)."""
-    docs = corpus.load_text(opts.text, name="text")
-    hay = corpus.load_text(opts.gutenberg, name="gutenberg") if opts.gutenberg else ()
-    evaluation, tuners = corpus.pool(docs, "evaluation"), corpus.pool(docs, "tuning")
-    if not evaluation or not tuners:
-        tuners, evaluation = corpus.halves(docs) if tuning else ([], list(docs))
-    return EvalContext(
-        trained_length,
-        evaluation,
-        opts.n_docs,
-        opts.trials,
-        opts.seed,
-        batch_size=opts.batch_size,
-        haystack=hay,
-        tuning_docs=tuners,
-    )
-
-
-def tuning_context(ctx: EvalContext) -> EvalContext:
-    """What a tuner scores on: the tuning pool, and other passkey keys and depths."""
-    if not ctx.tuning_docs:
-        raise ValueError(
-            f"text: its {len(ctx.docs)} document(s) cannot be split into a tuning and an evaluation pool; "
-            "tuning needs documents its evidence is not scored on: give a folder of several files"
-        )
-    return replace(ctx, docs=ctx.tuning_docs, tuning_docs=(), seed=ctx.seed + 1000)
-
-
-TASKS: dict[str, type[Task]] = {}
-
-
-def register(cls: type[Task]) -> type[Task]:
-    TASKS[cls.name] = cls
-    return cls
-
-
-def get_task(name: str) -> Task:
-    return TASKS[checks.choice("task", name, TASKS)]()
-
-
-class Task(abc.ABC):
-    name: str = ""
-    metrics: tuple[Metric, ...] = ()
-    objective: str = ""  # the metric tuning optimises
-
-    @abc.abstractmethod
-    def evaluate(self, model, tok, length: int, multipliers: Sequence[float], ctx: EvalContext) -> list[dict[str, Any]]:
-        """One metrics dict per multiplier (model already patched with the base spec)."""
-
-    def metric(self, name: str) -> Metric:
-        """The declared metric called ``name``."""
-        checks.choice("metric", name, [m.name for m in self.metrics])
-        return next(m for m in self.metrics if m.name == name)
-
-    def higher_is_better(self, metric: str) -> bool:
-        return self.metric(metric).higher_is_better
-
-    @property
-    def headline(self) -> Metric:
-        """The metric tables and reports show first."""
-        return self.metrics[0]
-
-    @abc.abstractmethod
-    def interval(self, metrics: dict[str, Any], name: str, seed: int = 0) -> Interval | None:
-        """``name`` of one evaluation with its 95% interval, from the per-window / per-trial values
-        it keeps; None for a result stored without them (an older sweep database)."""
-
-    @abc.abstractmethod
-    def paired(self, a: dict[str, Any], b: dict[str, Any], name: str, seed: int = 0) -> Interval | None:
-        """``a`` against ``b`` (the same windows or trials) on ``name``: the paired interval of their
-        ratio or difference (:attr:`Metric.comparison`); None without per-window values."""
-
-    def describe(self, metrics: dict[str, Any], name: str, digits: int = 4) -> str:
-        """``"6.061 [5.87, 6.25]"``: the figure with its 95% interval; the figure and "(no
-        interval)" from a single window or trial, or a result stored without them."""
-        ci = self.interval(metrics, name)
-        return f"{metrics[name]:.{digits}g} (no interval)" if ci is None else ci.format(digits)
-
-    def compare(self, a: dict[str, Any], b: dict[str, Any], name: str, decimals: int = 4) -> str:
-        """``"0.5812 [0.5203, 0.6411] better"``: ``a`` against ``b`` on the same windows, in words too."""
-        ci = self.paired(a, b, name)
-        return (
-            "no interval (fewer than 2 windows or trials)"
-            if ci is None
-            else f"{ci.fixed(decimals)} {self.verdict(ci, name)}"
-        )
-
-    def verdict(self, comparison: Interval, name: str) -> str:
-        """ "better", "worse" or "not distinguishable" (the interval holds "no change"), in words."""
-        m = self.metric(name)
-        return intervals.verdict(comparison, m.null, lower_is_better=not m.higher_is_better)
-
-
-def tail_start(length: int, trained_length: int) -> int:
-    """First query position of the tail: the trained length, or 3/4 of a shorter length."""
-    return trained_length if length > trained_length else (3 * length) // 4
 
 
 @register
@@ -389,3 +265,7 @@ class Needle(RetrievalTask):
                 }
             )
         return out
+
+
+register(KeyTokens)  # after the tasks above: the registry lists them in this order
+register(Needles)

@@ -1,0 +1,218 @@
+"""Many needles per forward: ``k`` keyed facts hidden at spread depths in real text, then ``k``
+teacher-forced questions at the end, all scored from ONE forward (no generation).
+
+A document is ``haystack ... "The special magic number for <word> is <number>." ...`` (k distinct
+words at depths (i + 1/2) / k) followed by, for each word in a shuffled order, "What is the special
+magic number for <word>? The special magic number for <word> is <number>." Each answer is scored
+by its tokens' mean log-probability and by whether its first digit-carrying token is the argmax
+where it is predicted (greedy first token, read off the same forward): LongRoPE2's "needle-driven"
+signal (arXiv:2502.20082) at k needles per forward instead of one. Needles of one document are
+not independent, so intervals resample documents (one document = one forward = k needles).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+
+from ..hf.patch import batch_multipliers
+from ..ops import intervals
+from . import corpus
+from .lm import position_scores, repeat_rows
+from .task_base import MAX_NEEDLES, EvalContext, Metric, Task
+
+FACT = "\nThe special magic number for {word} is {key}.\n"
+QUERY = "\nWhat is the special magic number for {word}? The special magic number for {word} is"
+WORDS = (
+    "apple", "river", "candle", "mountain", "violin", "harbor", "pepper", "lantern", "falcon", "meadow",
+    "copper", "orchid", "glacier", "saddle", "thistle", "anchor", "biscuit", "comet", "dune", "ember",
+    "fern", "garnet", "hazel", "island", "juniper", "kettle", "lemon", "marble", "nutmeg", "oyster",
+    "pebble", "quartz", "raven", "spruce", "tulip", "umbrella", "velvet", "walnut", "yarrow", "zephyr",
+    "acorn", "badger", "cobalt", "dahlia", "eagle", "fig", "gecko", "heron", "ivory", "jasper",
+    "koala", "lilac", "maple", "nectar", "otter", "parsley", "quill", "reed", "saffron", "tiger",
+    "urchin", "vine", "willow", "yak",
+)  # fmt: skip
+HAYSTACK_MIN = 16  # tokens of haystack a document keeps at least
+
+
+@dataclass(frozen=True)
+class NeedleDocument:
+    """One forward's ids and, per needle, its answer's prediction columns and its depth."""
+
+    ids: list[int]
+    answers: list[list[int]]  # per needle: the columns (prediction positions) of its answer tokens
+    depths: list[float]
+
+
+def _ids(tok: Any, text: str) -> list[int]:
+    return tok(text, add_special_tokens=False)["input_ids"]
+
+
+def _answer(tok: Any, key: int) -> tuple[list[int], list[int]]:
+    """``(lead, answer)`` ids of ``" {key}"``: tokens before the first one holding a digit (a byte
+    tokenizer's space) go with the question, so the first answer token is a digit's."""
+    ids = _ids(tok, f" {key}")
+    first = next((i for i, t in enumerate(ids) if any(ch.isdigit() for ch in tok.decode([t]))), 0)
+    return ids[:first], ids[first:]
+
+
+def fixed_tokens(tok: Any, k: int) -> int:
+    """Tokens of ``k`` facts and questions with the longest words and keys: all but the haystack."""
+    key, longest = corpus.KEY_RANGE[1], max(WORDS[:k], key=len)
+    per = len(_ids(tok, FACT.format(word=longest, key=key))) + len(_ids(tok, QUERY.format(word=longest)))
+    return k * (per + len(_ids(tok, f" {key}")) + len(_ids(tok, ".")))
+
+
+def min_tokens(tok: Any, k: int) -> int:
+    """The shortest document that holds ``k`` needles and :data:`HAYSTACK_MIN` tokens of haystack."""
+    return fixed_tokens(tok, k) + HAYSTACK_MIN
+
+
+def build_document(tok: Any, hay: list[int], facts: list[tuple[str, int]], length: int, rng: random.Random):
+    """A :class:`NeedleDocument` of exactly ``length`` ids: ``hay`` (at least long enough) cut to
+    fit, fact i at depth (i + 1/2) / k, then the questions in a shuffled order, each answered."""
+    k = len(facts)
+    fact_ids = [_ids(tok, FACT.format(word=w, key=key)) for w, key in facts]
+    asked = rng.sample(range(k), k)
+    tail: list[int] = []
+    spans: dict[int, list[int]] = {}
+    for i in asked:
+        word, key = facts[i]
+        lead, answer = _answer(tok, key)
+        tail += _ids(tok, QUERY.format(word=word)) + lead
+        spans[i] = list(range(len(tail), len(tail) + len(answer)))  # answer positions within the tail
+        tail += answer + _ids(tok, ".")
+    budget = length - len(tail) - sum(len(f) for f in fact_ids)
+    if budget < HAYSTACK_MIN:
+        raise ValueError(
+            f"needles_per_forward={k} does not fit in length={length}: its facts and questions take "
+            f"{length - budget} tokens; give fewer needles or a longer length (at least {min_tokens(tok, k)})"
+        )
+    depths = [(i + 0.5) / k for i in range(k)]
+    cuts = [round(d * budget) for d in depths]
+    ids: list[int] = []
+    for i, (a, b) in enumerate(zip([0, *cuts[:-1]], cuts, strict=True)):
+        ids += hay[a:b] + fact_ids[i]
+    ids += hay[cuts[-1] : budget]
+    offset = len(ids)
+    ids += tail
+    answers = [[offset + p - 1 for p in spans[i]] for i in range(k)]  # a token is predicted one position earlier
+    return NeedleDocument(ids, answers, depths)
+
+
+def documents(tok: Any, length: int, ctx: EvalContext) -> list[NeedleDocument]:
+    """``ctx.n_docs`` documents of ``ctx.needles_per_forward`` needles each, on the haystack
+    (``ctx.haystack``, else the held-out documents), each from a seeded offset, keys and words."""
+    hay_docs = list(ctx.haystack) or corpus.split(list(ctx.docs), "heldout")
+    if not hay_docs:
+        raise ValueError(f"no haystack document for length={length}: give --gutenberg or a text")
+    rng = random.Random(ctx.seed)
+    k = ctx.needles_per_forward
+    if k > MAX_NEEDLES:
+        raise ValueError(f"needles_per_forward={k} is not allowed; expected at most {MAX_NEEDLES}")
+    out = []
+    for d in range(ctx.n_docs):
+        hay = _haystack(tok, hay_docs, d, length, rng)
+        facts = [(w, rng.randint(*corpus.KEY_RANGE)) for w in rng.sample(WORDS, k)]
+        out.append(build_document(tok, hay, facts, length, rng))
+    return out
+
+
+def _haystack(tok: Any, docs: list[corpus.Document], d: int, length: int, rng: random.Random) -> list[int]:
+    """``length`` ids of haystack for document ``d``: haystack document ``d`` (from a seeded offset
+    once every one has been used), continued with the next ones when it is shorter."""
+    chars = 8 * length  # enough characters for ``length`` tokens of any tokenizer; no more are read
+    text = docs[d % len(docs)].text
+    start = rng.randrange(max(1, len(text) - chars)) if d >= len(docs) else 0
+    ids = _ids(tok, text[start : start + chars])
+    for j in range(1, len(docs)):
+        if len(ids) >= length:
+            break
+        ids += _ids(tok, docs[(d + j) % len(docs)].text[:chars])
+    if len(ids) < length:
+        raise ValueError(f"the haystack holds {len(ids)} tokens; length={length} needs {length}: give a longer text")
+    return ids[:length]
+
+
+def answer_mask(docs: list[NeedleDocument], length: int) -> torch.Tensor:
+    """``[n, L-1]`` the prediction columns of every answer token (the gradient objective's mask)."""
+    mask = torch.zeros(len(docs), length - 1, dtype=torch.bool)
+    for row, doc in zip(mask, docs, strict=True):
+        row[[c for cols in doc.answers for c in cols]] = True
+    return mask
+
+
+def needle_targets(tok: Any, length: int, n: int, ctx: EvalContext) -> tuple[torch.Tensor, torch.Tensor]:
+    """``([n, L] documents, [n, L-1] answer tokens)``: what gradient tuning trains on."""
+    docs = documents(tok, length, replace(ctx, n_docs=n))
+    return torch.tensor([d.ids for d in docs]), answer_mask(docs, length)
+
+
+@torch.no_grad()
+def score_documents(model: Any, docs: list[NeedleDocument], multipliers, batch_size: int) -> torch.Tensor:
+    """``[k_m, n, needles, 2]`` per multiplier, document and needle: answer mean log-probability and
+    greedy first-token hit, from one forward per (document, m) (one batch row each)."""
+    ids = torch.tensor([d.ids for d in docs])  # [n, L]
+    width = max(len(c) for d in docs for c in d.answers)
+    cols = torch.tensor([[(c + [c[0]] * width)[:width] for c in d.answers] for d in docs])  # [n, k, A]
+    valid = torch.tensor([[[j < len(c) for j in range(width)] for c in d.answers] for d in docs])  # [n, k, A]
+    rows, m = repeat_rows(ids, multipliers)  # [k_m*n, L]
+    flat = cols.flatten(1).repeat(len(multipliers), 1)  # [k_m*n, k*A]
+    out = []
+    for a in range(0, rows.shape[0], batch_size):
+        with batch_multipliers(model, m[a : a + batch_size]):
+            nll, hit = position_scores(model, rows[a : a + batch_size].to(model.device), flat[a : a + batch_size])
+        out.append(torch.stack([-nll.cpu().double(), hit.cpu().double()], -1))  # [b, k*A, 2]
+    scores = torch.cat(out).reshape(len(multipliers), len(docs), *cols.shape[1:], 2)  # [k_m, n, k, A, 2]
+    v = valid.double()  # [n, k, A]
+    logp = (scores[..., 0] * v).sum(-1) / v.sum(-1)  # [k_m, n, k]: mean over the answer's tokens
+    return torch.stack([logp, scores[..., 0, 1]], -1)  # [k_m, n, k, 2]: the first answer token's hit
+
+
+class Needles(Task):
+    """k needles per forward: ``acc`` (greedy first answer token) and ``logp`` per document."""
+
+    name = "needles"
+    metrics = (
+        Metric("acc", True, "share of needles (first answer token greedy)", "difference", ("doc_acc",)),
+        Metric("logp", True, "nats per answer token", "difference", ("doc_logp",)),
+    )
+    objective = "logp"
+
+    def interval(self, metrics, name, seed=0):
+        (key,) = self.metric(name).values
+        values = metrics.get(key, ())
+        return intervals.mean_interval(values, seed=seed) if len(values) >= 2 else None  # over documents
+
+    def paired(self, a, b, name, seed=0):
+        (key,) = self.metric(name).values
+        if len(a.get(key, ())) < 2 or len(b.get(key, ())) < 2:
+            return None
+        if a.get("documents_digest") != b.get("documents_digest"):
+            raise ValueError("the two results were scored on different documents; a paired comparison needs the same")
+        return intervals.paired_difference_interval(a[key], b[key], seed=seed)
+
+    def evaluate(self, model, tok, length, multipliers, ctx):
+        docs = documents(tok, length, ctx)
+        scores = score_documents(model, docs, multipliers, ctx.batch_size)  # [k_m, n, k, 2]
+        digest = corpus.windows_digest(torch.tensor([d.ids for d in docs]))
+        out = []
+        for per in scores:  # [n, k, 2]
+            out.append(
+                {
+                    "acc": float(per[..., 1].mean()),
+                    "logp": float(per[..., 0].mean()),
+                    "doc_acc": per[..., 1].mean(1).tolist(),
+                    "doc_logp": per[..., 0].mean(1).tolist(),
+                    "needle_hits": per[..., 1].int().tolist(),
+                    "needle_logps": per[..., 0].tolist(),
+                    "depths": docs[0].depths,
+                    "needles_per_forward": len(docs[0].answers),
+                    "documents": len(docs),
+                    "documents_digest": digest,
+                }
+            )
+        return out

@@ -1,0 +1,239 @@
+"""The task registry and what every task shares: :class:`Metric` (a metric's facts, declared once),
+:class:`EvalContext` (what a task needs besides the model), :class:`EvalOptions` (the evaluating
+commands' options), :class:`Task` (intervals, paired comparisons and verdicts in words), and
+:func:`register` / :func:`get_task` over :data:`TASKS`.
+
+The tasks themselves live in :mod:`.tasks` (perplexity, passkey, needle), :mod:`.key_tokens`
+and :mod:`.needles`; :mod:`.tasks` imports them all, so ``TASKS`` is complete wherever it is
+imported. A task module imports this one, never :mod:`.tasks`.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..hf.loading import ModelOptions
+from ..ops import intervals
+from ..ops.intervals import Interval
+from ..utils import checks
+from ..utils.options import option
+from . import corpus
+
+KEY_NGRAM = 8  # tokens of context that must repeat (8 bytes of the tiny model: more than a common word)
+KEY_ALPHA, KEY_BETA = 2.0, -2.0  # LongPPL's defaults (the longppl package's compute_longppl)
+NEEDLES_PER_FORWARD = 8
+MAX_NEEDLES = 64  # distinct keys the needles task has words for
+
+
+def check_distant(opts: Any) -> None:
+    """The key_tokens and needles options of ``opts`` (an EvalOptions or EvalContext), naming the field."""
+    if checks.positive_int("key_ngram", opts.key_ngram) > 64:
+        raise ValueError(f"key_ngram={opts.key_ngram} is not allowed; expected an integer in [1, 64]")
+    if opts.key_distance is not None:
+        checks.positive_int("key_distance", opts.key_distance)
+    for name in ("key_alpha", "key_beta"):
+        value = getattr(opts, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError(f"{name}={value!r} is not allowed; expected a finite number")
+    if opts.key_evaluator is not None and (not isinstance(opts.key_evaluator, str) or not opts.key_evaluator):
+        raise ValueError(f"key_evaluator={opts.key_evaluator!r} is not allowed; expected a model name or path")
+    if not 1 <= checks.positive_int("needles_per_forward", opts.needles_per_forward) <= MAX_NEEDLES:
+        raise ValueError(
+            f"needles_per_forward={opts.needles_per_forward} is not allowed; expected an integer in [1, {MAX_NEEDLES}]"
+        )
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A task's metric: its name, whether higher is better, its unit (for tables), and how two
+    specs are compared on it: their ``ratio`` (perplexity) or their ``difference`` (accuracy)."""
+
+    name: str
+    higher_is_better: bool
+    unit: str = ""
+    comparison: str = "difference"
+    values: tuple[str, ...] = ()  # the keys of a result it is made of (per window or per trial)
+
+    @property
+    def null(self) -> float:
+        """The comparison's value for "no change": 1 for a ratio, 0 for a difference."""
+        return 1.0 if self.comparison == "ratio" else 0.0
+
+
+@dataclass(frozen=True)
+class EvalContext:
+    """What every task needs besides the model: trained length, text and sizes."""
+
+    trained_length: int
+    docs: Sequence[corpus.Document] = field(default=(), repr=False)
+    n_docs: int = 4
+    trials: int = 20
+    seed: int = 0
+    depths: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
+    batch_size: int = 16
+    haystack: Sequence[corpus.Document] = field(default=(), repr=False)
+    tuning_docs: Sequence[corpus.Document] = field(default=(), repr=False)  # the other pool: tuners use it
+    key_ngram: int = KEY_NGRAM  # key_tokens: the context n-gram's length
+    key_distance: int | None = None  # key_tokens: K, how far back its evidence lies (None: trained length / 2)
+    key_evaluator: str | None = None  # key_tokens: LongPPL's rule with this model instead of the n-gram rule
+    key_alpha: float = KEY_ALPHA
+    key_beta: float = KEY_BETA
+    needles_per_forward: int = NEEDLES_PER_FORWARD  # needles: k keyed facts scored in one forward
+
+    def __post_init__(self) -> None:
+        checks.positive_int("trained_length", self.trained_length)
+        checks.positive_int("n_docs", self.n_docs)
+        checks.positive_int("trials", self.trials)
+        check_distant(self)
+
+    @property
+    def key_span(self) -> int:
+        """K: the key-token distance given, or half the trained length."""
+        return self.key_distance or max(1, self.trained_length // 2)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvalOptions(ModelOptions):
+    """What every command that evaluates takes: the model, the text and the evaluation's sizes."""
+
+    text: str = option("stdlib", "held-out text: stdlib, gutenberg:<book>, a file or a folder")
+    n_docs: int = option(16, "held-out documents (windows) per evaluation", flag="--docs")
+    trials: int = option(50, "passkey / needle trials per point (and depth)")
+    seed: int = option(0, "seed of the passkey and needle keys and depths")
+    batch_size: int = option(16, "rows per forward (one row per window and multiplier)")
+    gutenberg: str | None = option(None, "needle haystack, e.g. gutenberg:melville-moby_dick")
+    progress: bool = option(True, "no progress bars", flag="--quiet", invert=True)
+    key_ngram: int = option(KEY_NGRAM, "key_tokens: a token is key when its preceding n-gram of this many tokens ...")
+    key_distance: int | None = option(
+        None,
+        "... last occurred more than K tokens back, followed by it (default K: half the trained length)",
+        parse=int,
+    )
+    key_evaluator: str | None = option(
+        None,
+        "key_tokens: LongPPL's rule instead (arXiv:2410.23771): key when this model's log p with the whole window "
+        "beats log p with the last K tokens by > --key-alpha and log p > --key-beta",
+        metavar="MODEL",
+    )
+    key_alpha: float = option(KEY_ALPHA, "key_tokens with --key-evaluator: the log-probability gain threshold")
+    key_beta: float = option(KEY_BETA, "key_tokens with --key-evaluator: the least log-probability of a key token")
+    needles_per_forward: int = option(NEEDLES_PER_FORWARD, "needles: keyed facts hidden and asked in one forward")
+
+    def __post_init__(self) -> None:
+        checks.positive_int("n_docs", self.n_docs)
+        checks.positive_int("trials", self.trials)
+        checks.positive_int("batch_size", self.batch_size)
+        check_distant(self)
+
+
+def eval_context(opts: EvalOptions, trained_length: int, tuning: bool = False) -> EvalContext:
+    """The task context of any evaluating config: its text loaded and split into the evaluation
+    and the tuning pool (:func:`attntemp.evaluate.corpus.pool`), the haystack, its sizes. A text of
+    too few documents for two pools is evaluated whole, or, for a run that ``tuning``, cut in
+    halves: the tuner takes the first half of each document, the evidence the second
+    (:func:`attntemp.evaluate.corpus.halves`)."""
+    docs = corpus.load_text(opts.text, name="text")
+    hay = corpus.load_text(opts.gutenberg, name="gutenberg") if opts.gutenberg else ()
+    evaluation, tuners = corpus.pool(docs, "evaluation"), corpus.pool(docs, "tuning")
+    if not evaluation or not tuners:
+        tuners, evaluation = corpus.halves(docs) if tuning else ([], list(docs))
+    return EvalContext(
+        trained_length,
+        evaluation,
+        opts.n_docs,
+        opts.trials,
+        opts.seed,
+        batch_size=opts.batch_size,
+        haystack=hay,
+        tuning_docs=tuners,
+        key_ngram=opts.key_ngram,
+        key_distance=opts.key_distance,
+        key_evaluator=opts.key_evaluator,
+        key_alpha=opts.key_alpha,
+        key_beta=opts.key_beta,
+        needles_per_forward=opts.needles_per_forward,
+    )
+
+
+def tuning_context(ctx: EvalContext) -> EvalContext:
+    """What a tuner scores on: the tuning pool, and other passkey keys and depths."""
+    if not ctx.tuning_docs:
+        raise ValueError(
+            f"text: its {len(ctx.docs)} document(s) cannot be split into a tuning and an evaluation pool; "
+            "tuning needs documents its evidence is not scored on: give a folder of several files"
+        )
+    return replace(ctx, docs=ctx.tuning_docs, tuning_docs=(), seed=ctx.seed + 1000)
+
+
+TASKS: dict[str, type[Task]] = {}
+
+
+def register(cls: type[Task]) -> type[Task]:
+    TASKS[cls.name] = cls
+    return cls
+
+
+def get_task(name: str) -> Task:
+    return TASKS[checks.choice("task", name, TASKS)]()
+
+
+class Task(abc.ABC):
+    name: str = ""
+    metrics: tuple[Metric, ...] = ()
+    objective: str = ""  # the metric tuning optimises
+
+    @abc.abstractmethod
+    def evaluate(self, model, tok, length: int, multipliers: Sequence[float], ctx: EvalContext) -> list[dict[str, Any]]:
+        """One metrics dict per multiplier (model already patched with the base spec)."""
+
+    def metric(self, name: str) -> Metric:
+        """The declared metric called ``name``."""
+        checks.choice("metric", name, [m.name for m in self.metrics])
+        return next(m for m in self.metrics if m.name == name)
+
+    def higher_is_better(self, metric: str) -> bool:
+        return self.metric(metric).higher_is_better
+
+    @property
+    def headline(self) -> Metric:
+        """The metric tables and reports show first."""
+        return self.metrics[0]
+
+    @abc.abstractmethod
+    def interval(self, metrics: dict[str, Any], name: str, seed: int = 0) -> Interval | None:
+        """``name`` of one evaluation with its 95% interval, from the per-window / per-trial values
+        it keeps; None for a result stored without them (an older sweep database)."""
+
+    @abc.abstractmethod
+    def paired(self, a: dict[str, Any], b: dict[str, Any], name: str, seed: int = 0) -> Interval | None:
+        """``a`` against ``b`` (the same windows or trials) on ``name``: the paired interval of their
+        ratio or difference (:attr:`Metric.comparison`); None without per-window values."""
+
+    def describe(self, metrics: dict[str, Any], name: str, digits: int = 4) -> str:
+        """``"6.061 [5.87, 6.25]"``: the figure with its 95% interval; the figure and "(no
+        interval)" from a single window or trial, or a result stored without them."""
+        ci = self.interval(metrics, name)
+        return f"{metrics[name]:.{digits}g} (no interval)" if ci is None else ci.format(digits)
+
+    def compare(self, a: dict[str, Any], b: dict[str, Any], name: str, decimals: int = 4) -> str:
+        """``"0.5812 [0.5203, 0.6411] better"``: ``a`` against ``b`` on the same windows, in words too."""
+        ci = self.paired(a, b, name)
+        return (
+            "no interval (fewer than 2 windows or trials)"
+            if ci is None
+            else f"{ci.fixed(decimals)} {self.verdict(ci, name)}"
+        )
+
+    def verdict(self, comparison: Interval, name: str) -> str:
+        """ "better", "worse" or "not distinguishable" (the interval holds "no change"), in words."""
+        m = self.metric(name)
+        return intervals.verdict(comparison, m.null, lower_is_better=not m.higher_is_better)
+
+
+def tail_start(length: int, trained_length: int) -> int:
+    """First query position of the tail: the trained length, or 3/4 of a shorter length."""
+    return trained_length if length > trained_length else (3 * length) // 4
