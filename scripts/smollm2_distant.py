@@ -1,0 +1,193 @@
+"""SmolLM2 past its trained length (8192), judged by the use of distant context: one table of
+all-token tail perplexity, key-token perplexity and ``needles`` (accuracy and answer
+log-probability), each with its 95% interval and paired against m = 1 at the same length.
+
+Specs at each length L (s = L / 8192): no RoPE change at m = 1 and at a softening m < 1
+(``--soft``, T = 1/m > 1); YaRN at m = 1; YaRN with YaRN's own m = (0.1 ln s + 1)^2; and YaRN with
+the global m tuned at 12288 (``--tuned-spec``; tuned on all-token tail perplexity, said in its row).
+
+    python scripts/smollm2_distant.py --lengths 12288,16384,8192 --docs 4 --threads 2
+
+Resumable on any machine: each (length, spec, task) result, with its per-window values, is one
+JSON file under ``--out`` (default ``docs/results/smollm2_distant/``, committed as they come);
+a rerun skips what is there and rewrites ``docs/results/smollm2_distant_table.md`` after every
+result. The settings (model, text, documents, key-token rule, needles per forward) are recorded in
+``settings.json`` and a rerun with others is refused. On 2 busy CPU cores one 12288-token forward
+took 177 s and one 16384-token forward 204 s (``--time-forward`` measures it again); each
+(length, spec) costs ``--docs`` forwards per task.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+
+import torch
+
+from attntemp.evaluate import corpus
+from attntemp.evaluate.lm import token_nll
+from attntemp.evaluate.tasks import EvalContext, get_task
+from attntemp.hf import introspect
+from attntemp.hf.loading import load_model
+from attntemp.hf.patch import patch
+from attntemp.hf.rope_scaling import rope_for
+from attntemp.ops.spec import TemperatureSpec
+
+TASKS = ("key_tokens", "needles")
+BASE = "no RoPE change, m = 1"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def specs(length: int, trained: int, soft: float, tuned: float | None) -> dict[str, TemperatureSpec]:
+    """The specs of one length, in table order (YaRN rows only past the trained length)."""
+    out = {BASE: TemperatureSpec(), f"no RoPE change, m = {soft:g} (softer)": TemperatureSpec(multiplier=soft)}
+    if length > trained:
+        s = length / trained
+        yarn = rope_for("yarn", length, trained)
+        m_yarn = (0.1 * math.log(s) + 1) ** 2
+        out[f"YaRN s = {s:g}, m = 1"] = TemperatureSpec(rope=yarn)
+        out[f"YaRN s = {s:g}, YaRN's m = {m_yarn:.4g}"] = TemperatureSpec(multiplier=m_yarn, rope=yarn)
+        if tuned is not None:
+            out[f"YaRN s = {s:g}, global m = {tuned:.4g} (tuned at 12288 on tail ppl)"] = TemperatureSpec(
+                multiplier=tuned, rope=yarn
+            )
+    return out
+
+
+def result_path(out: Path, length: int, name: str, task: str) -> Path:
+    slug = "".join(c if c.isalnum() or c in "=.-" else "_" for c in name)
+    return out / f"{length}" / f"{task}__{slug}.json"
+
+
+def score(model, tok, length: int, name: str, spec: TemperatureSpec, task: str, ctx: EvalContext, out: Path) -> dict:
+    """One (length, spec, task) result, read back if a run (here or elsewhere) already made it."""
+    path = result_path(out, length, name, task)
+    if path.is_file():
+        return json.loads(path.read_text())
+    t0 = time.perf_counter()
+    with patch(model, spec):
+        res = get_task(task).evaluate(model, tok, length, [1.0], ctx)[0]
+    record = {"spec": spec.to_dict(), "seconds": round(time.perf_counter() - t0, 1), **res}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, default=float) + "\n")
+    print(f"{length} {task} {name}: {record['seconds']:.0f} s", flush=True)
+    return record
+
+
+def rows(length: int, results: dict[str, dict[str, dict]]) -> list[str]:
+    """Table rows of one length: each metric with its interval and its paired ratio / difference to m = 1."""
+    key, ndl = get_task("key_tokens"), get_task("needles")
+    lines = []
+    for name, by_task in results.items():
+        cells = [str(length), name]
+        for task, metric in ((key, "tail_ppl"), (key, "key_ppl"), (ndl, "acc"), (ndl, "logp")):
+            res, base = by_task.get(task.name), results[BASE].get(task.name)
+            if res is None:
+                cells.append("not run yet")
+                continue
+            cell = task.describe(res, metric)
+            if name != BASE and base is not None:
+                cell += f"; vs m = 1: {task.compare(res, base, metric)}"
+            cells.append(cell)
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def write_table(all_results: dict[int, dict[str, dict[str, dict]]], settings: dict, path: Path) -> str:
+    head = [
+        f"| length | spec | tail ppl (all tokens past {settings['trained']}) | key-token ppl | needles accuracy | "
+        "needles answer log-prob |",
+        "|---|---|---|---|---|---|",
+    ]
+    body = [r for length, results in all_results.items() for r in rows(length, results)]
+    rule = (
+        f"Key tokens: the rule of `attntemp.evaluate.key_tokens` with n = {settings['key_ngram']}, "
+        f"K = {settings['key_distance'] or 'trained length / 2'}; needles: {settings['needles_per_forward']} per "
+        f"forward; {settings['docs']} documents of `{settings['text']}` (evaluation pool) per cell; intervals: "
+        "95%, over documents; paired comparisons on the same windows."
+    )
+    md = "\n".join([*head, *body, "", rule])
+    path.write_text(md + "\n")
+    return md
+
+
+def check_settings(out: Path, settings: dict) -> None:
+    path = out / "settings.json"
+    if path.is_file():
+        old = json.loads(path.read_text())
+        if old != settings:
+            diff = {k: (old.get(k), v) for k, v in settings.items() if old.get(k) != v}
+            raise SystemExit(f"--out {out} holds results made with other settings {diff}; give another --out")
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(settings, indent=1) + "\n")
+
+
+def time_forward(model, lengths: list[int]) -> None:
+    for n in lengths:
+        ids = torch.randint(100, 40000, (1, n))  # [1, n]
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            token_nll(model, ids)
+        print(f"one forward at {n}: {time.perf_counter() - t0:.0f} s", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="smollm2", help="model (tiny for a quick check of the script)")
+    ap.add_argument("--table", default=str(ROOT / "docs/results/smollm2_distant_table.md"), help="table file")
+    ap.add_argument("--lengths", default="12288,16384,8192", help="comma list, in the order to run")
+    ap.add_argument("--docs", type=int, default=4, help="evaluation documents (one window each) per cell")
+    ap.add_argument("--text", default="../shared/data/gutenberg", help="a folder of documents")
+    ap.add_argument("--soft", type=float, default=0.9, help="the softening multiplier m < 1 (T = 1/m)")
+    ap.add_argument("--tuned-spec", default="docs/results/smollm2_tune12k_spec.json", help="a tuned global m")
+    ap.add_argument("--needles", type=int, default=8, help="needles per forward")
+    ap.add_argument("--threads", type=int, default=2, help="torch threads")
+    ap.add_argument("--out", default=str(ROOT / "docs/results/smollm2_distant"), help="per-result JSON folder")
+    ap.add_argument("--time-forward", action="store_true", help="time one forward per length first")
+    args = ap.parse_args()
+    if not 0 < args.soft < 1:
+        raise SystemExit(f"--soft={args.soft} is not allowed; expected a softening multiplier in (0, 1)")
+    torch.set_num_threads(args.threads)
+    lengths = [int(x) for x in args.lengths.split(",")]
+    model, tok = load_model(args.model)
+    trained = introspect.trained_length(model)
+    if args.time_forward:
+        time_forward(model, lengths)
+    docs = corpus.pool(corpus.load_text(args.text), "evaluation")
+    ctx = EvalContext(trained, docs, n_docs=args.docs, batch_size=1, needles_per_forward=args.needles)
+    settings = {
+        "model": args.model,
+        "text": args.text,
+        "docs": args.docs,
+        "key_ngram": ctx.key_ngram,
+        "key_distance": ctx.key_distance,
+        "needles_per_forward": args.needles,
+        "soft": args.soft,
+        "trained": trained,
+    }
+    out = Path(args.out)
+    check_settings(out, settings)
+    tuned = TemperatureSpec.load(args.tuned_spec).multiplier if args.tuned_spec else None
+    table = Path(args.table)
+    done: dict[int, dict[str, dict[str, dict]]] = {}
+    for length in lengths:  # what exists is read first, so the table shows every committed result
+        done[length] = {n: {} for n in specs(length, trained, args.soft, tuned)}
+        for name in done[length]:
+            for task in TASKS:
+                if result_path(out, length, name, task).is_file():
+                    done[length][name][task] = json.loads(result_path(out, length, name, task).read_text())
+    write_table(done, settings, table)
+    for length in lengths:
+        for task in TASKS:
+            for name, spec in specs(length, trained, args.soft, tuned).items():
+                done[length][name][task] = score(model, tok, length, name, spec, task, ctx, out)
+                write_table(done, settings, table)
+    print(write_table(done, settings, table))
+
+
+if __name__ == "__main__":
+    main()
