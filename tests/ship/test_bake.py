@@ -87,6 +87,28 @@ def test_yarn_spec_writes_the_rope_into_the_saved_config(tmp_path):
     assert (logits(fresh) - want).abs().max() <= TOL
 
 
+def test_longrope_spec_reloads_in_plain_transformers_with_equal_logits_past_l0(tmp_path):
+    cfg = config("llama")
+    cfg.max_position_embeddings = 32
+    torch.manual_seed(0)
+    m = sharp(AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa").eval())
+    pairs = m.config.head_dim // 2
+    rope = {"rope_type": "longrope", "factor": 4.0, "original_max_position_embeddings": 32,
+            "short_factor": [1.0] * pairs, "long_factor": [1.0 + 0.5 * i for i in range(pairs)],
+            "attention_factor": 1.0}
+    spec = TemperatureSpec(heads=per_head_spec(m).heads, rope=rope)
+    assert B.tokens_to_check(spec, 8) == 48  # past L0 = 32, where long_factor applies
+    want, _ = patched_and_base(m, spec)  # 48 tokens > L0
+    with patch(m, TemperatureSpec(heads=spec.heads)):
+        temperature_only = logits(m)
+    assert (want - temperature_only).abs().max() > 100 * TOL  # the factors matter
+    B.save_baked(m, None, spec, tmp_path / "longrope", check_tokens=8)
+    fresh = reload(tmp_path / "longrope")
+    assert fresh.config.rope_parameters["long_factor"] == rope["long_factor"]
+    assert (logits(fresh) - want).abs().max() <= TOL
+    assert json.loads((tmp_path / "longrope" / B.SPEC_FILE).read_text())["check"]["tokens"] == 48
+
+
 def test_per_head_multipliers_under_qk_norm_are_refused():
     m = model("qwen3")
     state = {k: v.clone() for k, v in m.state_dict().items()}

@@ -138,13 +138,11 @@ def test_engine_specific_refusals():
             "original_max_position_embeddings": 32,
         }
     )
-    with pytest.raises(
-        ValueError,
-        match=r"rope_type='longrope' cannot be exported to llama.cpp: it has run-time flags for yarn and linear only",
-    ):
-        E.export(longrope, "llama.cpp")
     expected = 1 + math.log(2.0) / math.log(32)  # longrope's own factor, squared on the logits
     assert E.export(longrope, "transformers").logit_multiplier == pytest.approx(expected, rel=1e-12)
+    cpp = E.export(longrope, "llama.cpp")  # the factors go into the GGUF's rope_freqs; the default factor is kept
+    assert cpp.logit_multiplier == pytest.approx(expected, rel=1e-12)
+    assert _kv_factor(cpp)[1] == pytest.approx(math.sqrt(expected), rel=1e-9)
 
 
 def _kv_factor(result):
@@ -193,6 +191,53 @@ def test_llamacpp_refuses_other_ropes_saying_to_bake_and_convert():
         E.export(dynamic, "llama.cpp")
 
 
+LONGROPE = {"rope_type": "longrope", "factor": 4.0, "original_max_position_embeddings": 256,
+            "short_factor": [1.0] * 8, "long_factor": [1.0, 1.3, 1.7, 2.3, 4.0, 4.5, 5.0, 6.0],
+            "attention_factor": 1.0}
+
+
+def test_longrope_exports_carry_the_factors_and_sqrt_m():
+    spec = TemperatureSpec(multiplier=1.3, rope=LONGROPE)
+    tf = E.export(spec, "transformers", rope_theta=10000.0)
+    assert tf.rope_parameters["long_factor"] == LONGROPE["long_factor"]
+    assert tf.rope_parameters["attention_factor"] == pytest.approx(math.sqrt(1.3))
+    vllm = E.export(spec, "vllm", rope_theta=10000.0)
+    assert vllm.rope_parameters["long_mscale"] == vllm.rope_parameters["short_mscale"] == pytest.approx(math.sqrt(1.3))
+    assert vllm.args[-2:] == ("--max-model-len", "1024") and '"long_factor": [1.0, 1.3' in vllm.args[1]
+    cpp = E.export(spec, "llama.cpp", gguf_arch="llama")
+    assert cpp.args[:4] == ("--rope-scaling", "none", "--ctx-size", "1024")
+    assert cpp.args[-1] == f"llama.rope.scaling.attn_factor=float:{math.sqrt(1.3):.10g}"
+    assert "rope_freqs" in " ".join(cpp.notes) and cpp.perplexity[5:7] == ("-c", "1024")
+    scaled = TemperatureSpec(rope={**LONGROPE, "attention_factor": 1.1})  # LongRoPE's fixed scale, m = 1
+    assert E.export(scaled, "llama.cpp").logit_multiplier == pytest.approx(1.21)
+
+
+def test_rope_freqs_tensor_is_written_into_a_copy_of_the_gguf(tmp_path):
+    import gguf
+
+    from attntemp.ship import llamacpp
+
+    src = tmp_path / "src.gguf"
+    w = gguf.GGUFWriter(str(src), "llama")
+    w.add_block_count(1)
+    w.add_rope_scaling_type(gguf.RopeScalingType.LONGROPE)
+    w.add_tensor("token_embd.weight", torch.arange(12, dtype=torch.float32).reshape(3, 4).numpy())
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    out = llamacpp.with_rope_freqs(src, LONGROPE["long_factor"], tmp_path / "out.gguf")
+    r = gguf.GGUFReader(str(out))
+    tensors = {t.name: t.data for t in r.tensors}
+    assert tensors["rope_freqs.weight"].tolist() == pytest.approx(LONGROPE["long_factor"])
+    assert tensors["token_embd.weight"].tolist() == torch.arange(12.0).reshape(3, 4).tolist()
+    assert "llama.block_count" in r.fields and "llama.rope.scaling.type" not in r.fields
+    with pytest.raises(ValueError, match="already has a rope_freqs"):
+        llamacpp.with_rope_freqs(out, [1.0], tmp_path / "again.gguf")
+    with pytest.raises(ValueError, match=">= 1 per rotary pair"):
+        llamacpp.with_rope_freqs(src, [0.5], tmp_path / "bad.gguf")
+
+
 # ----------------------------------------------------------------------------- the engines themselves
 # `pytest -m engines tests/ship/test_engines.py` after `bash scripts/build_llama_cpp.sh` (and
 # scripts/build_vllm_cpu.sh): each case runs `attntemp verify` and must pass its limits (f32 KL per
@@ -209,6 +254,14 @@ ENGINE_CASES = {
         512,
     ),
     "per-layer baked": (TemperatureSpec(layers=(1.2, 0.9, 1.1, 1.4)), 512),
+    # LongRoPE factors as the GGUF's rope_freqs tensor (on both runs: m = 1 has the same factors)
+    "longrope + m": (TemperatureSpec(multiplier=1.3, rope=LONGROPE), 1024),
+    "longrope per-head baked": (
+        TemperatureSpec.per_head(
+            torch.exp(0.25 * torch.randn(4, 8, generator=torch.Generator().manual_seed(3))), rope=LONGROPE
+        ),
+        1024,
+    ),
 }
 SMOLLM2_CASES = {
     "m alone": TemperatureSpec(multiplier=1.3),

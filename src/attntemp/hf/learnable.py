@@ -15,6 +15,10 @@ with L0 the trained length: m = exp(a) up to L0 and exp(a) (n / L0)^b beyond, af
 ``log_length`` TemperatureSpec: exact at every length, bakeable nowhere, patchable everywhere.
 ``schedule="log_length_slope"`` learns b alone with a held at its init (0 without one): nothing
 changes up to the trained length.
+
+``rope_factors`` (a :class:`attntemp.hf.rope_factors.LearnableRopeFactors`) learns LongRoPE's
+per-frequency factors (arXiv:2402.13753) in the same run, alone (``learn_temperature=False``) or
+with the temperatures; ``to_spec`` then carries them as a ``longrope`` rope.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from ..ops.spec import GRANULARITIES, TemperatureSpec
 from ..utils import checks
 from . import patch
 from .introspect import attention_modules, text_config
+from .rope_factors import LearnableRopeFactors, install
 
 SCHEDULES = ("log_length", "log_length_slope")  # the second learns b alone: a stays at init (0: m = 1 up to L0)
 _LEARN = "_attntemp_learnable"
@@ -74,8 +79,11 @@ class LearnableTemperatures(nn.Module):
         trained_length: int | None = None,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str | None = None,
+        learn_temperature: bool = True,
     ) -> None:
         super().__init__()
+        if schedule is not None and not learn_temperature:
+            raise ValueError(f"schedule={schedule!r} is a learned temperature; it needs learn_temperature=True")
         self.num_layers = checks.positive_int("num_layers", num_layers)
         self.num_heads = checks.positive_int("num_heads", num_heads)
         self.granularity = checks.choice("granularity", granularity, GRANULARITIES)
@@ -84,9 +92,10 @@ class LearnableTemperatures(nn.Module):
         if schedule is not None:
             self.trained_length = checks.positive_int("trained_length", trained_length)
         table = _init_table(init, num_layers, num_heads, granularity).to(dtype=dtype, device=device)
-        self.log_m = nn.Parameter(table, requires_grad=schedule != "log_length_slope")
+        self.log_m = nn.Parameter(table, requires_grad=learn_temperature and schedule != "log_length_slope")
         self.slope = nn.Parameter(torch.zeros_like(table)) if schedule else None
         self.base = TemperatureSpec()  # the spec applied under it (set by apply_learnable)
+        self.rope_factors: LearnableRopeFactors | None = None  # learned RoPE factors (set by apply_learnable)
 
     def forward(self, layer: int, positions: torch.Tensor, n_keys: torch.Tensor) -> torch.Tensor:
         """m: ``[1, H|1, 1]`` (constant) or ``[B|1, H|1, Lq]`` (log_length)."""
@@ -106,9 +115,11 @@ class LearnableTemperatures(nn.Module):
         """The learned function as a spec, exact: ``base_spec``'s static multipliers (default:
         ``self.base``) times exp(log_m) per head, and with a slope the ``log_length`` schedule with
         a = ln of that and b = the slope. The base's rope (and a position schedule without a slope)
-        are kept."""
+        are kept; learned RoPE factors replace the base's rope with their ``longrope`` dict."""
         base = self.base if base_spec is None else base_spec
         base.check_model(self.num_layers, self.num_heads)
+        if self.rope_factors is not None:
+            base = base.with_rope(self.rope_factors.to_rope())
         heads = base.heads_table(self.num_layers, self.num_heads).double() * self.table()  # [L, H]
         if self.slope is None:
             kw: dict[str, Any] = {}
@@ -152,27 +163,43 @@ def apply_learnable(
     schedule: str | None = None,
     trained_length: int | None = None,
     rope: dict[str, Any] | None = None,
+    rope_factors: LearnableRopeFactors | None = None,
+    learn_temperature: bool = True,
 ) -> LearnableTemperatures:
     """Patch ``model`` with learnable temperatures and freeze every weight; undo with restore_learnable.
 
-    ``trained_length`` (L0 of log_length) defaults to ``trained_length_of(model, base)``."""
+    ``trained_length`` (L0 of log_length) defaults to ``trained_length_of(model, base)``.
+    ``rope_factors``: learnable RoPE factors put in place of the model's rotary frequencies (no
+    ``rope`` then: the factors are the extension); ``learn_temperature=False`` freezes the m."""
     if learnable_of(model) is not None:
         raise ValueError("the model already has learnable temperatures; call restore_learnable(model) first")
     base = base_spec(init, rope)
+    if rope_factors is not None and base.rope:
+        raise ValueError(
+            f"rope={dict(base.rope)} together with learned RoPE factors: the factors are the extension "
+            "(start them from that rope with attntemp.ops.rope_factors.init_factors and pass rope=None)"
+        )
     l0 = (trained_length or trained_length_of(model, base)) if schedule else None
     weight = next(model.parameters())
     dtype = torch.float64 if weight.dtype == torch.float64 else torch.float32
     heads = text_config(model).num_attention_heads
     temps = LearnableTemperatures(
-        len(attention_modules(model)), heads, granularity, init, schedule, l0, dtype, weight.device
+        len(attention_modules(model)), heads, granularity, init, schedule, l0, dtype, weight.device, learn_temperature
     )
     temps.base = base
-    patch.apply(model, base)
+    patch.apply(model, base)  # restore puts back the RoPE found here: the rotary modules swapped below too
     flags = {name: p.requires_grad for name, p in model.named_parameters()}
     object.__setattr__(model, _LEARN, (temps, flags))
     for p in model.parameters():
         p.requires_grad_(False)
     patch.set_extra(model, temps)
+    if rope_factors is not None:
+        try:
+            install(model, rope_factors)
+        except Exception:
+            restore_learnable(model)
+            raise
+        temps.rope_factors = rope_factors
     return temps
 
 
@@ -198,9 +225,11 @@ def learnable(
     schedule: str | None = None,
     trained_length: int | None = None,
     rope: dict[str, Any] | None = None,
+    rope_factors: LearnableRopeFactors | None = None,
+    learn_temperature: bool = True,
 ) -> Iterator[LearnableTemperatures]:
     """``with learnable(model) as temps: ...``: restored on exit, also on an exception."""
-    temps = apply_learnable(model, init, granularity, schedule, trained_length, rope)
+    temps = apply_learnable(model, init, granularity, schedule, trained_length, rope, rope_factors, learn_temperature)
     try:
         yield temps
     finally:

@@ -58,6 +58,11 @@ def _rotary_modules(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str, 
     return found
 
 
+def rotary_modules(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str, Any]]:
+    """``(parent, attribute name, module)`` of each rotary embedding module of ``model``."""
+    return _rotary_modules(model)
+
+
 def extend_context(
     model: torch.nn.Module,
     method: str,

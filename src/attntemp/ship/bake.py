@@ -293,6 +293,14 @@ def _record(model, spec: TemperatureSpec, steps, diff: float, tokens: int) -> di
     }
 
 
+def tokens_to_check(spec: TemperatureSpec, tokens: int) -> int:
+    """``tokens``, or past L0 for a longrope rope (it switches to ``long_factor`` only there)."""
+    rope = dict(spec.rope)
+    if rope.get("rope_type") != "longrope":
+        return tokens
+    return max(tokens, int(rope["original_max_position_embeddings"]) + 16)
+
+
 def save_baked(
     model: torch.nn.Module,
     tokenizer: Any,
@@ -306,7 +314,8 @@ def save_baked(
 
     The reference is ``attntemp.patch(model, spec)`` on a fixed input of ``check_tokens`` tokens,
     computed before baking; the saved folder (safetensors, tokenizer unless None, ``attntemp_spec.json``)
-    is reloaded with plain ``AutoModelForCausalLM.from_pretrained`` and must match within ``atol``.
+    is reloaded with plain ``AutoModelForCausalLM.from_pretrained`` and must match within ``atol``
+    (a longrope spec is checked past its L0, where its long_factor applies).
     Everything is written to a temporary folder next to ``out_dir`` and renamed at the end: a failed
     or interrupted bake leaves nothing at ``out_dir``, and the next bake into the same parent folder
     cleans up after it (:func:`attntemp.utils.install.recover`). Files get the modes the umask gives.
@@ -320,6 +329,7 @@ def save_baked(
     plan(model, spec)
     config: Any = model.config
     check_tokens_fit("check_tokens", check_tokens, preflight.text_part(config.to_dict()), spec)
+    check_tokens = tokens_to_check(spec, check_tokens)
     ids = fixed_input(model, check_tokens)  # [1, L]
     impl = text_config(model)._attn_implementation
     with patch.patch(model, spec):

@@ -44,6 +44,7 @@ from ..ops.schedules import yarn_mscale
 from ..ops.spec import TemperatureSpec
 from ..utils import checks
 from ..utils.options import option
+from . import longrope_export
 from .bake import refuse_position_dependent
 
 ENGINES = ("transformers", "vllm", "llama.cpp")
@@ -243,6 +244,12 @@ def _transformers(m: float, params: dict[str, Any], rope_theta: float | None) ->
 
 def _vllm(m: float, params: dict[str, Any], rope_theta: float | None) -> ExportResult:
     kind = params.get("rope_type")
+    if kind == "longrope":
+        for key in ("factor", "original_max_position_embeddings"):
+            _need(params, key, "vllm")
+        lr, flags, said = longrope_export.vllm_settings(params, m, rope_theta)
+        theta = _theta_note(rope_theta, "vLLM --hf-overrides")
+        return ExportResult("vllm", m, lr, flags, said + theta, longrope_export.PHI3_VLLM)
     if kind != "yarn" and (abs(m - 1) > _EPS or kind not in (None, *_PASS_THROUGH)):
         raise _no_knob("vllm", kind, m)
     if kind is None:
@@ -334,6 +341,12 @@ def _llamacpp_plain(m: float, params: dict[str, Any], gguf_arch: str | None) -> 
 
 def _llamacpp(m: float, params: dict[str, Any], gguf_arch: str | None) -> ExportResult:
     kind = params.get("rope_type")
+    if kind == "longrope":
+        for key in ("factor", "original_max_position_embeddings"):
+            _need(params, key, "llama.cpp")
+        flags, said = longrope_export.llamacpp_settings(params, m, gguf_arch)
+        length = longrope_export.context_length(params)
+        return ExportResult("llama.cpp", m, None, flags, said, longrope_export.LLAMACPP, perplexity_args(flags, length))
     if kind not in ("yarn", "linear", None):
         raise ValueError(
             f"rope_type={kind!r} cannot be exported to llama.cpp: it has run-time flags for yarn and linear "

@@ -18,6 +18,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -154,6 +155,45 @@ def gguf_architecture(path: Path) -> str:
 
     field = GGUFReader(str(path)).fields["general.architecture"]
     return bytes(field.parts[field.data[0]]).decode()
+
+
+def with_rope_freqs(source: Path, factors: Sequence[float], out: Path) -> Path:
+    """A copy of the GGUF ``source`` with a ``rope_freqs.weight`` tensor of ``factors`` (float32, one
+    per rotary pair, each >= 1) at ``out``: llama.cpp divides pair i's frequency by ``factors[i]``
+    (``get_rope_factors`` in src/llama-model.cpp, ``ggml_rope_cache_init`` in ggml-cpu/ops.cpp), as
+    LongRoPE's long_factor. Metadata and tensors are copied as gguf-py's gguf_new_metadata.py does,
+    less a ``rope.scaling.type`` of ``longrope`` (convert_hf_to_gguf.py writes it for a baked longrope
+    config; llama.cpp then looks for Phi-3's ``rope_factors_long``/``_short`` tensors and fails to load)."""
+    import gguf
+
+    values = np.asarray([float(f) for f in factors], dtype=np.float32)  # [d/2]
+    if values.ndim != 1 or not values.size or not np.all(values >= 1):
+        raise ValueError(f"rope_freqs factors must be one number >= 1 per rotary pair; got {values.tolist()}")
+    reader = gguf.GGUFReader(str(source))
+    if any(t.name == "rope_freqs.weight" for t in reader.tensors):
+        raise ValueError(f"{str(source)!r} already has a rope_freqs tensor; start from a GGUF without one")
+    writer = gguf.GGUFWriter(str(out), gguf_architecture(source))
+    for field in reader.fields.values():
+        if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
+            continue
+        if field.name.endswith(".rope.scaling.type") and field.contents() == "longrope":
+            continue  # a baked longrope config: llama.cpp's longrope type wants Phi-3's rope_factors_long/short
+        kind = field.types[0]
+        sub = field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(field.name, field.contents(), kind, sub_type=sub)
+    for t in reader.tensors:
+        writer.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
+    writer.add_tensor_info(
+        "rope_freqs.weight", values.shape, values.dtype, values.nbytes, gguf.GGMLQuantizationType.F32
+    )
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    for t in reader.tensors:
+        writer.write_tensor_data(t.data, tensor_endianess=reader.endianess)
+    writer.write_tensor_data(values)
+    writer.close()
+    return out
 
 
 # ----------------------------------------------------------------------------- running and reading

@@ -320,7 +320,15 @@ def _tempered(
     save_baked(model, tok, spec, work / "baked", overwrite=True)  # folds the spec into model in place
     out = work / "baked-f32.gguf"
     cmd = llamacpp.convert(llama.convert or Path("convert_hf_to_gguf.py"), work / "baked", out)
-    return "bake + convert", out, export_args(TemperatureSpec(rope=dict(spec.rope))), cmd
+    return "bake + convert", with_factors(spec, out, work), export_args(TemperatureSpec(rope=dict(spec.rope))), cmd
+
+
+def with_factors(spec: TemperatureSpec, gguf: Path, work: Path) -> Path:
+    """``gguf``, or for a longrope spec a copy carrying its long_factor as the ``rope_freqs`` tensor."""
+    rope = dict(spec.rope)
+    if rope.get("rope_type") != "longrope":
+        return gguf
+    return llamacpp.with_rope_freqs(gguf, rope["long_factor"], work / f"{gguf.stem}-rope_freqs.gguf")
 
 
 def llamacpp_run(
@@ -335,8 +343,9 @@ def llamacpp_run(
     ids = windows(tok, cfg.text, length, cfg.chunks)  # [C, L]
     base_spec = baseline(spec)
     refs = {"m = 1": reference(model, base_spec, ids), "spec": reference(model, spec, ids)}
-    gguf, convert_cmd = original_gguf(llama, folder)
-    arch = llamacpp.gguf_architecture(gguf)
+    original, convert_cmd = original_gguf(llama, folder)
+    arch = llamacpp.gguf_architecture(original)
+    gguf = with_factors(spec, original, work)  # both runs: the same per-frequency factors
 
     def export_args(s: TemperatureSpec) -> tuple[str, ...]:
         return export(s, "llama.cpp", trained_length=fill_l0(s, trained), gguf_arch=arch).args
