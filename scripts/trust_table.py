@@ -1,15 +1,17 @@
 """Which tuning methods survive held-out documents and lengths, on the shipped tiny model.
 
 Every method is tuned at one length (``--length``, 4x the trained length by default) on the tuning
-pool of documents and scored on the evaluation pool at that length and at held-out lengths (the
-trained length and 8x), against m = 1 with the same RoPE (and YaRN's own m with YaRN): paired
-ratios of tail perplexity with 95% bootstrap intervals and a verdict in words.
+pool of stdlib documents and scored, at that length and at held-out lengths (the trained length and
+8x), on two texts: the stdlib's evaluation pool and a second text no tuner saw any of
+(``--heldout-text``, default ``package:markdown``: Python code from outside the stdlib the tiny
+model was trained on), against m = 1 with the same RoPE (and YaRN's own m with YaRN): paired ratios
+of tail perplexity with 95% bootstrap intervals and a verdict in words.
 
-    python scripts/trust_table.py --out runs/trust_tiny        # ~10 min on 2 cores; table on stdout
+    python scripts/trust_table.py --out runs/trust_tiny --threads 1   # ~35 min on 1 busy core; tables on stdout
 
 Writes ``OUT/<rope>/<method>/`` (each tune's spec.json, evidence.json, evidence.md) and
-``OUT/table.md``, ``OUT/table.json``. A rerun reuses every ``evidence.json`` already there (delete a
-folder to redo that method).
+``OUT/table.md`` (one table per text), ``OUT/table.json`` and ``OUT/trust.png``. A rerun reuses
+every ``evidence.json`` already there (delete a folder to redo that method).
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
+
+import torch
 
 from attntemp.evaluate import corpus
 from attntemp.evaluate.tasks import EvalContext, get_task
@@ -56,24 +61,40 @@ RULES = {  # label-free published laws, applied as they are (no tuning): label: 
 }
 
 
-def _rule(model, tok, rope: str, schedule: str, args: argparse.Namespace) -> dict:
-    """A fixed schedule scored like a tuned spec: at the length and the held-out lengths."""
-    trained = 256
-    spec = TemperatureSpec(
-        schedule=schedule, schedule_params={"trained_len": trained}, rope=rope_for(rope, args.length, trained)
-    )
-    ctx = EvalContext(trained, corpus.pool(corpus.load_text("stdlib"), "evaluation"), n_docs=args.docs)
+def _scored_lengths(model, tok, spec: TemperatureSpec, ctx: EvalContext, args: argparse.Namespace) -> dict:
+    """``spec`` and its baselines at the tuning length and each held-out length, on ``ctx``'s text."""
     scored = {}
     for n in (args.length, *args.checks):
         res = evaluate_specs(model, tok, n, candidates(dict(spec.rope) or None, spec), ("perplexity",), ctx)
         scored[n] = {"results": res, "comparisons": comparisons(res, ["perplexity"])}
-    return {**scored[args.length], "checks": {n: scored[n] for n in args.checks}, "spec": spec.to_dict()}
+    return {**scored[args.length], "checks": {n: scored[n] for n in args.checks}}
+
+
+def _rule(model, tok, rope: str, schedule: str, args: argparse.Namespace) -> dict:
+    """A fixed schedule scored like a tuned spec: at the length and the held-out lengths, on both texts."""
+    spec = TemperatureSpec(
+        schedule=schedule, schedule_params={"trained_len": TRAINED}, rope=rope_for(rope, args.length, TRAINED)
+    )
+    ctx = EvalContext(TRAINED, corpus.pool(corpus.load_text("stdlib"), "evaluation"), n_docs=args.docs)
+    other = replace(ctx, docs=corpus.load_text(args.heldout_text, name="heldout_text"))
+    second = {"text": args.heldout_text, "tasks": ["perplexity"], **_scored_lengths(model, tok, spec, other, args)}
+    return {**_scored_lengths(model, tok, spec, ctx, args), "heldout": second, "spec": spec.to_dict()}
+
+
+def _int_checks(scored: dict) -> dict:
+    return {**scored, "checks": {int(n): c for n, c in scored["checks"].items()}}
 
 
 def _load(path: Path) -> dict:
     """A saved evidence.json, its held-out lengths back as ints (JSON keys are strings)."""
-    ev = json.loads(path.read_text())
-    return {**ev, "checks": {int(n): c for n, c in ev["checks"].items()}}
+    ev = _int_checks(json.loads(path.read_text()))
+    return {**ev, "heldout": _int_checks(ev["heldout"])} if ev.get("heldout") else ev
+
+
+def _at(ev: dict, n: int, text: int, args: argparse.Namespace) -> dict:
+    """The scores of one evidence at length ``n`` on text 0 (the evaluation pool) or 1 (the second)."""
+    scored = ev if text == 0 else ev["heldout"]
+    return scored if n == args.length else scored["checks"][n]
 
 
 def _cell(scored: dict, name: str) -> str:
@@ -105,6 +126,7 @@ def run(args: argparse.Namespace) -> tuple[str, list[dict]]:
                 tasks=("perplexity",),
                 n_docs=args.docs,
                 check_lengths=tuple(args.checks),
+                heldout_text=args.heldout_text,
                 progress=False,
                 **kw,
             )
@@ -126,22 +148,30 @@ def run(args: argparse.Namespace) -> tuple[str, list[dict]]:
     return table(rows, args), rows
 
 
-def table(rows: list[dict], args: argparse.Namespace) -> str:
+def text_labels(args: argparse.Namespace) -> tuple[str, str]:
+    return (f"stdlib, evaluation pool ({args.docs} windows)", f"{args.heldout_text}, whole ({args.docs} windows)")
+
+
+def _table(rows: list[dict], args: argparse.Namespace, text: int) -> str:
     lengths = [args.length, *args.checks]
     head = "| rope | spec | " + " | ".join(f"tail ppl at {n} / m = 1" for n in lengths) + " |"
     lines = [head, "|---|---|" + "---|" * len(lengths)]
     for rope in dict.fromkeys(r["rope"] for r in rows):
         first = next(r["evidence"] for r in rows if r["rope"] == rope)
-        scored = {n: first if n == args.length else first["checks"][n] for n in lengths}
+        scored = {n: _at(first, n, text, args) for n in lengths}
         base = " | ".join(f"{_ppl(scored[n], BASELINE):.4g}" for n in lengths)
         lines.append(f"| {rope} | m = 1 (tail ppl) | {base} |")
         if YARN in first["results"]:
             lines.append(f"| {rope} | YaRN's own m | " + " | ".join(_cell(scored[n], YARN) for n in lengths) + " |")
         for r in (r for r in rows if r["rope"] == rope):
-            ev = r["evidence"]
-            cells = [_cell(ev if n == args.length else ev["checks"][n], TUNED) for n in lengths]
+            cells = [_cell(_at(r["evidence"], n, text, args), TUNED) for n in lengths]
             lines.append(f"| {rope} | {r['method']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def table(rows: list[dict], args: argparse.Namespace) -> str:
+    """One table per text: the stdlib's evaluation pool, then the second text."""
+    return "\n\n".join(f"On {label}:\n\n" + _table(rows, args, i) for i, label in enumerate(text_labels(args)))
 
 
 def _ratio(scored: dict, name: str) -> tuple[float, float, float] | None:
@@ -158,13 +188,12 @@ def _length_label(n: int, args: argparse.Namespace) -> str:
     return f"{n} tokens ({scale}" + (", tuned here)" if n == args.length else ")")
 
 
-def _forest(ax, mine: list[dict], lengths: list[int], args: argparse.Namespace) -> None:
-    """One RoPE's panel: per spec (a row) and length (a marker), the paired ratio and its interval."""
+def _forest(ax, mine: list[dict], lengths: list[int], args: argparse.Namespace, text: int) -> None:
+    """One RoPE's and text's panel: per spec (a row) and length (a marker), the paired ratio and its interval."""
     for j, n in enumerate(lengths):
         colour, marker = LENGTH_MARKS[j % len(LENGTH_MARKS)]
         for i, r in enumerate(mine):
-            ev = r["evidence"]
-            got = _ratio(ev if n == args.length else ev["checks"][n], TUNED)
+            got = _ratio(_at(r["evidence"], n, text, args), TUNED)
             if got is not None:
                 v, lo, hi = got
                 ax.errorbar(v, i + (j - 1) * 0.24, xerr=[[v - lo], [hi - v]], fmt=marker, ms=4, capsize=2,
@@ -174,27 +203,30 @@ def _forest(ax, mine: list[dict], lengths: list[int], args: argparse.Namespace) 
 
 def plot(rows: list[dict], args: argparse.Namespace, path: Path) -> Path:
     """A forest plot: each spec's paired tail-perplexity ratio to m = 1 with its 95% interval, one
-    panel per RoPE (titled in its palette colour), one marker per length, shortest to longest."""
+    panel per RoPE (a column, titled in its palette colour) and text (a row), one marker per length,
+    shortest to longest."""
     import matplotlib.pyplot as plt
 
     from attntemp.analysis import style
 
     lengths = sorted([args.length, *args.checks])
     ropes = list(dict.fromkeys(r["rope"] for r in rows))
-    height = 0.42 * max(sum(r["rope"] == rope for r in rows) for rope in ropes) + 1.8
-    fig, axes = plt.subplots(1, len(ropes), figsize=(6 * len(ropes) + 2.5, height), squeeze=False, sharey=True,
-                             layout="constrained")
-    for ax, rope in zip(axes[0], ropes, strict=True):
-        _forest(ax, [r for r in rows if r["rope"] == rope], lengths, args)
-        ax.axvline(1.0, **style.NULL, label="m = 1 (no change)" if rope == ropes[0] else None)
-        ax.set_xlabel("tail perplexity / m = 1 (paired, 95% interval); < 1 is better")
-        ax.xaxis.set_major_formatter(style.plain)
-        ax.set_title(f"rope {rope}", fontsize=10, color=style.rope_color(rope))
+    labels = text_labels(args)
+    height = 2 * (0.42 * max(sum(r["rope"] == rope for r in rows) for rope in ropes) + 1.2) + 0.8
+    fig, axes = plt.subplots(len(labels), len(ropes), figsize=(6 * len(ropes) + 2.5, height), squeeze=False,
+                             sharey=True, layout="constrained")
+    for row, label in enumerate(labels):
+        for ax, rope in zip(axes[row], ropes, strict=True):
+            _forest(ax, [r for r in rows if r["rope"] == rope], lengths, args, row)
+            ax.axvline(1.0, **style.NULL, label="m = 1 (no change)" if (rope, row) == (ropes[0], 0) else None)
+            ax.set_xlabel("tail perplexity / m = 1 (paired, 95% interval); < 1 is better", fontsize=8)
+            ax.xaxis.set_major_formatter(style.plain)
+            ax.set_title(f"rope {rope}, on {label}", fontsize=10, color=style.rope_color(rope))
     axes[0][0].invert_yaxis()  # the table's order, top down (the panels share the axis)
     fig.legend(*axes[0][0].get_legend_handles_labels(), loc="outside lower center", ncol=len(lengths) + 1,
                fontsize=8, frameon=False)
-    fig.suptitle(f"tuned at {args.length} tokens on the tuning pool, scored on {args.docs} evaluation documents "
-                 "at each length", fontsize=9)
+    fig.suptitle(f"tuned at {args.length} tokens on the stdlib's tuning pool, scored on {args.docs} windows of each "
+                 "text at each length", fontsize=9)
     return style.save(fig, path)
 
 
@@ -205,7 +237,11 @@ def main() -> None:
     ap.add_argument("--checks", type=int, nargs="+", default=[256, 2048], help="held-out lengths")
     ap.add_argument("--rope", default="none,yarn", help="RoPE extensions, comma list")
     ap.add_argument("--docs", type=int, default=16, help="evaluation documents per length")
+    ap.add_argument("--heldout-text", default="package:markdown", help="the second text, scored whole")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     md, rows = run(args)
     out = Path(args.out)
     (out / "table.md").write_text(md + "\n")
@@ -214,7 +250,7 @@ def main() -> None:
         json.dumps(
             [
                 {k: v for k, v in r.items() if k != "evidence"}
-                | {"spec": r["evidence"]["spec"], "checks": list(r["evidence"]["checks"])}
+                | {"spec": r["evidence"]["spec"], "checks": list(r["evidence"]["checks"]), "texts": text_labels(args)}
                 for r in rows
             ],
             indent=1,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pathlib
 import random
+import re
 
 import pytest
 
@@ -74,6 +75,31 @@ def test_gutenberg_crlf_and_latin1(monkeypatch):
 def test_unknown_source_names_it(source):
     with pytest.raises(ValueError, match=f"source={source!r}"):
         corpus.load_text(source)
+
+
+def test_package_source_reads_an_installed_packages_python_files(tmp_path, monkeypatch):
+    import markdown
+
+    root = pathlib.Path(markdown.__file__).parent
+    docs = corpus.load_text("package:markdown")
+    want = sorted(p.relative_to(root).as_posix() for p in root.rglob("*.py"))
+    assert [d.name for d in docs] == [f"markdown/{r}" for r in want] and len(docs) > 10
+    core = next(d for d in docs if d.name == "markdown/core.py")
+    assert core.text == (root / "core.py").read_text(encoding="utf-8") and not core.hash_split
+    assert corpus.split(docs, "heldout") == docs  # a named text is held out whole
+    assert corpus.source_files("package:markdown") == sorted(root.rglob("*.py"))
+    # a package of the cwd's own (a folder on sys.path) counts too, found without importing it
+    (tmp_path / "mine_pkg").mkdir()
+    (tmp_path / "mine_pkg" / "__init__.py").write_text("raise SystemExit('imported')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (doc,) = corpus.load_text("package:mine_pkg")
+    assert doc.name == "mine_pkg/__init__.py"
+
+
+@pytest.mark.parametrize("package", ["no_such_package_xyz", "", "os.path", "sys", "../etc"])
+def test_unknown_package_names_the_field(package):
+    with pytest.raises(ValueError, match=rf"heldout_text='package:{re.escape(package)}' is not allowed; no installed"):
+        corpus.load_text(f"package:{package}", name="heldout_text")
 
 
 def test_bad_gutenberg_book_and_folder(tmp_path):

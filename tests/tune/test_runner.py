@@ -93,8 +93,17 @@ def test_run_tune_global_and_entropy_write_evidence(tiny, tmp_path):
     text = (tmp_path / "g" / "evidence.md").read_text()
     assert (tmp_path / "g" / "spec.json").is_file() and "| tuned |" in text
     # held out: the trained length and half / twice the tuning length, each with the tuned spec's own rope
-    assert sorted(ev["checks"]) == [192, 256, 768] and "## held-out length 768 tokens" in text
-    for scored in (ev, *ev["checks"].values()):
+    assert sorted(ev["checks"]) == [192, 256, 768] and "## stdlib (evaluation pool), held-out length 768 tokens" in text
+    # the second text (default for the stdlib: package:markdown, scored whole) at every length too
+    second = ev["heldout"]
+    assert second["text"] == "package:markdown" and sorted(second["checks"]) == [192, 256, 768]
+    assert "## package:markdown, held-out length 768 tokens" in text
+    assert ev["results"]["m=1"]["perplexity"]["tail_ppl"] != second["results"]["m=1"]["perplexity"]["tail_ppl"]
+    line = text.splitlines()[4]
+    assert line.startswith("tuned against m = 1: on stdlib (evaluation pool), perplexity tail_ppl: ")
+    assert "; on package:markdown, perplexity tail_ppl: " in line
+    assert all(line.count(str(n)) == 2 for n in (192, 256, 384, 768))  # each length once per text
+    for scored in (ev, *ev["checks"].values(), second, *second["checks"].values()):
         comps = {(c["against"], c["metric"]): c for c in scored["comparisons"]}
         vs1 = comps[("m=1", "tail_ppl")]
         res = scored["results"]
@@ -104,14 +113,20 @@ def test_run_tune_global_and_entropy_write_evidence(tiny, tmp_path):
         assert ("yarn (0.1 ln s + 1)^2", "ppl") in comps
     # the tuner never saw an evaluation document: the search scored the tuning pool
     ev = run_tune(TuneConfig(out=str(tmp_path / "e"), length=384, granularity="head", objective="entropy",
-                             tasks=("perplexity",), n_docs=2, progress=False, check_lengths=()), model, tok)
-    assert ev["checks"] == {}
+                             tasks=("perplexity",), n_docs=2, progress=False, check_lengths=(),
+                             heldout_text="none"), model, tok)
+    assert ev["checks"] == {} and "heldout" not in ev
     info = json.loads((tmp_path / "e" / "entropy.json").read_text())
     assert len(info["after"]) == 4 and all(math.isfinite(x) for row in info["after"] for x in row)
     assert "tail_ppl" in ev["results"]["tuned"]["perplexity"]
 
 
 def test_tune_config_validation():
+    assert TuneConfig(out="x").second_text() == "package:markdown"
+    assert TuneConfig(out="x", text="gutenberg:austen-emma").second_text() == "stdlib"
+    assert TuneConfig(out="x", heldout_text="none").second_text() is None
+    with pytest.raises(ValueError, match="heldout_text='stdlib' is --text itself"):
+        TuneConfig(out="x", heldout_text="stdlib")
     with pytest.raises(ValueError, match="objective='entropy'"):
         TuneConfig(out="x", granularity="head", objective="perplexity")
     with pytest.raises(ValueError, match="Did you mean 'head'"):

@@ -1,13 +1,17 @@
 """Text sources, a deterministic train/held-out split and passkey prompts.
 
 Everything here is offline: the default text is the running CPython's standard library, read at
-run time; ``gutenberg:<book>`` reads a plain-text book from a local folder; a path reads files.
+run time; ``gutenberg:<book>`` reads a plain-text book from a local folder; ``package:<name>`` the
+``.py`` files of an installed package (e.g. ``package:markdown``, a dependency of attntemp, so on
+every machine that has it: Python code the tiny model, trained on the stdlib, never saw); a path
+reads files.
 Passkey prompts follow the YaRN paper's format (jquesnelle/yarn, ``eval/passkey.py``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import pathlib
 import random
@@ -99,6 +103,28 @@ def _gutenberg_file(book: str, folder: str | os.PathLike[str] | None, name: str)
     return path
 
 
+def package_root(package: str, name: str = "source") -> pathlib.Path:
+    """The folder of an installed package (its import name, e.g. ``markdown``), found without
+    importing it; a ValueError naming ``name`` when there is none."""
+    found = None
+    if package.isidentifier():
+        try:
+            found = importlib.util.find_spec(package)
+        except (ImportError, ValueError):
+            found = None
+    if found is None or not found.submodule_search_locations:
+        raise ValueError(
+            f"{name}='package:{package}' is not allowed; no installed package of that import name "
+            "(a folder of .py files), e.g. package:markdown"
+        )
+    return pathlib.Path(next(iter(found.submodule_search_locations)))
+
+
+def _package_files(package: str, name: str) -> list[pathlib.Path]:
+    root = package_root(package, name)
+    return sorted(p for p in root.rglob("*.py") if p.is_file())
+
+
 def _path_files(source: str, name: str) -> list[pathlib.Path]:
     path = pathlib.Path(source)
     if path.is_file():
@@ -109,7 +135,8 @@ def _path_files(source: str, name: str) -> list[pathlib.Path]:
             raise ValueError(f"{name}={source!r} holds no {'/'.join(TEXT_SUFFIXES)} files")
         return files
     raise ValueError(
-        f"{name}={source!r} is not allowed; expected 'stdlib', 'gutenberg:<book>', or an existing file or folder"
+        f"{name}={source!r} is not allowed; expected 'stdlib', 'gutenberg:<book>', 'package:<name>', or an "
+        "existing file or folder"
     )
 
 
@@ -124,19 +151,25 @@ def source_files(
         return []
     if source.startswith("gutenberg:"):
         return [_gutenberg_file(source.split(":", 1)[1], gutenberg_dir, name)]
+    if source.startswith("package:"):
+        return _package_files(source.split(":", 1)[1], name)
     return _path_files(source, name)
 
 
 def load_text(
     source: str = "stdlib", gutenberg_dir: str | os.PathLike[str] | None = None, name: str = "source"
 ) -> list[Document]:
-    """Documents of ``source``: ``"stdlib"``, ``"gutenberg:<book>"`` or a file / folder path (a
-    folder's files named by their path in it); errors as :func:`source_files`."""
+    """Documents of ``source``: ``"stdlib"``, ``"gutenberg:<book>"``, ``"package:<name>"`` (named
+    ``<name>/<path in it>``, held out whole) or a file / folder path (a folder's files named by
+    their path in it); errors as :func:`source_files`."""
     files = source_files(source, gutenberg_dir, name)
     if source == "stdlib":
         return stdlib_documents()
     if source.startswith("gutenberg:"):
         return [Document(source, _decode(files[0].read_bytes()), hash_split=False)]
+    if source.startswith("package:"):
+        root = package_root(source.split(":", 1)[1], name)
+        return [_read(p, f"{root.name}/{p.relative_to(root).as_posix()}", hash_split=False) for p in files]
     folder = pathlib.Path(source)
     if folder.is_file():
         return [_read(folder, folder.name, hash_split=False)]

@@ -4,6 +4,9 @@ the tuned spec against each baseline as a paired comparison (ratio or difference
 in words: "better", "worse" or "not distinguishable".
 
 Baselines: m = 1 with the same RoPE, and YaRN's own m = (0.1 ln s + 1)^2 when the RoPE is YaRN.
+Every spec is scored on two texts when the tune has a second one (``heldout``: a text no tuner saw
+any of, e.g. Python code outside the stdlib for the tiny model), and :func:`verdict_line` says on
+which text and at which lengths the gain holds.
 """
 
 from __future__ import annotations
@@ -109,48 +112,109 @@ def _comparison_lines(comps: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def texts(ev: dict[str, Any]) -> list[tuple[str, list[str], dict[str, Any]]]:
+    """``(label, tasks, scored)`` per text the evidence was scored on: the evaluation pool of
+    ``--text``, then the second text (``heldout``) when there is one. ``scored`` holds
+    ``results`` and ``comparisons`` at the tuning length and ``checks`` per held-out length."""
+    cfg = ev["config"]
+    out = [(f"{cfg['text']} (evaluation pool)", list(cfg["tasks"]), ev)]
+    if ev.get("heldout"):
+        out.append((ev["heldout"]["text"], list(ev["heldout"]["tasks"]), ev["heldout"]))
+    return out
+
+
+def _per_length(ev: dict[str, Any], scored: dict[str, Any]) -> list[tuple[int, list[dict[str, Any]]]]:
+    """``(length, comparisons)``: the tuning length first, then each held-out length."""
+    return [(int(ev["config"]["length"]), scored["comparisons"])] + [
+        (int(n), c["comparisons"]) for n, c in scored["checks"].items()
+    ]
+
+
+def _headline(comps: list[dict[str, Any]], task: str) -> dict[str, Any] | None:
+    metric = get_task(task).headline.name
+    return next((c for c in comps if c["against"] == BASELINE and c["task"] == task and c["metric"] == metric), None)
+
+
+def _lengths_words(lengths: list[int]) -> str:
+    text = ", ".join(str(n) for n in lengths[:-1])
+    return f"{text} and {lengths[-1]}" if text else str(lengths[-1])
+
+
+def verdict_line(ev: dict[str, Any]) -> str:
+    """On which text and at which lengths the tuned spec's headline gain over m = 1 holds, e.g.
+    "better on stdlib (evaluation pool) at 1024 and 2048, not distinguishable at 256; worse on
+    package:markdown at 256 ...": the verdicts of the paired intervals, lengths grouped by verdict."""
+    parts = []
+    for label, tasks, scored in texts(ev):
+        task = tasks[0]
+        groups: dict[str, list[int]] = {}
+        for length, comps in _per_length(ev, scored):
+            c = _headline(comps, task)
+            if c and c["interval"]:
+                groups.setdefault(c["verdict"], []).append(length)
+        said = [f"{v} at {_lengths_words(sorted(ns))}" for v, ns in groups.items()]
+        if said:
+            metric = get_task(task).headline.name
+            parts.append(f"on {label}, {task} {metric}: " + ", ".join(said))
+    return "tuned against m = 1: " + ("; ".join(parts) if parts else "no paired interval") + "."
+
+
 def _headline_summary(ev: dict[str, Any]) -> list[str]:
-    """One line per length: does the tuned spec's headline gain over m = 1 hold there?"""
-    t = ev["config"]["tasks"][0]
-    metric = get_task(t).headline.name
-    rows = [(ev["config"]["length"], ev["comparisons"])] + [(int(n), c["comparisons"]) for n, c in ev["checks"].items()]
-    lines = []
-    for length, comps in rows:
-        c = next((c for c in comps if c["against"] == BASELINE and c["task"] == t and c["metric"] == metric), None)
-        if c and c["interval"]:
-            lines.append(f"- at {length} tokens, {t} {metric} tuned / m = 1: {_fixed(c['interval'])}: {c['verdict']}")
+    """The verdict line, then one line per text and length with the paired interval."""
+    lines = [verdict_line(ev), ""]
+    for label, tasks, scored in texts(ev):
+        task = tasks[0]
+        metric = get_task(task).headline.name
+        for length, comps in _per_length(ev, scored):
+            c = _headline(comps, task)
+            if c and c["interval"]:
+                lines.append(
+                    f"- on {label}, at {length} tokens, {task} {metric} tuned / m = 1: "
+                    f"{_fixed(c['interval'])}: {c['verdict']}"
+                )
     return lines
 
 
-def evidence_markdown(ev: dict[str, Any]) -> str:
-    """The evidence as markdown: a table per length, the paired comparisons, a summary in words."""
-    cfg = ev["config"]
-    tasks = list(cfg["tasks"])
+def _sections(ev: dict[str, Any], label: str, tasks: list[str], scored: dict[str, Any]) -> list[str]:
     lines = [
-        f"# tuning evidence: {cfg['model']}, length {cfg['length']}, rope {cfg['rope']}, "
-        f"{cfg['granularity']} by {cfg['method']} ({cfg['objective']})",
         "",
-        f"Scored on {cfg['n_docs']} evaluation documents no tuner saw"
-        + (f" ({cfg['trials']} passkey / needle trials)" if {"passkey", "needle"} & set(tasks) else "")
-        + "; each figure with its 95% interval (bootstrap over documents, Wilson for accuracies).",
+        f"## {label}, at the tuning length, {ev['config']['length']} tokens",
         "",
-        *_headline_summary(ev),
+        *_spec_table(scored["results"], tasks),
         "",
-        f"## at the tuning length, {cfg['length']} tokens",
-        "",
-        *_spec_table(ev["results"], tasks),
-        "",
-        *_comparison_lines(ev["comparisons"]),
+        *_comparison_lines(scored["comparisons"]),
     ]
-    for n, check in ev["checks"].items():
+    for n, check in scored["checks"].items():
         lines += [
             "",
-            f"## held-out length {n} tokens (same spec, same RoPE)",
+            f"## {label}, held-out length {n} tokens (same spec, same RoPE)",
             "",
             *_spec_table(check["results"], tasks),
             "",
             *_comparison_lines(check["comparisons"]),
         ]
+    return lines
+
+
+def evidence_markdown(ev: dict[str, Any]) -> str:
+    """The evidence as markdown: the verdict line and a summary in words, then per text a table
+    per length and the paired comparisons."""
+    cfg = ev["config"]
+    tasks = list(cfg["tasks"])
+    second = f" and on {ev['heldout']['text']}, whole" if ev.get("heldout") else ""
+    lines = [
+        f"# tuning evidence: {cfg['model']}, length {cfg['length']}, rope {cfg['rope']}, "
+        f"{cfg['granularity']} by {cfg['method']} ({cfg['objective']})",
+        "",
+        f"Scored on {cfg['n_docs']} evaluation documents of {cfg['text']} no tuner saw{second}"
+        + (f" ({cfg['trials']} passkey / needle trials)" if {"passkey", "needle"} & set(tasks) else "")
+        + "; each figure with its 95% interval (bootstrap over documents, Wilson for accuracies).",
+        "",
+        *_headline_summary(ev),
+        *(f"- {note}" for note in ev.get("held_out_notes", ())),
+    ]
+    for label, text_tasks, scored in texts(ev):
+        lines += _sections(ev, label, text_tasks, scored)
     spec = TemperatureSpec.from_dict(ev["spec"])
     if spec.heads:
         table = np.asarray(spec.heads)

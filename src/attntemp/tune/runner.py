@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,8 @@ from .gradient import run_gradient_tuning
 from .search import SEARCH_OBJECTIVES, tune_global
 
 TUNE_METHODS = ("search", "gradient")
+HELDOUT_FOR_STDLIB = "package:markdown"  # Python code outside the stdlib: an attntemp dependency, on every machine
+TEXT_FREE = ("passkey",)  # tasks whose prompts do not come from the text: not scored again on the second one
 OBJECTIVES = (*SEARCH_OBJECTIVES, "entropy")
 
 
@@ -72,6 +74,12 @@ class TuneConfig(EvalOptions):
         "length, half and twice --length)",
         parse=options.ints,
     )
+    heldout_text: str | None = option(
+        None,
+        "a second text every spec is also scored on, whole (no tuner saw any of it): stdlib, gutenberg:<book>, "
+        f"package:<name>, a file or a folder, or 'none' (default: {HELDOUT_FOR_STDLIB} when --text is stdlib, "
+        "else stdlib)",
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -102,6 +110,11 @@ class TuneConfig(EvalOptions):
             checks.choice(f"tasks[{i}]", t, TASKS)
         if not self.tasks:
             raise ValueError("tasks is empty; give at least one evidence task, e.g. perplexity")
+        if self.second_text() == self.text:
+            raise ValueError(
+                f"heldout_text={self.heldout_text!r} is --text itself, whose tuning pool the tuner saw; give "
+                "another text (or 'none')"
+            )
         if self.method == "gradient" and self.objective != "perplexity":
             raise ValueError(
                 f"objective={self.objective!r} with method='gradient' is not allowed: gradient tuning "
@@ -113,6 +126,12 @@ class TuneConfig(EvalOptions):
                 f"granularity={self.granularity!r} with method='search' tunes by entropy "
                 f"matching; use objective='entropy' (got {self.objective!r}) or method='gradient'"
             )
+
+    def second_text(self) -> str | None:
+        """The second text (:attr:`heldout_text`, its default filled in), or None for 'none'."""
+        if self.heldout_text is None:
+            return HELDOUT_FOR_STDLIB if self.text == "stdlib" else "stdlib"
+        return None if self.heldout_text == "none" else self.heldout_text
 
 
 def _tune(cfg: TuneConfig, model: Any, tok: Any, ctx: EvalContext, out: Path) -> tuple[TemperatureSpec, dict]:
@@ -152,13 +171,31 @@ def _tune(cfg: TuneConfig, model: Any, tok: Any, ctx: EvalContext, out: Path) ->
 
 
 def _scored(
-    model: Any, tok: Any, length: int, spec: TemperatureSpec, cfg: TuneConfig, ctx: EvalContext
+    model: Any,
+    tok: Any,
+    length: int,
+    spec: TemperatureSpec,
+    cfg: TuneConfig,
+    ctx: EvalContext,
+    tasks: tuple[str, ...] | None = None,
 ) -> dict[str, Any]:
     """The candidates at ``length`` (the tuned spec's own RoPE for all) and their comparisons."""
-    results = evaluate_specs(
-        model, tok, length, candidates(dict(spec.rope) or None, spec), cfg.tasks, ctx, cfg.progress
-    )
-    return {"results": results, "comparisons": comparisons(results, list(cfg.tasks))}
+    tasks = cfg.tasks if tasks is None else tasks
+    results = evaluate_specs(model, tok, length, candidates(dict(spec.rope) or None, spec), tasks, ctx, cfg.progress)
+    return {"results": results, "comparisons": comparisons(results, list(tasks))}
+
+
+def _second_text(
+    cfg: TuneConfig, model: Any, tok: Any, spec: TemperatureSpec, ctx: EvalContext, held_out: tuple[int, ...]
+) -> dict[str, Any] | None:
+    """The same candidates on the second text, whole, at the tuning and the held-out lengths, on
+    the tasks that read the text (passkey's prompts are filler, the same on every text)."""
+    source, tasks = cfg.second_text(), tuple(t for t in cfg.tasks if t not in TEXT_FREE)
+    if source is None or not tasks:
+        return None
+    other = replace(ctx, docs=corpus.load_text(source, name="heldout_text"), tuning_docs=())
+    scored = {n: _scored(model, tok, n, spec, cfg, other, tasks) for n in (cfg.length, *held_out)}
+    return {"text": source, "tasks": list(tasks), **scored[cfg.length], "checks": {n: scored[n] for n in held_out}}
 
 
 RESULTS = ("spec.json", "evidence.json", "evidence.md", "entropy.json")
@@ -173,6 +210,8 @@ def preflight_tune(cfg: TuneConfig, model=None, tok=None) -> Any:
     config = model.config.to_dict() if model is not None else preflight.source_config(cfg.model)
     tok = tok if tok is not None else preflight.load_tokenizer(cfg.model)
     corpus.source_files(cfg.text, name="text")
+    if cfg.second_text():
+        corpus.source_files(cfg.second_text() or "", name="heldout_text")
     objective = [cfg.objective] if cfg.objective in TASKS else []
     limits.check_lengths("length", [cfg.length], [*cfg.tasks, *objective], tok, indexed=False)
     limits.check_lengths("lengths", cfg.lengths, cfg.tasks, tok)
@@ -207,6 +246,7 @@ def _run(cfg: TuneConfig, out: Path, model=None, tok=None) -> dict[str, Any]:
     at_length = _scored(model, tok, cfg.length, spec, cfg, ctx)
     held_out = check_lengths(cfg.check_lengths, (cfg.length, *cfg.lengths), trained)
     checks_ = {n: _scored(model, tok, n, spec, cfg, ctx) for n in held_out}
+    second = _second_text(cfg, model, tok, spec, ctx, held_out)
     evidence = {
         "config": asdict(cfg),
         "trained_length": trained,
@@ -215,6 +255,7 @@ def _run(cfg: TuneConfig, out: Path, model=None, tok=None) -> dict[str, Any]:
         "info": info,
         **at_length,
         "checks": checks_,
+        **({"heldout": second} if second else {}),
         "spec": spec.to_dict(),
     }
     (out / "evidence.json").write_text(json.dumps(evidence, indent=1, default=float))
