@@ -40,6 +40,14 @@ def at_least(name: str, value: Any, low: float) -> float:
     return v
 
 
+def within(name: str, value: Any, low: float, high: float, why: str = "") -> float:
+    """Return ``value`` as a float, or raise unless it is a finite number in ``[low, high]``."""
+    v = positive(name, value) if low > 0 else at_least(name, value, low)
+    if not low <= v <= high:
+        raise ValueError(f"{name}={value!r} is not allowed; expected a number in [{low:g}, {high:g}]{why}")
+    return v
+
+
 def positive_int(name: str, value: Any) -> int:
     """Return ``value`` as an int, or raise if it is not an integer >= 1."""
     if isinstance(value, bool) or not isinstance(value, (int,)) or value < 1:

@@ -141,6 +141,15 @@ def names(text: str) -> tuple[str, ...]:
 
 
 MAX_MULTIPLIERS = 1000  # one sweep point each; a range past this is a typo in STEP
+# A logit multiplier outside this range is a typo: at m = 1e-3 attention is uniform to 3 digits, at
+# 1e3 one-hot; 1e-320 (a denormal) would round the logits to 0.
+MULTIPLIER_RANGE = (1e-3, 1e3)
+SANE = ": outside it attention is uniform or one-hot"
+
+
+def check_multiplier(name: str, value: Any) -> float:
+    """``value`` as a float, refused unless a finite number in :data:`MULTIPLIER_RANGE`."""
+    return checks.within(name, value, *MULTIPLIER_RANGE, why=SANE)
 
 
 def multipliers(text: str) -> tuple[float, ...]:
@@ -161,5 +170,5 @@ def multipliers(text: str) -> tuple[float, ...]:
     if ":" in text:
         values = [round(lo + i * step, 6) for i in range(n + 1)]
     for i, v in enumerate(values):
-        checks.positive(f"multipliers[{i}]", v)
+        check_multiplier(f"multipliers[{i}]", v)
     return tuple(sorted(set(values)))
