@@ -39,7 +39,9 @@ def test_bake_prints_the_check_and_writes_a_plain_checkpoint(model_dir, tmp_path
     assert main(["bake", "--model", str(model_dir), "--spec", spec, "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "max abs diff, reloaded vs patched logits (fp32, 64 tokens):" in printed
-    summary = json.loads(printed.strip().splitlines()[-1])
+    assert not any(line.startswith("{") for line in printed.splitlines())  # JSON only with --json
+    assert main(["bake", "--model", str(model_dir), "--spec", spec, "--out", str(out), "--overwrite", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
     assert summary["path"] == str(out) and summary["max_abs_diff"] <= 1e-4 and summary["tokens"] == 64
     for name in ("model.safetensors", "config.json", "tokenizer.json", "attntemp_spec.json"):
         assert (out / name).is_file()
@@ -54,6 +56,18 @@ def test_bake_into_a_non_empty_folder_is_one_error_line(model_dir, tmp_path, cap
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"attntemp bake: error: --out={str(out)!r} already holds")
     assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+
+
+def test_bake_into_a_path_through_dotdot_replaces_the_folder_it_names(model_dir, tmp_path, capsys):
+    """``D/sub/..`` is D: resolved before any work, so the final rename has a name and a parent (it
+    used to fail there with a raw OSError and leave ``sub/...old-*`` behind)."""
+    d = tmp_path / "d"
+    (d / "sub").mkdir(parents=True)
+    (d / "old.txt").write_text("replaced with --overwrite")
+    spec = write_spec(tmp_path / "s.json", TemperatureSpec(multiplier=1.2))
+    assert main(["bake", "--model", str(model_dir), "--spec", spec, "--out", f"{d}/sub/..", "--overwrite"]) == 0
+    assert "model.safetensors" in {p.name for p in d.iterdir()} and not (d / "old.txt").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d", "s.json"]  # no staging or .old-* folder left
 
 
 def test_export_prints_settings_with_the_multiplier(tmp_path, capsys):

@@ -27,11 +27,11 @@ def prompt(tmp_path):
 def test_generate_streams_text_without_the_monitor(prompt, tmp_path, capsys):
     out = tmp_path / "g"
     assert main(["generate", "--prompt-file", str(prompt), "--max-new-tokens", "12", "--out", str(out)]) == 0
-    printed = capsys.readouterr().out
-    summary = json.loads(printed.strip().splitlines()[-1])
-    assert summary["new_tokens"] == 12 and summary["prompt_tokens"] == len(PROMPT)  # bytes: one token each
+    captured = capsys.readouterr()
     text = (out / "generated.txt").read_text()
-    assert text and printed.startswith(text)  # streamed first, then the summary
+    assert text and captured.out.rstrip("\n") == text.rstrip("\n")  # stdout: the streamed text alone, no JSON
+    said = captured.err.strip().splitlines()[-1]  # bytes: one token each
+    assert said.startswith(f"generated 12 tokens after a prompt of {len(PROMPT)} in ") and str(out) in said
     assert not (out / "monitor.jsonl").exists()
 
 
@@ -45,7 +45,7 @@ def test_generate_json_is_one_document_with_the_text(prompt, tmp_path, capsys):
 def test_generate_with_the_monitor_writes_jsonl_plot_and_reference(prompt, tmp_path, capsys):
     out = tmp_path / "m"
     argv = ["generate", "--prompt-file", str(prompt), "--max-new-tokens", "16", "--monitor", "--every", "2"]
-    assert main([*argv, "--reference-docs", "4", "--out", str(out)]) == 0
+    assert main([*argv, "--reference-docs", "4", "--out", str(out), "--json"]) == 0
     captured = capsys.readouterr()
     step_lines = [x for x in captured.err.splitlines() if x.startswith("step")]
     assert len(step_lines) == 8 and "H/ln n" in step_lines[0] and "worst L" in step_lines[0]
@@ -54,14 +54,16 @@ def test_generate_with_the_monitor_writes_jsonl_plot_and_reference(prompt, tmp_p
     assert records[0]["position"] == len(PROMPT) - 1 and len(records[0]["layers"]["entropy"]) == 4
     assert set(records[0]["flags"]) <= set(FLAGS) and len(records[0]["heads"]["norm_entropy"][0]) == 8
     assert (out / "monitor.png").stat().st_size > 5000 and (out / "reference.json").is_file()
-    summary = json.loads(captured.out.strip().splitlines()[-1])
+    summary = json.loads(captured.out)
     assert summary["steps"] == 8 and set(summary["margins"]) == set(FLAGS)
     # a saved reference is reused; under m = 0.1 attention spreads: diffusion stops generation
     spec = TemperatureSpec(multiplier=0.1).save(tmp_path / "soft.json")
     again = ["--reference", str(out / "reference.json"), "--spec", str(spec), "--stop-on", "diffusion"]
     assert main([*argv[:4], "40", "--monitor", *again, "--progress-bar", "--out", str(tmp_path / "s")]) == 0
-    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert summary["stopped_by_monitor"] and summary["new_tokens"] < 40 and summary["flag_counts"]["diffusion"] >= 1
+    said = capsys.readouterr().err.strip().splitlines()[-1]  # the human summary, on stderr beside the steps
+    assert "stopped by the monitor" in said and "diffusion" in said
+    new = int(said.split("generated ")[1].split(" tokens")[0])
+    assert new < 40
 
 
 def _case(case, prompt, tmp_path) -> list[str]:

@@ -100,6 +100,11 @@ def ws(tmp_path_factory):
     rng = np.random.default_rng(0)
     np.savez(w / "l.npz", logits=rng.normal(size=(50, 4)), labels=rng.integers(0, 4, 50))
     np.savez(w / "nolabels.npz", logits=rng.normal(size=(50, 4)))
+    np.savez(w / "oneclass.npz", logits=rng.normal(size=(50, 1)), labels=np.zeros(50, dtype=int))
+    np.savez(w / "flat.npz", logits=rng.normal(size=50), labels=np.zeros(50, dtype=int))
+    np.savez(w / "objects.npz", logits=np.array([[1.0, "a"]], dtype=object), labels=np.zeros(1, dtype=int))
+    (w / "tuned").mkdir()  # an earlier tune's results
+    (w / "tuned" / "spec.json").write_text(json.dumps({"multiplier": 1.1}))
     return w
 
 
@@ -308,6 +313,33 @@ CASES = [
     ("report-missing", ["report", "{w}/nope"], "does not exist"),
     ("report-file", ["report", "{w}/afile"], "is a file; expected a folder"),
     ("report-empty", ["report", "{w}/empty"], "holds no sweep.db and no evidence.md"),
+    # --- issue 25: lost data, machine-sized flags, the flag the user typed
+    ("tune-out-results", with_(T, "--out", "{w}/tuned"), "already holds results (spec.json); pass --overwrite"),
+    ("tune-check-lengths-5", with_(T, "--check-lengths", "5"), "--check-lengths[0]=5 is not allowed: a held-out"),
+    ("tune-check-lengths-second", with_(T, "--check-lengths", "512,20"), "--check-lengths[1]=20 is not allowed"),
+    ("tune-check-lengths-passkey", with_(T, "--check-lengths", "512,100"), "--check-lengths[1]=100 is too short"),
+    ("sweep-multipliers-denormal", with_(S, "--multipliers", "1e-320"), "--multipliers[0]=1e-320 is not allowed"),
+    ("sweep-multipliers-huge", with_(S, "--multipliers", "1,5000"), "expected a number in [0.001, 1000]"),
+    ("sweep-multipliers-range-tiny", with_(S, "--multipliers", "0:0.002:0.001"), "--multipliers[0]=0"),
+    ("demo-multipliers-denormal", with_(D, "--multipliers", "1e-320"), "--multipliers[0]=1e-320 is not allowed"),
+    ("sweep-workers-huge", with_(S, "--workers", "1000000"), "--workers=1000000 is not allowed; expected at most"),
+    ("sweep-ray-address-empty", with_(S, "--ray-address", ""), "--ray-address='' is not allowed"),
+    ("sweep-ray-address-port", with_(S, "--ray-address", "127.0.0.1"), "expected auto, HOST:PORT or ray://HOST:PORT"),
+    ("sweep-ray-address-closed", with_(S, "--ray-address", "127.0.0.1:1"), "could not be reached within 5 s"),
+    ("measure-threads-huge", with_(M, "--threads", "100000"), "--threads '100000': expected at most"),
+    ("sweep-threads-huge", with_(S, "--threads", "100000"), "--threads '100000': expected at most"),
+    ("bake-threads-huge", with_(B, "--threads", "100000"), "--threads '100000': expected at most"),
+    ("generate-threads-huge", with_(G, "--threads", "100000"), "--threads '100000': expected at most"),
+    ("measure-docs-over-text", with_(M, "--docs", "500", "--text", "{w}/one.txt"), "--docs=500 windows of 64 tokens"),
+    ("sweep-docs-over-text", with_(S, "--docs", "500", "--text", "{w}/one.txt"), "--docs=500 windows of 64 tokens"),
+    ("calibrate-logits-objects", with_(C, "--logits", "{w}/objects.npz"), "an array holds Python objects"),
+    ("calibrate-logits-one-class", with_(C, "--logits", "{w}/oneclass.npz"), "has one class; temperature scaling"),
+    ("calibrate-logits-flat", with_(C, "--logits", "{w}/flat.npz"), "expected [N, C] or [B, L, V]"),
+    (
+        "generate-reference-binary",
+        with_(G, "--monitor", "--reference", "{w}/l.npz"),
+        "--reference='{w}/l.npz' is not a reference profile: not UTF-8",
+    ),
     # --- calibrate
     ("calibrate-bins-0", with_(C, "--bins", "0"), "--bins=0"),
     ("calibrate-logits-missing", with_(C, "--logits", "{w}/nope.npz"), "no such file"),

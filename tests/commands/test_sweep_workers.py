@@ -6,6 +6,7 @@ these tests."""
 
 import os
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -75,6 +76,26 @@ def test_worker_resources():
     cuda = SweepConfig(out="x", device="cuda:1")  # the driver need not have the GPU; the cluster must
     with pytest.raises(ValueError, match=r"^device='cuda:1' is not allowed: the Ray cluster has no GPU"):
         distributed.resources(cuda, {"CPU": 4.0})
+    with pytest.raises(ValueError, match=r"^workers=3 is not allowed: the Ray cluster has 2 CPU\(s\), one per worker"):
+        distributed.resources(SweepConfig(out="x", workers=3), {"CPU": 2.0})  # else each waits for a CPU forever
+
+
+def test_workers_and_the_address_are_checked_before_ray_starts(monkeypatch):
+    monkeypatch.setattr(distributed.machine, "usable_cpus", lambda: 3)
+    distributed.preflight_ray(SweepConfig(out="x", workers=3))
+    with pytest.raises(ValueError, match=r"^workers=4 is not allowed; expected at most 3: a local Ray runs one"):
+        distributed.preflight_ray(SweepConfig(out="x", workers=4))
+    distributed.preflight_ray(SweepConfig(out="x", workers=1000, ray_address="auto"))  # the cluster's CPUs decide
+    with socket.socket() as head:  # a listening port answers; a closed one is refused within the timeout
+        head.bind(("127.0.0.1", 0))
+        head.listen()
+        distributed.preflight_ray(SweepConfig(out="x", ray_address=f"127.0.0.1:{head.getsockname()[1]}"))
+        closed = f"127.0.0.1:{head.getsockname()[1]}"
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match=rf"^ray_address='{closed}' could not be reached within 5 s"):
+        distributed.preflight_ray(SweepConfig(out="x", ray_address=closed))
+    assert time.perf_counter() - t0 <= distributed.CONNECT_TIMEOUT + 1
+    assert not ray.is_initialized()
 
 
 @pytest.mark.slow  # a local Ray of 2 workers: 1-4 min on 2 cores; .ci/run runs it

@@ -178,9 +178,31 @@ def test_schedule_checkpoint_refusals(tmp_path):
 def test_bake_cli_ships_a_position_schedule_as_remote_code(tmp_path, capsys):
     spec = TemperatureSpec(schedule="logn", schedule_params={"trained_len": 16}).save(tmp_path / "s.json")
     out = tmp_path / "baked"
-    assert main(["bake", "--spec", str(spec), "--out", str(out), "--check-tokens", "48"]) == 0
+    assert main(["bake", "--spec", str(spec), "--out", str(out), "--check-tokens", "48", "--json"]) == 0
     assert (out / f"{remote_code.MODULE}.py").is_file()
-    assert json.loads(capsys.readouterr().out.splitlines()[-1])["max_abs_diff"] <= 1e-4
+    done = json.loads(capsys.readouterr().out)
+    assert done["max_abs_diff"] <= 1e-4 and done["tokens"] == 16 + 48  # checked past L0, where logn acts
+
+
+def test_a_schedule_checkpoint_is_checked_past_l0_and_refuses_a_plain_load(tmp_path, capsys):
+    """Up to L0 the slope changes nothing: the check runs L0 + --check-tokens tokens, and a load
+    without trust_remote_code=True stops instead of giving an unscheduled Llama."""
+    from transformers import AutoModelForCausalLM
+
+    b = [[0.5, -0.5, 0.4, -0.3, 0.2, 0.5, -0.4, 0.3]] * 4  # [layers, heads]
+    params = {"trained_len": 256, "a": 0.0, "b": b}
+    spec = TemperatureSpec(schedule="log_length", schedule_params=params).save(tmp_path / "s.json")
+    out = tmp_path / "baked"
+    assert main(["bake", "--spec", str(spec), "--out", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["tokens"] == 256 + 64
+    model, _ = load_model("tiny")
+    ids = fixed_input(model, 512)  # [1, 512]
+    plain = logits(model, ids)  # [1, 512, V]
+    got = remote_code.remote_logits(out, ids)  # [1, 512, V]
+    assert (got - plain)[:, :256].abs().max() < 1e-4 < (got - plain)[:, 256:].abs().max()  # acts past L0 only
+    assert json.loads((out / "config.json").read_text())["model_type"] == remote_code.MODEL_TYPE
+    with pytest.raises(ValueError, match="contains custom code"):
+        AutoModelForCausalLM.from_pretrained(out)
 
 
 # ----------------------------------------------------------------------------- vLLM helpers

@@ -197,6 +197,7 @@ def _bad_cases():
         ((z, torch.full((6,), -100)), "ignore_index"),
         ((torch.empty(0, 4), torch.empty(0, dtype=torch.long)), "empty"),
         ((z[0], y[0]), r"\[N, C\]"),
+        ((z[:, :1], torch.zeros(6, dtype=torch.long)), "1 class; temperature scaling needs at least 2"),  # any T fits
     ]
 
 

@@ -1,5 +1,6 @@
 """Tuning: the 1-D search, bisection, entropy matching and the evidence."""
 
+import dataclasses
 import json
 import math
 
@@ -9,11 +10,12 @@ import torch
 from tiny_configs import model as tiny_random
 
 from attntemp.analysis.measure import measure
+from attntemp.evaluate import limits
 from attntemp.evaluate.corpus import heldout_windows
 from attntemp.ops.search import bisect_log_m, golden_section
 from attntemp.ops.spec import TemperatureSpec
 from attntemp.tune.entropy import _match_layer, capture_qk, tune_entropy
-from attntemp.tune.runner import TuneConfig, run_tune
+from attntemp.tune.runner import TuneConfig, held_out_lengths, preflight_tune, run_tune
 
 
 def test_golden_section_finds_the_minimum():
@@ -119,6 +121,28 @@ def test_run_tune_global_and_entropy_write_evidence(tiny, tmp_path):
     info = json.loads((tmp_path / "e" / "entropy.json").read_text())
     assert len(info["after"]) == 4 and all(math.isfinite(x) for row in info["after"] for x in row)
     assert "tail_ppl" in ev["results"]["tuned"]["perplexity"]
+
+
+def test_held_out_defaults_fit_the_tasks_and_a_rerun_needs_overwrite(tiny, tmp_path):
+    model, tok = tiny
+    cfg = TuneConfig(out=str(tmp_path / "t"), length=300)  # tasks perplexity and passkey; L0 = 256
+    need = limits.min_length("passkey", tok)
+    assert 150 < need < 256  # half of 300 is too short for passkey: left out with a note, not refused
+    lengths, notes = held_out_lengths(cfg, 256, tok)
+    assert lengths == (256, 600)
+    assert notes == [f"default held-out length 150 left out: too short for passkey: it needs at least {need} tokens"]
+    preflight_tune(cfg, model, tok)
+    given = dataclasses.replace(cfg, check_lengths=(300, 5))
+    with pytest.raises(ValueError, match=r"^check_lengths\[1\]=5 is not allowed: a held-out length needs at least"):
+        preflight_tune(given, model, tok)
+    lengths, notes = held_out_lengths(dataclasses.replace(cfg, check_lengths=(300, 512)), 256, tok)
+    assert lengths == (512,) and notes == ["held-out length 300 left out: it is a tuning length, scored there"]
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "evidence.md").write_text("an earlier tune's")
+    with pytest.raises(ValueError, match=r"already holds results \(evidence.md\); pass overwrite=True"):
+        preflight_tune(cfg, model, tok)
+    preflight_tune(dataclasses.replace(cfg, overwrite=True), model, tok)
+    assert (tmp_path / "t" / "evidence.md").read_text() == "an earlier tune's"
 
 
 def test_tune_config_validation():

@@ -11,7 +11,6 @@ into ``--out``.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections.abc import Callable
@@ -102,7 +101,9 @@ def preflight_generate(cfg: GenerateConfig) -> tuple[str, TemperatureSpec | None
     preflight.check_generation("max_new_tokens", cfg.max_new_tokens, config, len(prompt), cfg.max_new_tokens)
     try:
         ref = Reference.load(cfg.reference) if cfg.reference else None
-    except (KeyError, TypeError, AttributeError, json.JSONDecodeError) as exc:
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"reference={cfg.reference!r} is not a reference profile: not UTF-8 ({exc.reason})") from None
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:  # ValueError: JSON, arrays
         raise ValueError(f"reference={cfg.reference!r} is not a reference profile ({exc})") from None
     return prompt, spec, ref
 

@@ -3,7 +3,6 @@ saved as ``stats.json``, three PNGs and ``summary.md``."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,7 +72,7 @@ def run_measure(cfg: MeasureConfig) -> dict[str, Any]:
     spec = preflight_measure(cfg)
     docs = load_text(cfg.text, name="text")
     model, tok = load_model(cfg.model, **cfg.load_args())
-    ids = heldout_windows(tok, cfg.length, n=cfg.n_docs, docs=docs)
+    ids = heldout_windows(tok, cfg.length, n=cfg.n_docs, docs=docs, n_name="n_docs")
     stats = measure(
         model, ids, spec, n_buckets=cfg.buckets, sink_tokens=cfg.sink_tokens, recent_tokens=cfg.recent_tokens
     )
@@ -90,7 +89,3 @@ def run_measure(cfg: MeasureConfig) -> dict[str, Any]:
         "table": table,
     }
 
-
-def summary_json(result: dict[str, Any]) -> str:
-    """The run's summary as one JSON line (without the table)."""
-    return json.dumps({k: v for k, v in result.items() if k != "table"})

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from ..ship.bake_runner import BakeConfig, run_bake
 from ..utils.options import add_options, from_args
@@ -23,8 +22,7 @@ def run(args: argparse.Namespace) -> int:
     data = {"path": str(result.path), "max_abs_diff": diff, "tokens": n, "targets": targets.split(", ")}
     human = (
         f"baked {len(result.layers)} layers ({targets}) into {result.path}\n"
-        f"max abs diff, reloaded vs patched logits (fp32, {n} tokens): {diff:.3g}\n"
-        + json.dumps({k: data[k] for k in ("path", "max_abs_diff", "tokens")})
+        f"max abs diff, reloaded vs patched logits (fp32, {n} tokens): {diff:.3g}"
     )
     emit(args, human, data)
     return 0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from ..evaluate.harness import EvalHarnessConfig, run_eval
 from ..utils.options import add_options, from_args
@@ -18,6 +17,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     result = run_eval(from_args(EvalHarnessConfig, args))
-    human = f"{result.table}\n" + json.dumps({"out": str(result.out), "rows": len(result.rows)})
+    human = f"{result.table}\n\n{len(result.rows)} rows; wrote {result.out}"
     emit(args, human, {"out": str(result.out), "rows": result.rows})
     return 0

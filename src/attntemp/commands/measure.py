@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..analysis.run import MeasureConfig, run_measure, summary_json
+from ..analysis.run import MeasureConfig, run_measure
 from ..utils.options import add_options, from_args
 from .output import emit
 
@@ -17,5 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     result = run_measure(from_args(MeasureConfig, args))
-    emit(args, f"{result['table']}\n{summary_json(result)}", {k: v for k, v in result.items() if k != "table"})
+    said = f"wrote stats.json, summary.md and {', '.join(result['plots'])} to {result['out']}"
+    human = f"{result['table']}\n\nmean entropy {result['mean_entropy']:.4f} nats; {said}"
+    emit(args, human, {k: v for k, v in result.items() if k != "table"})
     return 0

@@ -16,6 +16,7 @@ Ray is imported only when a sweep asks for it (``pip install 'attntemp[ray]'``).
 from __future__ import annotations
 
 import os
+import socket
 from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,11 +26,45 @@ from tqdm.auto import tqdm
 
 from ..hf import introspect
 from ..hf.loading import load_model
+from ..utils import resources as machine
 from .store import Store, SweepConfig, evaluate_group, point_groups
 from .tasks import eval_context
 
 INSTALL = "pip install 'attntemp[ray]'"
 RETRIES = 3  # restarts of a killed worker, and retries of the group it was running
+CONNECT_TIMEOUT = 5.0  # seconds to reach --ray-address before giving up (Ray itself retries for minutes)
+NAMED_ADDRESSES = ("auto", "local")  # Ray finds these itself (RAY_ADDRESS, the local session)
+
+
+def preflight_ray(cfg: SweepConfig) -> None:
+    """Before the store opens or Ray starts: a local Ray's workers within this machine's CPUs (one
+    model each), and ``ray_address`` not empty and answering a TCP connection within
+    :data:`CONNECT_TIMEOUT` seconds (``auto`` and ``local`` are Ray's to find)."""
+    if cfg.ray_address is not None and not cfg.ray_address.strip():
+        raise ValueError("ray_address='' is not allowed; expected auto, or HOST:PORT of a Ray cluster's head")
+    if cfg.ray_address is None:
+        cpus = machine.usable_cpus()
+        if cfg.workers > cpus:
+            raise ValueError(
+                f"workers={cfg.workers} is not allowed; expected at most {cpus}: a local Ray runs one worker "
+                f"(one model) per CPU, and this process may use {cpus}; join a cluster with --ray-address for more"
+            )
+    elif cfg.ray_address not in NAMED_ADDRESSES:
+        _reachable(cfg.ray_address)
+
+
+def _reachable(address: str) -> None:
+    """Raise unless ``address`` (``HOST:PORT`` or ``ray://HOST:PORT``) accepts a TCP connection."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"ray_address={address!r} is not allowed; expected auto, HOST:PORT or ray://HOST:PORT")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT).close()
+    except OSError as exc:
+        raise ValueError(
+            f"ray_address={address!r} could not be reached within {CONNECT_TIMEOUT:g} s "
+            f"({exc.strerror or exc}); is the Ray head running there?"
+        ) from None
 
 
 def import_ray(cfg: SweepConfig) -> Any:
@@ -71,7 +106,7 @@ def connect(ray: Any, cfg: SweepConfig) -> bool:
     if cfg.ray_address:
         ray.init(address=cfg.ray_address, **quiet)
     else:
-        ray.init(num_cpus=max(os.cpu_count() or 1, cfg.workers), **quiet)
+        ray.init(num_cpus=machine.usable_cpus(), **quiet)  # workers checked against it (preflight_ray)
     return True
 
 
@@ -85,7 +120,10 @@ def resources(cfg: SweepConfig, cluster: dict[str, float]) -> dict[str, float]:
         return {"num_gpus": 1, "num_cpus": 1}
     if cfg.device.startswith("cuda"):
         raise ValueError(f"device={cfg.device!r} is not allowed: the Ray cluster has no GPU; expected cpu or auto")
-    return {"num_gpus": 0, "num_cpus": max(1, int(cluster.get("CPU", 1)) // cfg.workers)}
+    cpus = int(cluster.get("CPU", 1))
+    if cfg.workers > cpus:  # each would wait for a CPU forever
+        raise ValueError(f"workers={cfg.workers} is not allowed: the Ray cluster has {cpus} CPU(s), one per worker")
+    return {"num_gpus": 0, "num_cpus": max(1, cpus // cfg.workers)}
 
 
 def start_workers(ray: Any, cfg: SweepConfig) -> list[Any]:

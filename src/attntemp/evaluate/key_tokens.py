@@ -244,7 +244,7 @@ class KeyTokens(Task):
         return intervals.paired_ratio_interval(nll_a, nll_b, tokens, seed=seed) if len(nll_a) >= 2 else None
 
     def evaluate(self, model, tok, length, multipliers, ctx):
-        ids = heldout_windows(tok, length, n=ctx.n_docs, docs=ctx.docs)  # [n, L]
+        ids = heldout_windows(tok, length, n=ctx.n_docs, docs=ctx.docs, n_name="n_docs")  # [n, L]
         mask, rule = key_mask(ids, tok, ctx)  # [n, L-1]
         if not bool(mask.any()):
             raise ValueError(_none_found(ids.shape[0], length, rule))

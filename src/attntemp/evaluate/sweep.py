@@ -30,7 +30,7 @@ from ..hf.rope_scaling import rope_for
 from ..ops.spec import TemperatureSpec
 from ..utils import outputs
 from . import limits
-from .distributed import run_distributed
+from .distributed import preflight_ray, run_distributed
 from .store import LOCK_FILE, SETTINGS, Store, SweepConfig, check_exact, groups, mkey
 from .tasks import EvalOptions, eval_context, get_task
 
@@ -87,6 +87,8 @@ def run_sweep(cfg: SweepConfig, model=None, tok=None) -> Store:
     lengths and memory (:func:`preflight_sweep`) and the settings of points already stored. A run
     that fails leaves no empty ``sweep.db`` and no empty ``out`` folder it created."""
     out = outputs.check_out(cfg.out)
+    if cfg.workers > 1 or cfg.ray_address is not None:
+        preflight_ray(cfg)  # before the folder, the store or Ray: workers within the CPUs, the address answering
     db = out / "sweep.db"
     existed = db.exists()
     with outputs.output_folder(out, scratch=(LOCK_FILE,)), outputs.exclusive(out / LOCK_FILE, "sweep"):

@@ -100,7 +100,7 @@ class Perplexity(Task):
         return intervals.paired_ratio_interval(a[nll_key], b[nll_key], tokens, seed=seed)
 
     def evaluate(self, model, tok, length, multipliers, ctx):
-        ids = heldout_windows(tok, length, n=ctx.n_docs, docs=ctx.docs)
+        ids = heldout_windows(tok, length, n=ctx.n_docs, docs=ctx.docs, n_name="n_docs")
         nll = multiplier_nll(model, ids, multipliers, ctx.batch_size)  # [k, n, L-1]
         start = tail_start(length, ctx.trained_length)
         edges = sorted({round(i * (length - 1) / 8) for i in range(9)})

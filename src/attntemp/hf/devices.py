@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from ..utils import checks
+from ..utils import checks, resources
 
 DEVICES = ("cpu", "cuda", "cuda:N", "auto")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -69,8 +69,10 @@ def check_dtype(dtype: str | torch.dtype | None, device: str = "cpu") -> torch.d
 
 
 def check_threads(threads: int | None) -> int | None:
-    """``threads`` as an int >= 1, or None (torch's own default)."""
-    return None if threads is None else checks.positive_int("threads", threads)
+    """``threads`` as an int >= 1 and at most 4 per usable CPU, or None (torch's own default)."""
+    if threads is None:
+        return None
+    return resources.check_threads("threads", checks.positive_int("threads", threads))
 
 
 def device_map_for(device: str) -> str | dict[str, Any] | None:
@@ -98,14 +100,17 @@ def parse_dtype(text: str) -> str:
 
 
 def parse_threads(text: str) -> int:
-    """``--threads``: an integer >= 1."""
+    """``--threads``: an integer >= 1, at most 4 per CPU this process may use."""
     try:
         value = int(text)
     except ValueError:
         raise ValueError("expected an integer >= 1") from None
     if value < 1:
         raise ValueError("expected an integer >= 1")
-    return value
+    try:
+        return resources.check_threads("threads", value)
+    except ValueError as exc:
+        raise ValueError(str(exc).partition("not allowed; ")[2]) from None
 
 
 # ----------------------------------------------------------------------------- offloaded weights

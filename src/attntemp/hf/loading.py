@@ -15,8 +15,6 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,7 @@ from typing import Any
 import torch
 
 from ..assets import tiny_path
+from ..utils import noise
 from ..utils.options import option
 from . import devices, source
 
@@ -125,7 +124,6 @@ def load_model(
     ``offload_folder`` (default: ``cache_dir()/offload``). Every value is checked before loading.
     transformers' own loading bars and warnings show only with ``verbose``."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
 
     device = devices.check_device(device)
     torch_dtype = devices.check_dtype(dtype, device)
@@ -136,7 +134,7 @@ def load_model(
     extra = {"gguf_file": gguf_file} if gguf_file else {}
     placement = device_map if device_map is not None else devices.device_map_for(device)
     offload = {} if placement is None else {"offload_folder": str(offload_folder or cache_dir() / "offload")}
-    with source.loading(name_or_path), _library_noise(verbose, hf_logging):  # broken checkpoint: one ValueError
+    with source.loading(name_or_path), noise.quiet_libraries(verbose):  # broken checkpoint: one ValueError
         loaded: Any = AutoModelForCausalLM.from_pretrained(
             src, dtype=torch_dtype, device_map=placement, attn_implementation=attn_implementation, **extra, **offload,
             output_loading_info=True,
@@ -145,24 +143,6 @@ def load_model(
         source.refuse_missing(name_or_path, info)  # transformers would initialise them at random
         tok = AutoTokenizer.from_pretrained(src, **extra)
     return model.eval(), tok
-
-
-@contextmanager
-def _library_noise(verbose: bool, hf_logging: Any) -> Iterator[None]:
-    """transformers' progress bars and info/warning lines off while loading (unless ``verbose``);
-    its settings as they were afterwards."""
-    if verbose:
-        yield
-        return
-    bars, level = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(level)
-        if bars:
-            hf_logging.enable_progress_bar()
 
 
 @dataclass(frozen=True, kw_only=True)

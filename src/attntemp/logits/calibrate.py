@@ -76,7 +76,13 @@ def _read_arrays(path: Path) -> tuple[np.ndarray, np.ndarray]:
         missing = [k for k in ("logits", "labels") if k not in data.files]
         if missing:
             raise ValueError(f"--logits {path}: missing array(s) {missing}; found {data.files}")
-        return data["logits"], data["labels"]
+        try:
+            return data["logits"], data["labels"]
+        except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:  # object arrays, a damaged member
+            what = "holds Python objects (pickled)" if "allow_pickle" in str(exc) else f"is damaged ({exc})"
+            raise ValueError(
+                f"--logits {path}: an array {what}; expected numeric arrays 'logits' and 'labels'"
+            ) from None
 
 
 def load_logits(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
@@ -88,6 +94,13 @@ def load_logits(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
         raise ValueError(f"--logits {path}: 'logits' must be floating point, got {logits.dtype}")
     if not np.issubdtype(labels.dtype, np.integer):
         raise ValueError(f"--logits {path}: 'labels' must be integers, got {labels.dtype}")
+    if logits.ndim < 2:
+        raise ValueError(f"--logits {path}: 'logits' has shape {logits.shape}; expected [N, C] or [B, L, V]")
+    if logits.shape[-1] < 2:
+        raise ValueError(
+            f"--logits {path}: 'logits' {logits.shape} has one class; temperature scaling needs at least 2 "
+            "(with one, softmax is 1 at every T and any T 'fits')"
+        )
     z = torch.from_numpy(np.ascontiguousarray(logits, dtype=np.float64))  # [..., C]
     return z, torch.from_numpy(labels.astype(np.int64))  # [...]
 

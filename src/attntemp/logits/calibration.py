@@ -188,6 +188,10 @@ def fit_temperature(
     checks.choice("method", method, FIT_METHODS)
     max_iter = checks.positive_int("max_iter", max_iter)
     z, y = flatten_labelled(logits, labels, ignore_index)  # [N, C], [N]
+    if z.shape[-1] < 2:
+        raise ValueError(
+            f"logits has {z.shape[-1]} class; temperature scaling needs at least 2 (with one, softmax is 1 at every T)"
+        )
     z = z.double()  # [N, C]
     before = float(_nll(z, y, 1.0))
     if not math.isfinite(before):

@@ -103,7 +103,7 @@ def _mean_ci(values: list[float]) -> str:
 def step_entropy(model, tok, cfg: DemoConfig, ctx: EvalContext, out: Path) -> tuple[list[str], dict]:
     trained = ctx.trained_length
     longest = int(trained * max(cfg.scales))
-    ids = heldout_windows(tok, longest, n=cfg.n_docs, docs=ctx.docs)  # [n, 8 L0]
+    ids = heldout_windows(tok, longest, n=cfg.n_docs, docs=ctx.docs, n_name="n_docs")  # [n, L0 x max --scales]
     runs, rows = {}, []
     per_doc: dict[tuple[int, str], list[AttentionStats]] = {}  # what the figure's bands are made of
     for s in (1, *cfg.scales):

@@ -24,7 +24,7 @@ from .bake import (
     refuse_position_dependent,
     save_baked,
 )
-from .remote_code import save_schedule_checkpoint
+from .remote_code import save_schedule_checkpoint, schedule_start, tokens_past_start
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,16 +54,32 @@ def run_bake(cfg: BakeConfig) -> BakeResult:
         refuse_position_dependent(spec, why="only a Llama checkpoint can carry it (remote code: ship/remote_code.py)")
     source = preflight.source_folder(cfg.model)
     refuse_baked_source("model", source)
-    install.recover(Path(cfg.out).absolute().parent)
+    install.recover(install.target(cfg.out).absolute().parent)  # D/sub/.. is D: its parent holds the staging
     keep = {"the spec file": Path(cfg.spec)} | ({"the model's own folder": source} if source else {})
     check_out_dir(Path(cfg.out), cfg.overwrite, keep, name="out")
     config = preflight.source_config(cfg.model)
     preflight.check_spec("spec", cfg.spec, spec, config)
-    check_tokens_fit("check_tokens", cfg.check_tokens, config, spec)
+    _check_tokens_fit(cfg, config, spec)
     model, tok = load_model(cfg.model, **cfg.load_args(dtype="float32"))
     if spec.position_dependent:
         return _save_schedule(model, tok, spec, cfg)
-    return save_baked(model, tok, spec, cfg.out, overwrite=cfg.overwrite, check_tokens=cfg.check_tokens)
+    return save_baked(model, tok, spec, install.target(cfg.out), overwrite=cfg.overwrite, check_tokens=cfg.check_tokens)
+
+
+def _check_tokens_fit(cfg: BakeConfig, config: dict[str, Any] | None, spec: TemperatureSpec) -> None:
+    """The check's tokens within positions and memory: a schedule checkpoint is checked past the
+    position where its schedule starts to act (its L0), ``check_tokens`` more."""
+    if not spec.position_dependent:
+        check_tokens_fit("check_tokens", cfg.check_tokens, config, spec)
+        return
+    tokens = tokens_past_start(spec, cfg.check_tokens)
+    try:
+        check_tokens_fit("check_tokens", tokens, config, spec)
+    except ValueError as exc:
+        start = schedule_start(spec)
+        raise ValueError(
+            f"{exc} (the check runs {start} + check_tokens: past {start}, where the schedule acts)"
+        ) from None
 
 
 def _save_schedule(model: torch.nn.Module, tok: Any, spec: TemperatureSpec, cfg: BakeConfig) -> BakeResult:

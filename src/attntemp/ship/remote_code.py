@@ -30,6 +30,10 @@ from .bake import BAKED, SPEC_FILE, BakeResult, bake, check_out_dir, fixed_input
 
 MODULE = "modeling_attntemp_schedule"
 CLASS = "AttntempScheduleLlamaForCausalLM"
+CONFIG_CLASS = "AttntempScheduleLlamaConfig"
+# The checkpoint's own model_type: transformers knows no such type, so a load without
+# trust_remote_code=True stops (it would otherwise load the folder as a plain, unscheduled Llama).
+MODEL_TYPE = "attntemp_schedule_llama"
 SCHEDULED = ("logn", "sqrt_logn", "llama4", "ssmax", "log_length")
 
 # The remote code, written as is into the checkpoint. Each formula is the one of
@@ -91,8 +95,20 @@ def _positions(kwargs, hidden):
     return pos.reshape(-1, hidden.shape[1])
 
 
+from transformers import LlamaConfig  # noqa: E402
+
+
+class AttntempScheduleLlamaConfig(LlamaConfig):
+    """A Llama config with its own model_type: without trust_remote_code=True transformers refuses
+    the folder instead of loading it as a plain Llama, without the schedule."""
+
+    model_type = "attntemp_schedule_llama"
+
+
 class AttntempScheduleLlamaForCausalLM(LlamaForCausalLM):
     """LlamaForCausalLM whose q rows are multiplied by the schedule's m(position, visible keys)."""
+
+    config_class = AttntempScheduleLlamaConfig
 
     def __init__(self, config):
         super().__init__(config)
@@ -208,6 +224,24 @@ def _static_part(spec: TemperatureSpec) -> TemperatureSpec:
     return TemperatureSpec.from_dict(d)
 
 
+def schedule_start(spec: TemperatureSpec) -> int:
+    """The first position where the schedule can differ from its static part: the trained length
+    L0 of logn, sqrt_logn and log_length's slope, llama4's floor_scale; 0 for ssmax (every n)."""
+    params = spec.to_dict()["schedule_params"]
+    if spec.schedule == "llama4":
+        return int(params.get("floor_scale", 8192))
+    if spec.schedule in ("logn", "sqrt_logn", "log_length"):
+        return int(params.get("trained_len", 2048))
+    return 0
+
+
+def tokens_past_start(spec: TemperatureSpec, tokens: int) -> int:
+    """The tokens a schedule checkpoint is checked on: ``tokens`` past :func:`schedule_start`, so
+    the check covers positions where the schedule acts (a check up to L0 compares two models that
+    agree there by construction)."""
+    return schedule_start(spec) + tokens
+
+
 def check_schedule_spec(model: torch.nn.Module, spec: TemperatureSpec) -> None:
     """Raise unless ``spec`` has a position-dependent schedule and ``model`` is a Llama."""
     if spec.schedule not in SCHEDULED:
@@ -227,8 +261,9 @@ def _write_remote(folder: Path, spec: TemperatureSpec) -> None:
     cfg_path = folder / "config.json"
     cfg = json.loads(cfg_path.read_text())
     cfg["attntemp_schedule"] = schedule_config(spec)
-    cfg["auto_map"] = {"AutoModelForCausalLM": f"{MODULE}.{CLASS}"}
+    cfg["auto_map"] = {"AutoConfig": f"{MODULE}.{CONFIG_CLASS}", "AutoModelForCausalLM": f"{MODULE}.{CLASS}"}
     cfg["architectures"] = [CLASS]
+    cfg["model_type"] = MODEL_TYPE
     cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
 
 
@@ -251,10 +286,12 @@ def save_schedule_checkpoint(
 ) -> BakeResult:
     """Bake the static part of ``spec`` into the ORIGINAL fp32 ``model`` (in place), write the
     schedule as remote code and check the reloaded folder against ``attntemp.patch(model, spec)`` on
-    ``check_tokens`` tokens; nothing appears at ``out_dir`` unless the logits agree within ``atol``."""
+    ``check_tokens`` tokens past where the schedule starts to act (:func:`tokens_past_start`);
+    nothing appears at ``out_dir`` unless the logits agree within ``atol``."""
     out = Path(out_dir)
     check_out_dir(out, overwrite)
     check_schedule_spec(model, spec)
+    check_tokens = tokens_past_start(spec, check_tokens)
     ids = fixed_input(model, check_tokens)  # [1, L]
     with patch.patch(model, spec):
         want = logits(model, ids)  # [1, L, V]

@@ -64,14 +64,24 @@ def recover(parent: Path) -> list[str]:
     return done
 
 
+def target(out: str | os.PathLike[str]) -> Path:
+    """``out`` as the folder it names: resolved when it holds ``..`` (``D/sub/..`` is ``D``, whose
+    name and parent the rename needs: ``..`` has neither), else as given (a symlinked ``out`` stays
+    the link)."""
+    path = Path(out)
+    return path.resolve() if ".." in path.parts else path
+
+
 def staging(out: Path) -> Path:
     """A new private folder next to ``out`` named for this process: ``.NAME.tmp-PID-XXXX``."""
+    out = target(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     return Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-{os.getpid()}-"))
 
 
 def install(tmp: Path, out: Path) -> None:
     """Give ``tmp`` the umask's modes and rename it to ``out`` (an old ``out`` removed last)."""
+    out = target(out)
     outputs.honour_umask(tmp)
     if not out.exists():
         os.rename(tmp, out)

@@ -3,6 +3,7 @@ against what this process can still get (``MemAvailable``, a cgroup limit, ``RLI
 
 from __future__ import annotations
 
+import os
 import resource
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,29 @@ def check_memory(name: str, value: Any, needed: float, what: str, available: int
             f"{name}={value!r} is not allowed: {what} needs about {gib(needed)} of memory, and "
             f"{gib(left)} is available here; use a smaller value"
         )
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on: its affinity mask (``taskset``, a container's cpuset)
+    where the OS has one, else ``os.cpu_count()``; at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # pragma: no cover (macOS, Windows)
+        return max(1, os.cpu_count() or 1)
+
+
+THREADS_PER_CPU = 4  # more torch threads than this per usable CPU is a typo, not a setting
+
+
+def check_threads(name: str, threads: int) -> int:
+    """Raise when ``threads`` exceeds :data:`THREADS_PER_CPU` per usable CPU (``usable_cpus``)."""
+    cpus = usable_cpus()
+    if threads > THREADS_PER_CPU * cpus:
+        raise ValueError(
+            f"{name}={threads!r} is not allowed; expected at most {THREADS_PER_CPU * cpus} "
+            f"({THREADS_PER_CPU} per CPU; this process may use {cpus})"
+        )
+    return threads
 
 
 def cpu_flags(path: str = "/proc/cpuinfo") -> frozenset[str]:
