@@ -4,6 +4,7 @@ batched forward, and greedy decoding with a KV cache."""
 
 from __future__ import annotations
 
+import copy
 import inspect
 import math
 import re
@@ -107,19 +108,51 @@ def multiplier_nll(model: Any, ids: torch.Tensor, multipliers: Sequence[float], 
     return torch.cat(out).reshape(len(multipliers), ids.shape[0], -1)
 
 
-@torch.no_grad()
-def greedy(model: Any, ids: torch.Tensor, new_tokens: int) -> torch.Tensor:
-    """``[b, new_tokens]`` greedy continuations of the equal-length prompts ``ids`` ``[b, n]``."""
+def _cache_name(model: Any) -> str:
     # transformers >= 5.2x names the KV cache ``cache``; earlier 5.x releases ``past_key_values``
-    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-    out = model(input_ids=ids, use_cache=True)
-    nxt = out.logits[:, -1].argmax(-1, keepdim=True)  # [b, 1]
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def last_logits(model: Any, ids: torch.Tensor, **kw: Any) -> tuple[torch.Tensor, Any]:
+    """``[b, V]`` logits of the last position of ``ids`` ``[b, n]`` and the forward's KV cache.
+
+    The LM head runs on that position only (``logits_to_keep=1``), so a long prompt never forms
+    ``[b, n, V]`` logits (128k tokens x a 128k vocabulary would be 64 GB in fp32)."""
+    keep = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+    out = model(input_ids=ids, use_cache=True, **keep, **kw)
+    return out.logits[:, -1], getattr(out, _cache_name(model))  # [b, V]
+
+
+@torch.no_grad()
+def greedy(
+    model: Any, ids: torch.Tensor, new_tokens: int, first: tuple[torch.Tensor, Any] | None = None
+) -> torch.Tensor:
+    """``[b, new_tokens]`` greedy continuations of the equal-length prompts ``ids`` ``[b, n]``
+    (``first``: the prompt's :func:`last_logits` when already computed; its cache is extended)."""
+    name = _cache_name(model)
+    logits, cache = first if first is not None else last_logits(model, ids)  # [b, V]
+    nxt = logits.argmax(-1, keepdim=True)  # [b, 1]
     tokens = [nxt]
     for _ in range(new_tokens - 1):
-        out = model(input_ids=nxt, use_cache=True, **{name: getattr(out, name)})
-        nxt = out.logits[:, -1].argmax(-1, keepdim=True)  # [b, 1]
+        logits, cache = last_logits(model, nxt, **{name: cache})  # [b, V]
+        nxt = logits.argmax(-1, keepdim=True)  # [b, 1]
         tokens.append(nxt)
     return torch.cat(tokens, dim=1)  # [b, new_tokens]
+
+
+@torch.no_grad()
+def answer_and_greedy(model: Any, prompt: torch.Tensor, answer: torch.Tensor, new_tokens: int):
+    """``([b] mean log-probability of answer ``[b, A]`` after prompt ``[b, P]``, [b, new_tokens]
+    greedy continuation)`` from one forward over the prompt: its last logits score the answer's
+    first token and start the greedy run; the other answer tokens are scored on a copy of its
+    cache. Equals :func:`token_nll` on ``prompt + answer`` and :func:`greedy` on ``prompt`` (tested)."""
+    logits, cache = last_logits(model, prompt)  # [b, V]
+    lp = [torch.log_softmax(logits.float(), -1).gather(-1, answer[:, :1].to(logits.device))]  # [b, 1]
+    if answer.shape[1] > 1:
+        out = model(input_ids=answer[:, :-1], use_cache=True, **{_cache_name(model): copy.deepcopy(cache)})
+        rest = out.logits.float()  # [b, A-1, V]: soft-capped by the model, as token_nll does
+        lp.append(torch.log_softmax(rest, -1).gather(-1, answer[:, 1:, None].to(rest.device)).squeeze(-1))
+    return torch.cat(lp, 1).mean(1), greedy(model, prompt, new_tokens, (logits, cache))  # [b], [b, new]
 
 
 def first_integer(text: str) -> int | None:

@@ -97,11 +97,13 @@ def kv_cache_bytes(cfg: dict[str, Any], tokens: int) -> float:
 
 def check_generation(name: str, value: Any, cfg: dict[str, Any] | None, prompt_tokens: int, new_tokens: int) -> None:
     """Raise (naming ``name=value``) when generating ``new_tokens`` after a prompt of ``prompt_tokens``
-    would not fit: one forward over the prompt, then a KV cache over both (decoding one token at a time)."""
+    would not fit: one forward over the prompt, then a KV cache over both (decoding one token at a time).
+    The prompt's logits are the last position's only (``logits_to_keep=1``): one ``[V]`` row, not ``[n, V]``."""
     if cfg is None:
         return
     total = prompt_tokens + new_tokens
-    needed = forward_bytes(cfg, 1, prompt_tokens) + kv_cache_bytes(cfg, total)
+    body = forward_bytes({**cfg, "vocab_size": 0}, 1, prompt_tokens)  # the forward without its [n, V] logits
+    needed = body + BYTES * (cfg.get("vocab_size") or 0) + kv_cache_bytes(cfg, total)
     what = f"a prompt of {prompt_tokens} tokens and a KV cache of {total}"
     resources.check_memory(name, value, needed, what)
 

@@ -57,6 +57,59 @@ def _mask_(s, q0, k0, window):
     return visible.sum(-1).float()
 
 
+def extended_keys(k: torch.Tensor) -> torch.Tensor:
+    """``[B, Hkv, Lk, D + 2]`` fp32: each key, then its position j and a 1, so that one product
+    of the weights with it gives ``sum_j e_j k_j``, ``sum_j e_j j`` and ``Z = sum_j e_j`` at once."""
+    b, hkv, lk, _ = k.shape
+    j = torch.arange(lk, device=k.device, dtype=torch.float32).expand(b, hkv, lk)  # [B, Hkv, Lk]
+    return torch.cat([k.float(), j.unsqueeze(-1), torch.ones_like(j).unsqueeze(-1)], -1)  # [B, Hkv, Lk, D+2]
+
+
+def fused_block(q, k, kx, m, scale, q0, window, sink_tokens, recent_tokens):
+    """:func:`block_stats` without soft-capping: keys ``k`` ``[B, Hkv, Lk, D]`` and the same keys
+    extended, ``kx`` (:func:`extended_keys`); m broadcastable to ``[B, H, blk, 1]``.
+
+    m and the scale are folded into q, so the logits ``s = q' . k`` are one matmul, turned into
+    ``e = exp(s - max s)`` in place (the one ``[B, H, blk, Lk']`` tensor), and every sum the
+    statistics need but the sink and recent bands comes from one more matmul, ``e @ [k, j, 1]``
+    (as attention's ``p @ v``): ``sum_j e_j s_j = q' . sum_j e_j k_j``, so with ``M = max s``,
+    ``H = ln Z + M - (q' . sum_j e_j k_j) / Z``."""
+    b, hq, blk, d = q.shape
+    k0 = 0 if window is None else max(0, q0 - window + 1)
+    hkv = kx.shape[1]
+    qf = q.float() * (scale if m is None else m * scale)  # [B, H, blk, D]
+    qg = qf.reshape(b, hkv, (hq // hkv) * blk, d)  # [B, Hkv, G*blk, D]: GQA without repeating k
+    kv = kx[:, :, k0 : q0 + blk]  # [B, Hkv, Lk', D+2]: later keys are never visible
+    lk = kv.shape[2]
+    e = (qg @ k[:, :, k0 : q0 + blk].float().transpose(-1, -2)).reshape(b, hq, blk, lk)  # [B, H, blk, Lk']: s
+    n = _mask_(e, q0, k0, window)  # [blk]
+    top = e.amax(-1, keepdim=True)  # [B, H, blk, 1]: M
+    e.sub_(top).exp_()  # [B, H, blk, Lk']: e = exp(s - M), 0 where masked
+    sums = (e.reshape(b, hkv, -1, lk) @ kv).reshape(b, hq, blk, d + 2)  # [B, H, blk, D+2]
+    big_z = sums[..., d + 1]  # [B, H, blk]
+    es = torch.linalg.vecdot(qf, sums[..., :d])  # [B, H, blk]: sum_j e_j s_j
+    ent = (big_z.log() + top.squeeze(-1) - es / big_z).clamp_min(0)  # [B, H, blk]
+    return _finish(e, big_z, ent, n, q0, k0, sink_tokens, recent_tokens, sums[..., d])
+
+
+def _finish(e, big_z, ent, n, q0, k0, sink_tokens, recent_tokens, ej):
+    """The statistics of queries ``q0..`` from their unnormalised weights ``e`` ``[B, H, blk, Lk']``
+    on keys ``k0..``, ``Z``, the entropy and ``sum_j e_j j`` ``[B, H, blk]``, the visible counts ``[blk]``."""
+    blk, lk = e.shape[2], e.shape[3]
+    pos = torch.arange(q0, q0 + blk, device=e.device, dtype=torch.float32)  # [blk]
+    lo = max(k0, q0 - recent_tokens + 1)  # the recent band lies in keys [lo, q0 + blk)
+    keys = torch.arange(lo, k0 + lk, device=e.device, dtype=torch.float32)  # [band]
+    band = keys.unsqueeze(0) > pos.unsqueeze(1) - recent_tokens  # [blk, band]
+    return {
+        "entropy": ent,
+        "norm_entropy": torch.where(n > 1, ent / n.clamp_min(2).log(), torch.nan),
+        "max_weight": 1.0 / big_z,
+        "sink_mass": e[..., : max(0, sink_tokens - k0)].sum(-1) / big_z,
+        "recent_mass": (e[..., lo - k0 :] * band).sum(-1) / big_z,
+        "mean_distance": pos - ej / big_z,
+    }
+
+
 def block_stats(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -74,8 +127,9 @@ def block_stats(
 
     With ``z = s - max s`` and ``e = exp z``, ``Z = sum e``: ``H = ln Z - sum(e z) / Z``, the
     largest weight is ``1 / Z``, and every mass is a sum of ``e`` over ``Z``: p is never formed.
+    This is the plain form (every sum its own pass; soft-capping goes through it), the reference
+    of the fused one :func:`attention_stats` runs without soft-capping (tested against each other).
     """
-    blk = q.shape[2]
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     m = None if multiplier is None else multiplier.float().unsqueeze(-1)
     k0 = 0 if window is None else max(0, q0 - window + 1)
@@ -86,18 +140,8 @@ def block_stats(
     big_z = e.sum(-1)  # [B, H, blk]
     ez = (e.unsqueeze(-2) @ z.unsqueeze(-1)).reshape(big_z.shape)  # [B, H, blk]: sum_j e_j z_j
     ent = (big_z.log() - ez / big_z).clamp_min(0)  # [B, H, blk]
-    pos = torch.arange(q0, q0 + blk, device=q.device, dtype=torch.float32)  # [blk]
     keys = torch.arange(k0, k0 + z.shape[-1], device=q.device, dtype=torch.float32)  # [Lk']
-    lo = max(k0, q0 - recent_tokens + 1)  # the recent band lies in keys [lo, q0 + blk)
-    band = keys[lo - k0 :].unsqueeze(0) > pos.unsqueeze(1) - recent_tokens  # [blk, band]
-    return {
-        "entropy": ent,
-        "norm_entropy": torch.where(n > 1, ent / n.clamp_min(2).log(), torch.nan),
-        "max_weight": 1.0 / big_z,
-        "sink_mass": e[..., : max(0, sink_tokens - k0)].sum(-1) / big_z,
-        "recent_mass": (e[..., lo - k0 :] * band).sum(-1) / big_z,
-        "mean_distance": pos - (e @ keys) / big_z,
-    }
+    return _finish(e, big_z, ent, n, q0, k0, sink_tokens, recent_tokens, e @ keys)
 
 
 def last_query_stats(
@@ -130,9 +174,10 @@ def last_query_stats(
     }
 
 
-def block_size(b: int, h: int, lk: int, budget_bytes: int = 64 * 2**20) -> int:
-    """Queries per block so that ~4 fp32 ``[B, H, blk, Lk]`` temporaries fit ``budget_bytes``."""
-    return int(max(16, min(lk, budget_bytes // max(1, 16 * b * h * lk))))
+def block_size(b: int, h: int, lk: int, budget_bytes: int = 64 * 2**20, temporaries: int = 4) -> int:
+    """Queries per block so that ``temporaries`` fp32 ``[B, H, blk, Lk]`` tensors fit ``budget_bytes``
+    (the fused path keeps one, the plain one about 4)."""
+    return int(max(16, min(lk, budget_bytes // max(1, 4 * temporaries * b * h * lk))))
 
 
 def attention_stats(
@@ -154,14 +199,22 @@ def attention_stats(
     if multiplier is not None:
         multiplier = multiplier.to(q.device, torch.float32)  # m may live on the CPU (a tuner's table)
         multiplier = multiplier.expand(b, h, lq) if multiplier.dim() else multiplier.reshape(1, 1, 1)
-    blk = block_size(b, h, lk, budget_bytes)
+    blk = block_size(b, h, lk, budget_bytes, 1 if softcap is None else 4)
+    kx = extended_keys(k) if softcap is None else None  # [B, Hkv, Lk, D+2]: the fused path
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     parts: dict[str, list[torch.Tensor]] = {name: [] for name in STATS}
     for start in range(0, lq, blk):
         stop = min(lq, start + blk)
         mb = None
         if multiplier is not None:
             mb = multiplier if multiplier.shape[-1] == 1 else multiplier[..., start:stop]
-        out = block_stats(q[:, :, start:stop], k, off + start, mb, scale, softcap, window, sink_tokens, recent_tokens)
+        if kx is None:
+            out = block_stats(
+                q[:, :, start:stop], k, off + start, mb, scale, softcap, window, sink_tokens, recent_tokens
+            )
+        else:
+            m = None if mb is None else mb.unsqueeze(-1)  # [B|1, H|1, blk|1, 1]
+            out = fused_block(q[:, :, start:stop], k, kx, m, scale, off + start, window, sink_tokens, recent_tokens)
         for name in STATS:
             parts[name].append(out[name])
     return {name: torch.cat(v, dim=-1) for name, v in parts.items()}

@@ -1,0 +1,56 @@
+"""Greedy decoding and prompt scoring: the LM head runs on the prompt's last position only, and
+the one-forward scoring equals the two-forward one it replaced."""
+
+import torch
+
+from attntemp.evaluate.corpus import heldout_windows
+from attntemp.evaluate.lm import answer_and_greedy, greedy, token_nll
+from attntemp.hf.patch import batch_multipliers, patch
+from attntemp.ops.spec import TemperatureSpec
+
+
+def _head_inputs(model):
+    """The LM head's input shapes, recorded by a forward hook, and the hook's handle."""
+    seen: list[tuple[int, ...]] = []
+    handle = model.get_output_embeddings().register_forward_hook(lambda mod, args, out: seen.append(args[0].shape))
+    return seen, handle
+
+
+def _plain_greedy(model, ids, new_tokens):
+    """Greedy without a cache: the full sequence each step, the last position's argmax."""
+    for _ in range(new_tokens):
+        nxt = model(input_ids=ids).logits[:, -1].argmax(-1, keepdim=True)  # [b, 1]
+        ids = torch.cat([ids, nxt], 1)
+    return ids[:, -new_tokens:]
+
+
+def test_greedy_runs_the_head_on_the_last_prompt_position(tiny, stdlib_docs):
+    model, tok = tiny
+    ids = heldout_windows(tok, 300, n=2, docs=stdlib_docs)  # [2, 300]
+    seen, handle = _head_inputs(model)
+    try:
+        out = greedy(model, ids, 4)
+    finally:
+        handle.remove()
+    assert seen[0] == (2, 1, model.config.hidden_size)  # not [2, 300, d]: no [b, n, V] logits
+    assert all(s[1] == 1 for s in seen) and len(seen) == 4
+    assert torch.equal(out, _plain_greedy(model, ids, 4))
+
+
+def test_answer_and_greedy_equals_separate_scoring(tiny, stdlib_docs):
+    model, tok = tiny
+    ids = heldout_windows(tok, 200, n=2, docs=stdlib_docs).repeat(2, 1)  # [4, 200]
+    m = torch.tensor([1.0, 1.0, 0.7, 1.4])  # one multiplier per row, as the tasks batch them
+    prompt, answer = ids[:, :194], ids[:, 194:]  # [4, 194], [4, 6]
+    with patch(model, TemperatureSpec()), batch_multipliers(model, m):
+        seen, handle = _head_inputs(model)
+        try:
+            lp, gen = answer_and_greedy(model, prompt, answer, 5)
+        finally:
+            handle.remove()
+        want_lp = -token_nll(model, ids, start=193).mean(-1)  # [4]
+        want_gen = _plain_greedy(model, prompt, 5)
+    assert seen[0][1] == 1  # the prompt's forward: its last position only
+    torch.testing.assert_close(lp, want_lp, atol=1e-4, rtol=1e-5)
+    assert torch.equal(gen, want_gen)
+    assert not torch.allclose(lp[2], lp[0])  # the multipliers reached the rows
