@@ -126,6 +126,7 @@ def run(args: argparse.Namespace) -> tuple[str, list[dict]]:
                 tasks=("perplexity",),
                 n_docs=args.docs,
                 check_lengths=tuple(args.checks),
+                overwrite=True,  # a folder without evidence.json is a run that stopped: redone
                 heldout_text=args.heldout_text,
                 progress=False,
                 **kw,

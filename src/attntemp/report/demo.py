@@ -232,6 +232,7 @@ def step_tune_and_passkey(model, tok, cfg: DemoConfig, ctx: EvalContext, out: Pa
             rope="yarn",
             tasks=("perplexity", "passkey"),
             check_lengths=(),
+            overwrite=True,  # the demo rewrites its own folders (checked once, before the model loads)
             **kw,
         )  # other lengths: below
         ev = run_tune(tcfg, model, tok)
