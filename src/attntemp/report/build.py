@@ -65,7 +65,8 @@ def best_table(rows: list[dict[str, Any]], trained: int | None) -> str:
         task, metric = cls(), cls.metrics[0]
         for (length, rope), pts in sorted(points(rows, name).items()):
             lines.append(_best_row(task, metric, name, length, rope, pts, trained))
-    return "\n".join(lines)
+    rules = sorted({(r["task"], r["metrics"]["rule"]) for r in rows if "rule" in r["metrics"]})
+    return "\n".join(lines + ([""] if rules else []) + [f"- {task} key tokens: {rule}" for task, rule in rules])
 
 
 def _best_row(task: Any, metric: Any, name: str, length: int, rope: str, pts: list, trained: int | None) -> str:

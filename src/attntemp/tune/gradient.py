@@ -120,6 +120,7 @@ def train_temperatures(
     schedule: str | None = None,
     rope: dict[str, Any] | None = None,
     callback: Callable[[int, float], None] | None = None,
+    masks: torch.Tensor | Sequence[torch.Tensor] | None = None,
 ) -> TrainResult:
     """Tune the temperatures on next-token loss of ``ids`` [N, L] (predictions at positions >= start),
     or of several such tensors of different lengths (step s trains on tensor ``s % k``: one spec
@@ -130,6 +131,8 @@ def train_temperatures(
     its module is trained; otherwise one is made from init/granularity/schedule/rope and the model is
     restored after. ``checkpoint``: saved every ``checkpoint_every`` steps and at the end, resumed from
     when ``resume``. ``callback(step, loss)`` runs after each step (after its checkpoint).
+    ``masks``: ``[N, L-1]`` per tensor of ``ids``, the predictions the loss counts (key tokens,
+    answer tokens: :func:`attntemp.evaluate.lm.masked_loss`) instead of those at positions >= start.
     """
     steps = checks.positive_int("steps", steps)
     checks.positive("lr", lr)
@@ -154,9 +157,12 @@ def train_temperatures(
             "granularity": temps.granularity,
             "schedule": temps.schedule,
             "ids": ",".join(corpus.windows_digest(t.cpu()) for t in _groups(ids)),
+            **(
+                {"masks": ",".join(corpus.windows_digest(m.cpu()) for m in _groups(masks))} if masks is not None else {}
+            ),
         }
         path = None if checkpoint is None else Path(checkpoint)
-        return _loop(model, temps, ids, plan, path, resume, checkpoint_every, progress, callback)
+        return _loop(model, temps, ids, plan, path, resume, checkpoint_every, progress, callback, masks)
 
 
 def _groups(ids: torch.Tensor | Sequence[torch.Tensor]) -> list[torch.Tensor]:
@@ -184,6 +190,7 @@ def _loop(
     every: int,
     progress: bool,
     callback: Callable[[int, float], None] | None,
+    masks: torch.Tensor | Sequence[torch.Tensor] | None = None,
 ) -> TrainResult:
     opt = torch.optim.AdamW(temps.parameters(), lr=plan["lr"], weight_decay=0.0)
     step, losses, lrs, first = 0, [], [], 0
@@ -199,7 +206,10 @@ def _loop(
                 group["lr"] = rate
             batch = _batch(groups, step, plan["batch_size"]).to(temps.log_m.device)  # [b, L]
             opt.zero_grad(set_to_none=True)
-            loss = lm.next_token_loss(model, batch, plan["start"])
+            if masks is None:
+                loss = lm.next_token_loss(model, batch, plan["start"])
+            else:  # the same rows of the masks: [b, L-1]
+                loss = lm.masked_loss(model, batch, _batch(_groups(masks), step, plan["batch_size"]))
             loss.backward()
             opt.step()
             step, value = step + 1, float(loss.detach())
@@ -225,6 +235,17 @@ def _loop(
     return TrainResult(
         tuple(losses), tuple(lrs), plan["steps"], first, time.perf_counter() - t0, state, temps.to_spec()
     )
+
+
+@torch.no_grad()
+def _masked_ppl(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, batch_size: int) -> float:
+    """``exp(mean NLL)`` of the predictions ``mask`` [n, L-1] keeps in ``ids`` [n, L]."""
+    total, count = 0.0, 0
+    for rows, keep in zip(ids.split(batch_size), mask.split(batch_size), strict=True):
+        nll = lm.token_nll(model, rows)  # [b, L-1]
+        total += float(nll[keep.to(nll.device)].double().sum())
+        count += int(keep.sum())
+    return math.exp(total / max(count, 1))
 
 
 def _tail_start(start: str | int, length: int, trained_length: int) -> int:
@@ -298,6 +319,7 @@ def run_gradient_tuning(
     progress: bool = True,
     gradient_checkpointing: bool = False,
     checkpoint_every: int = 10,
+    targets: Callable[[int, int], tuple[torch.Tensor, torch.Tensor]] | None = None,
 ) -> tuple[TemperatureSpec, dict[str, Any]]:
     """Learn temperatures on ``n_train`` held-out windows of ``length`` tokens (or of each of
     several lengths, one spec for all); score ``n_eval`` other windows at each length.
@@ -306,20 +328,33 @@ def run_gradient_tuning(
     checkpoint.pt (a rerun resumes from it). Evidence: tail perplexity on the evaluation windows with
     the base (rope and init) before and the learned spec after, per length (the first length's
     under ``tail_ppl_before`` / ``tail_ppl_after``).
+    ``targets(length, n)``: ``([n, L] ids, [n, L-1] mask)`` to train on the masked predictions only
+    (key tokens, needles' answers); the evidence adds their perplexity before and after
+    (``objective_ppl_before`` / ``objective_ppl_after``, per length).
     """
     lengths = [length] if isinstance(length, int) else list(length)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     device = next(model.parameters()).device
-    windows = [corpus.heldout_windows(tokenizer, n, n_train + n_eval, docs=docs) for n in lengths]  # [n_tr+n_ev, N]
+    pairs = [targets(n, n_train + n_eval) for n in lengths] if targets else []  # ([n, N], [n, N-1]) per length
+    windows = [p[0] for p in pairs] or [
+        corpus.heldout_windows(tokenizer, n, n_train + n_eval, docs=docs) for n in lengths
+    ]
+    masks = [p[1] for p in pairs]
     base = base_spec(init, rope)
     l0 = trained_length_of(model, base)
-    first = _tail_start(start, min(lengths), l0)
-    train_ids = [w[:n_train].to(device) for w in windows]
+    first = 0 if masks else _tail_start(start, min(lengths), l0)
+    kept = [m[:n_train].any(1) for m in masks]  # training windows without a masked prediction add nothing
+    train_ids = (
+        [w[:n_train][keep].to(device) for w, keep in zip(windows, kept, strict=True)]
+        if masks
+        else [w[:n_train].to(device) for w in windows]
+    )
     eval_ids = [w[n_train:].to(device) for w in windows]
     with patch.patch(model, (init or TemperatureSpec()).with_rope(dict(base.rope) or None)):
         before = [lm.perplexity(model, e, first, batch_size=batch_size) for e in eval_ids]
+        masked_before = [_masked_ppl(model, e, m[n_train:], batch_size) for e, m in zip(eval_ids, masks, strict=False)]
     with learnable(model, init, granularity, schedule, rope=rope) as temps:
         result = train_temperatures(
             model,
@@ -332,9 +367,11 @@ def run_gradient_tuning(
             progress=progress,
             gradient_checkpointing=gradient_checkpointing,
             checkpoint_every=checkpoint_every,
+            masks=[m[:n_train][keep] for m, keep in zip(masks, kept, strict=True)] or None,
         )
     with patch.patch(model, result.spec):
         after = [lm.perplexity(model, e, first, batch_size=batch_size) for e in eval_ids]
+        masked_after = [_masked_ppl(model, e, m[n_train:], batch_size) for e, m in zip(eval_ids, masks, strict=False)]
     evidence = {
         "length": lengths[0],
         "lengths": lengths,
@@ -348,6 +385,7 @@ def run_gradient_tuning(
         "n_eval": n_eval,
         "lr": lr,
         **_scores(before, after, result, temps),
+        **({"objective_ppl_before": masked_before, "objective_ppl_after": masked_after} if masks else {}),
         "seconds": time.perf_counter() - t0,
         "train_windows": ",".join(corpus.windows_digest(w[:n_train]) for w in windows),
         "eval_windows": ",".join(corpus.windows_digest(w[n_train:]) for w in windows),

@@ -9,6 +9,7 @@ matching ``entropy.json`` (reference, before and after per head).
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from dataclasses import asdict, dataclass, replace
@@ -17,6 +18,8 @@ from typing import Any
 
 from ..evaluate import corpus, limits
 from ..evaluate.corpus import heldout_windows
+from ..evaluate.key_tokens import key_token_targets
+from ..evaluate.needles import needle_targets
 from ..evaluate.tasks import TASKS, EvalContext, EvalOptions, eval_context, tuning_context
 from ..hf import introspect, preflight
 from ..hf.learnable import SCHEDULES as LEARNABLE_SCHEDULES
@@ -31,9 +34,11 @@ from .gradient import run_gradient_tuning
 from .search import SEARCH_OBJECTIVES, tune_global
 
 TUNE_METHODS = ("search", "gradient")
+TARGETS_OF = {"key_tokens": key_token_targets, "needles": needle_targets}  # gradient: ([n, L] ids, [n, L-1] mask)
 HELDOUT_FOR_STDLIB = "package:markdown"  # Python code outside the stdlib: an attntemp dependency, on every machine
 TEXT_FREE = ("passkey",)  # tasks whose prompts do not come from the text: not scored again on the second one
 OBJECTIVES = (*SEARCH_OBJECTIVES, "entropy")
+GRADIENT_OBJECTIVES = ("perplexity", "key_tokens", "needles")  # the next-token loss on all / key / answer tokens
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,13 +46,13 @@ class TuneConfig(EvalOptions):
     """``attntemp tune`` and :func:`run_tune`: a TemperatureSpec for one model and length."""
 
     out: str = option(help="output folder (spec.json, evidence.md, evidence.json)")
-    overwrite: bool = option(False, "replace the spec.json and evidence an earlier tune wrote in --out")
     length: int = option(1024, "tokens per window to tune at")
     granularity: str = option("global", f"one m for the model, per layer or per head: {', '.join(GRANULARITIES)}")
     objective: str = option(
         "perplexity",
-        f"what to optimise: {', '.join(OBJECTIVES)}; with --method search: perplexity, passkey or needle tune one "
-        "global m, entropy matches per layer/head (label-free); --method gradient optimises perplexity only",
+        f"what to optimise: {', '.join(OBJECTIVES)}; with --method search: perplexity, passkey, key_tokens or "
+        "needles tune one global m, entropy matches per layer/head (label-free); --method gradient: the next-token "
+        "loss on all tokens (perplexity), key tokens only (key_tokens) or the needles' answers (needles)",
     )
     rope: str = option("none", f"RoPE extension: {', '.join(SCALINGS)} (s = length / trained length)")
     method: str = option(
@@ -116,10 +121,11 @@ class TuneConfig(EvalOptions):
                 f"heldout_text={self.heldout_text!r} is --text itself, whose tuning pool the tuner saw; give "
                 "another text (or 'none')"
             )
-        if self.method == "gradient" and self.objective != "perplexity":
+        if self.method == "gradient" and self.objective not in GRADIENT_OBJECTIVES:
             raise ValueError(
                 f"objective={self.objective!r} with method='gradient' is not allowed: gradient tuning "
-                "minimises next-token loss, so its objective is perplexity; for passkey or needle use "
+                "minimises next-token loss, on every token (perplexity), key tokens (key_tokens) or the "
+                "needles' answers (needles); for passkey or needle use "
                 "method='search' (global), for entropy matching method='search' with any granularity"
             )
         if self.method == "search" and self.granularity != "global" and self.objective != "entropy":
@@ -151,9 +157,12 @@ def _tune(cfg: TuneConfig, model: Any, tok: Any, ctx: EvalContext, out: Path) ->
             docs=list(tctx.docs),
             schedule=cfg.schedule,
             progress=cfg.progress,
+            targets=None
+            if cfg.objective == "perplexity"
+            else functools.partial(TARGETS_OF[cfg.objective], tok, ctx=tctx),
         )
     if cfg.objective == "entropy":
-        ids = heldout_windows(tok, cfg.length, n=cfg.n_docs, docs=tctx.docs, n_name="n_docs")  # [n, L]
+        ids = heldout_windows(tok, cfg.length, n=cfg.n_docs, docs=tctx.docs)  # [n, L]
         match = tune_entropy(
             model, ids, ctx.trained_length, cfg.granularity, rope, progress=cfg.progress, target=cfg.target
         )
@@ -199,34 +208,7 @@ def _second_text(
     return {"text": source, "tasks": list(tasks), **scored[cfg.length], "checks": {n: scored[n] for n in held_out}}
 
 
-RESULTS = (
-    "spec.json",
-    "evidence.json",
-    "evidence.md",
-    "entropy.json",
-    "learned_spec.json",
-    "learned_heatmap.png",
-    "train_log.json",
-)  # a killed gradient tune's checkpoint.pt is not one: a rerun resumes from it
-
-
-def held_out_lengths(cfg: TuneConfig, trained: int, tok: Any) -> tuple[tuple[int, ...], list[str]]:
-    """The held-out lengths (:func:`~.evidence.check_lengths`) and a note per one left out: a
-    tuning length (scored already), or a default length too short for an evidence task."""
-    tuned = (cfg.length, *cfg.lengths)
-    picked = check_lengths(cfg.check_lengths, tuned, trained)
-    given = cfg.check_lengths if cfg.check_lengths is not None else (trained, min(tuned) // 2, 2 * max(tuned))
-    notes = [f"held-out length {n} left out: it is a tuning length, scored there" for n in set(given) & set(tuned)]
-    if cfg.check_lengths is not None:
-        return picked, notes
-    kept = []
-    for n in picked:
-        try:
-            limits.check_lengths("check_lengths", [n], cfg.tasks, tok)
-            kept.append(n)
-        except ValueError as exc:  # "check_lengths[0]=150 is too short for passkey: it needs ..."
-            notes.append(f"default held-out length {n} left out: {str(exc).partition(' is ')[2]}")
-    return tuple(kept), notes
+RESULTS = ("spec.json", "evidence.json", "evidence.md", "entropy.json")
 
 
 def preflight_tune(cfg: TuneConfig, model=None, tok=None) -> Any:
@@ -234,19 +216,20 @@ def preflight_tune(cfg: TuneConfig, model=None, tok=None) -> Any:
     :func:`~attntemp.evaluate.tasks.eval_context`: a text of too few documents for two pools is cut
     in halves), every length (tuning, extra and held-out) long enough for the tasks that score at it
     and within the memory available; returns the tokenizer."""
-    outputs.check_out(cfg.out, RESULTS, overwrite=cfg.overwrite)
+    outputs.check_out(cfg.out, RESULTS, overwrite=True)  # a rerun replaces its own results
     config = model.config.to_dict() if model is not None else preflight.source_config(cfg.model)
     tok = tok if tok is not None else preflight.load_tokenizer(cfg.model)
     corpus.source_files(cfg.text, name="text")
     if cfg.second_text():
         corpus.source_files(cfg.second_text() or "", name="heldout_text")
     objective = [cfg.objective] if cfg.objective in TASKS else []
-    limits.check_lengths("length", [cfg.length], [*cfg.tasks, *objective], tok, indexed=False)
-    limits.check_lengths("lengths", cfg.lengths, cfg.tasks, tok)
     trained = introspect.trained_length(model) if model is not None else preflight.trained_length(config or {})
-    check_lengths(cfg.check_lengths, (cfg.length, *cfg.lengths), trained or cfg.length)  # each as typed
-    limits.check_lengths("check_lengths", cfg.check_lengths or (), cfg.tasks, tok)
-    held_out, _ = held_out_lengths(cfg, trained or cfg.length, tok)
+    sizes: dict[str, Any] = {"opts": cfg, "trained": trained}  # key_tokens' K and n, the needles' count
+    limits.check_lengths("length", [cfg.length], [*cfg.tasks, *objective], tok, indexed=False, **sizes)
+    limits.check_lengths("lengths", cfg.lengths, [*cfg.tasks, *objective], tok, **sizes)
+    limits.check_evaluator(cfg, tok)
+    held_out = check_lengths(cfg.check_lengths, (cfg.length, *cfg.lengths), trained or cfg.length)
+    limits.check_lengths("check_lengths", held_out, cfg.tasks, tok, **sizes)
     text = config and preflight.text_part(config)
     rows = limits.forward_rows(cfg.batch_size, cfg.n_docs, cfg.trials, 3)  # m = 1, YaRN's, the tuned one
     limits.check_memory("length", [cfg.length], text, rows, cfg.trials, grad=cfg.method == "gradient", indexed=False)
@@ -273,7 +256,7 @@ def _run(cfg: TuneConfig, out: Path, model=None, tok=None) -> dict[str, Any]:
     seconds = time.perf_counter() - t0
     spec.save(out / "spec.json")
     at_length = _scored(model, tok, cfg.length, spec, cfg, ctx)
-    held_out, notes = held_out_lengths(cfg, trained, tok)
+    held_out = check_lengths(cfg.check_lengths, (cfg.length, *cfg.lengths), trained)
     checks_ = {n: _scored(model, tok, n, spec, cfg, ctx) for n in held_out}
     second = _second_text(cfg, model, tok, spec, ctx, held_out)
     evidence = {
@@ -284,7 +267,6 @@ def _run(cfg: TuneConfig, out: Path, model=None, tok=None) -> dict[str, Any]:
         "info": info,
         **at_length,
         "checks": checks_,
-        "held_out_notes": notes,
         **({"heldout": second} if second else {}),
         "spec": spec.to_dict(),
     }

@@ -16,7 +16,7 @@ from ..ops.search import golden_section
 from ..ops.spec import TemperatureSpec
 from ..utils import checks
 
-SEARCH_OBJECTIVES = ("perplexity", "passkey")  # tasks whose objective metric a search optimises
+SEARCH_OBJECTIVES = ("perplexity", "passkey", "key_tokens", "needles")  # tasks whose objective a search optimises
 
 
 def tune_global(
