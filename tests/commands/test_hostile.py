@@ -103,6 +103,9 @@ def ws(tmp_path_factory):
     np.savez(w / "oneclass.npz", logits=rng.normal(size=(50, 1)), labels=np.zeros(50, dtype=int))
     np.savez(w / "flat.npz", logits=rng.normal(size=50), labels=np.zeros(50, dtype=int))
     np.savez(w / "objects.npz", logits=np.array([[1.0, "a"]], dtype=object), labels=np.zeros(1, dtype=int))
+    reweighted = Store(w / "reweighted" / "sweep.db")  # points of a checkpoint since rewritten in place
+    reweighted.check_settings({"model": "tiny", "model_weights": "0" * 32})
+    reweighted.close()
     (w / "tuned").mkdir()  # an earlier tune's results
     (w / "tuned" / "spec.json").write_text(json.dumps({"multiplier": 1.1}))
     return w
@@ -315,6 +318,7 @@ CASES = [
     ("report-empty", ["report", "{w}/empty"], "holds no sweep.db and no evidence.md"),
     # --- issue 25: lost data, machine-sized flags, the flag the user typed
     ("tune-out-results", with_(T, "--out", "{w}/tuned"), "already holds results (spec.json); pass --overwrite"),
+    ("sweep-out-other-weights", with_(S, "--out", "{w}/reweighted"), "holds points made with model_weights='0000"),
     ("tune-check-lengths-5", with_(T, "--check-lengths", "5"), "--check-lengths[0]=5 is not allowed: a held-out"),
     ("tune-check-lengths-second", with_(T, "--check-lengths", "512,20"), "--check-lengths[1]=20 is not allowed"),
     ("tune-check-lengths-passkey", with_(T, "--check-lengths", "512,100"), "--check-lengths[1]=100 is too short"),

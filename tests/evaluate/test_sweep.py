@@ -176,3 +176,38 @@ def test_an_old_database_still_opens_and_resumes(tiny, tmp_path):
     store = run_sweep(_small(tmp_path, multipliers=(1.0, 1.2)), model, tok)
     assert [r["multiplier"] for r in store.rows()] == [1.0, 1.2] and store.rows()[0]["metrics"]["ppl"] == 5.0
     store.close()
+
+
+def test_a_checkpoint_changed_in_place_is_refused_and_an_old_database_gets_the_digest(tmp_path, monkeypatch):
+    """Other weights of the same shapes written over the folder (as ``bake --overwrite`` does): the
+    config and the safetensors header are unchanged, the weights digest is not."""
+    import json
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from attntemp.assets import tiny_path
+
+    monkeypatch.setenv("ATTNTEMP_CACHE", str(tmp_path / "cache"))
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(tiny_path(), ckpt)
+    cfg = SweepConfig(out=str(tmp_path / "s"), model=str(ckpt), lengths=(64,), multipliers=(1.0,), n_docs=1,
+                      progress=False)  # fmt: skip
+    run_sweep(cfg).close()
+    weights = load_file(ckpt / "model.safetensors")
+    weights["model.layers.0.self_attn.q_proj.weight"] *= 1.1
+    save_file(weights, ckpt / "model.safetensors", metadata={"format": "pt"})  # same header, other bytes
+    with pytest.raises(ValueError, match=r"holds points made with model_weights='[0-9a-f]{32}'; this run has"):
+        run_sweep(cfg)
+    cache = json.loads((tmp_path / "cache" / "digests.json").read_text())
+    assert len(cache) == 1 and next(iter(cache.values()))["stamp"][0] == (ckpt / "model.safetensors").stat().st_size
+    db = sqlite3.connect(tmp_path / "s" / "sweep.db")  # a database from before the digest was recorded
+    settings = json.loads(db.execute("SELECT value FROM meta WHERE key='settings'").fetchone()[0])
+    del settings["model_weights"]
+    with db:
+        db.execute("UPDATE meta SET value=? WHERE key='settings'", (json.dumps(settings),))
+    db.close()
+    run_sweep(cfg).close()  # opens; the digest is recorded now
+    store = Store(tmp_path / "s" / "sweep.db", readonly=True)
+    assert store.recorded_settings()["model_weights"] is not None and store.count() == 2
+    store.close()

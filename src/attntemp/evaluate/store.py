@@ -80,6 +80,8 @@ LOCK_FILE = ".sweep.lock"
 # key_tokens' rule and the needles' count (a database from before them recorded none: not compared)
 DISTANT_SETTINGS = ("key_ngram", "key_distance", "key_evaluator", "key_alpha", "key_beta", "needles_per_forward")
 # What changes a point's numbers besides its key (asdict of the config, plus what run_sweep adds).
+# model_weights: a digest of the weights files' bytes (a database from before it recorded none: it is
+# recorded on the next run, the points already there taken as made with the weights found then)
 SETTINGS = (
     "model",
     "text",
@@ -90,6 +92,7 @@ SETTINGS = (
     "dtype",
     "trained_length",
     "model_files",
+    "model_weights",
     *DISTANT_SETTINGS,
 )
 

@@ -52,7 +52,8 @@ def preflight_sweep(cfg: SweepConfig, model=None, tok=None) -> tuple[Any, dict[s
     retrieval = cfg.trials if set(cfg.tasks) & {"passkey", "needle"} else 0
     limits.check_memory("lengths", cfg.lengths, config and preflight.text_part(config), rows, retrieval)
     dtype = str(devices.check_dtype(getattr(cfg, "dtype", None), getattr(cfg, "device", "cpu"))).split(".")[-1]
-    found = {**asdict(cfg), "dtype": dtype, "trained_length": trained, "model_files": preflight.fingerprint(cfg.model)}
+    files = {"model_files": preflight.fingerprint(cfg.model), "model_weights": preflight.weights_digest(cfg.model)}
+    found = {**asdict(cfg), "dtype": dtype, "trained_length": trained, **files}
     return tok, {k: found.get(k) for k in SETTINGS}
 
 

@@ -15,9 +15,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..utils import resources
+from ..utils import digest, resources
 from . import source
-from .loading import resolve
+from .loading import cache_dir, resolve
 
 BYTES = 4  # float32 activations (the conservative case)
 PROMPT_BYTES_PER_TOKEN = 256  # building one prompt: its text, the tokenizer's encoding, the ids
@@ -147,6 +147,21 @@ def fingerprint(name: str) -> str | None:
         with path.open("rb") as f:
             h.update(path.name.encode() + str(path.stat().st_size).encode() + f.read(1 << 16))
     return h.hexdigest()[:16]
+
+
+WEIGHT_FILES = ("*.safetensors", "*.bin", "*.gguf", "*.pt", "*.pth")
+
+
+def weights_digest(name: str) -> str | None:
+    """A digest of the bytes of every weights file of the model's folder (streamed, blake2b;
+    cached per file version in ``cache_dir()/digests.json``): unlike :func:`fingerprint`, it
+    changes when a checkpoint is rewritten in place with other weights of the same shapes. None
+    when the model is not local yet."""
+    folder = source_folder(name)
+    if folder is None or not folder.is_dir():
+        return None
+    files = sorted({p for pattern in WEIGHT_FILES for p in folder.glob(pattern) if p.is_file()})
+    return digest.files_digest(files, cache_dir() / "digests.json")
 
 
 def source_folder(name: str) -> Path | None:
