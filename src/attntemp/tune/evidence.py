@@ -59,11 +59,20 @@ def evaluate_specs(
     return result
 
 
+SHORTEST_CHECK = 32  # tokens: a held-out window shorter than this has too few predictions to score
+
+
 def check_lengths(given: tuple[int, ...] | None, tuned: tuple[int, ...], trained: int) -> tuple[int, ...]:
-    """The held-out lengths: ``given``, else the trained length, half the shortest and twice the
-    longest tuning length (tuning lengths left out; lengths under 32 tokens too short to score)."""
+    """The held-out lengths: ``given`` (each refused below :data:`SHORTEST_CHECK` tokens), else the
+    trained length, half the shortest and twice the longest tuning length (those under
+    :data:`SHORTEST_CHECK` left out); tuning lengths left out either way (the evidence scores them)."""
+    for i, n in enumerate(given or ()):
+        if n < SHORTEST_CHECK:
+            raise ValueError(
+                f"check_lengths[{i}]={n} is not allowed: a held-out length needs at least {SHORTEST_CHECK} tokens"
+            )
     pick = given if given is not None else (trained, min(tuned) // 2, 2 * max(tuned))
-    return tuple(sorted({n for n in pick if n not in tuned and n >= 32}))
+    return tuple(sorted({n for n in pick if n not in tuned and n >= SHORTEST_CHECK}))
 
 
 def _spec_table(results: dict[str, dict[str, Any]], tasks: list[str]) -> list[str]:

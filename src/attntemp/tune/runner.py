@@ -46,6 +46,7 @@ class TuneConfig(EvalOptions):
     """``attntemp tune`` and :func:`run_tune`: a TemperatureSpec for one model and length."""
 
     out: str = option(help="output folder (spec.json, evidence.md, evidence.json)")
+    overwrite: bool = option(False, "replace the spec.json and evidence an earlier tune wrote in --out")
     length: int = option(1024, "tokens per window to tune at")
     granularity: str = option("global", f"one m for the model, per layer or per head: {', '.join(GRANULARITIES)}")
     objective: str = option(
@@ -162,7 +163,7 @@ def _tune(cfg: TuneConfig, model: Any, tok: Any, ctx: EvalContext, out: Path) ->
             else functools.partial(TARGETS_OF[cfg.objective], tok, ctx=tctx),
         )
     if cfg.objective == "entropy":
-        ids = heldout_windows(tok, cfg.length, n=cfg.n_docs, docs=tctx.docs)  # [n, L]
+        ids = heldout_windows(tok, cfg.length, n=cfg.n_docs, docs=tctx.docs, n_name="n_docs")  # [n, L]
         match = tune_entropy(
             model, ids, ctx.trained_length, cfg.granularity, rope, progress=cfg.progress, target=cfg.target
         )
@@ -208,7 +209,34 @@ def _second_text(
     return {"text": source, "tasks": list(tasks), **scored[cfg.length], "checks": {n: scored[n] for n in held_out}}
 
 
-RESULTS = ("spec.json", "evidence.json", "evidence.md", "entropy.json")
+RESULTS = (
+    "spec.json",
+    "evidence.json",
+    "evidence.md",
+    "entropy.json",
+    "learned_spec.json",
+    "learned_heatmap.png",
+    "train_log.json",
+)  # a killed gradient tune's checkpoint.pt is not one: a rerun resumes from it
+
+
+def held_out_lengths(cfg: TuneConfig, trained: int, tok: Any) -> tuple[tuple[int, ...], list[str]]:
+    """The held-out lengths (:func:`~.evidence.check_lengths`) and a note per one left out: a
+    tuning length (scored already), or a default length too short for an evidence task."""
+    tuned = (cfg.length, *cfg.lengths)
+    picked = check_lengths(cfg.check_lengths, tuned, trained)
+    given = cfg.check_lengths if cfg.check_lengths is not None else (trained, min(tuned) // 2, 2 * max(tuned))
+    notes = [f"held-out length {n} left out: it is a tuning length, scored there" for n in set(given) & set(tuned)]
+    if cfg.check_lengths is not None:
+        return picked, notes
+    kept = []
+    for n in picked:
+        try:
+            limits.check_lengths("check_lengths", [n], cfg.tasks, tok, opts=cfg, trained=trained)
+            kept.append(n)
+        except ValueError as exc:  # "check_lengths[0]=150 is too short for passkey: it needs ..."
+            notes.append(f"default held-out length {n} left out: {str(exc).partition(' is ')[2]}")
+    return tuple(kept), notes
 
 
 def preflight_tune(cfg: TuneConfig, model=None, tok=None) -> Any:
@@ -216,7 +244,7 @@ def preflight_tune(cfg: TuneConfig, model=None, tok=None) -> Any:
     :func:`~attntemp.evaluate.tasks.eval_context`: a text of too few documents for two pools is cut
     in halves), every length (tuning, extra and held-out) long enough for the tasks that score at it
     and within the memory available; returns the tokenizer."""
-    outputs.check_out(cfg.out, RESULTS, overwrite=True)  # a rerun replaces its own results
+    outputs.check_out(cfg.out, RESULTS, overwrite=cfg.overwrite)
     config = model.config.to_dict() if model is not None else preflight.source_config(cfg.model)
     tok = tok if tok is not None else preflight.load_tokenizer(cfg.model)
     corpus.source_files(cfg.text, name="text")
@@ -228,8 +256,9 @@ def preflight_tune(cfg: TuneConfig, model=None, tok=None) -> Any:
     limits.check_lengths("length", [cfg.length], [*cfg.tasks, *objective], tok, indexed=False, **sizes)
     limits.check_lengths("lengths", cfg.lengths, [*cfg.tasks, *objective], tok, **sizes)
     limits.check_evaluator(cfg, tok)
-    held_out = check_lengths(cfg.check_lengths, (cfg.length, *cfg.lengths), trained or cfg.length)
-    limits.check_lengths("check_lengths", held_out, cfg.tasks, tok, **sizes)
+    check_lengths(cfg.check_lengths, (cfg.length, *cfg.lengths), trained or cfg.length)  # each as typed
+    limits.check_lengths("check_lengths", cfg.check_lengths or (), cfg.tasks, tok, **sizes)
+    held_out, _ = held_out_lengths(cfg, trained or cfg.length, tok)
     text = config and preflight.text_part(config)
     rows = limits.forward_rows(cfg.batch_size, cfg.n_docs, cfg.trials, 3)  # m = 1, YaRN's, the tuned one
     limits.check_memory("length", [cfg.length], text, rows, cfg.trials, grad=cfg.method == "gradient", indexed=False)
@@ -256,7 +285,7 @@ def _run(cfg: TuneConfig, out: Path, model=None, tok=None) -> dict[str, Any]:
     seconds = time.perf_counter() - t0
     spec.save(out / "spec.json")
     at_length = _scored(model, tok, cfg.length, spec, cfg, ctx)
-    held_out = check_lengths(cfg.check_lengths, (cfg.length, *cfg.lengths), trained)
+    held_out, notes = held_out_lengths(cfg, trained, tok)
     checks_ = {n: _scored(model, tok, n, spec, cfg, ctx) for n in held_out}
     second = _second_text(cfg, model, tok, spec, ctx, held_out)
     evidence = {
@@ -267,6 +296,7 @@ def _run(cfg: TuneConfig, out: Path, model=None, tok=None) -> dict[str, Any]:
         "info": info,
         **at_length,
         "checks": checks_,
+        "held_out_notes": notes,
         **({"heldout": second} if second else {}),
         "spec": spec.to_dict(),
     }
