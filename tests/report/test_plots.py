@@ -116,6 +116,34 @@ def test_learned_multiplier_colour_bar_shows_its_range(tmp_path, drawn):
     assert integers(labels(ax, "x")) and integers(labels(ax, "y"))
 
 
+def test_many_layers_below_l0_draw_no_empty_legend(tmp_path, drawn):
+    """30 layers (SmolLM2) get a colour bar, not a legend; measured below L0 nothing else is
+    labelled, and an empty legend was matplotlib's "No artists with labels" warning."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plots.by_position(stats(layers=30, length=512, trained=8192), tmp_path / "p.png", "entropy", 8192)
+    ax = drawn[0].axes[0]
+    assert ax.get_legend() is None and drawn[0].axes[1].get_ylabel() == "layer"
+    plots.by_position(stats(layers=30, length=512, trained=128), tmp_path / "q.png", "entropy", 128)
+    legend = [t.get_text() for t in drawn[1].axes[0].get_legend().get_texts()]
+    assert legend == ["trained length L0 = 128"]
+
+
+def test_learned_slopes_are_drawn_with_their_own_colour_bar(tmp_path, drawn):
+    m = np.ones((2, 3))  # log_length_slope: m = 1 up to L0, the slopes are what was learned
+    b = np.array([[0.5, -0.45, 0.1], [0.0, 0.3, -0.2]])
+    plots.slope_heatmap(m, b, tmp_path / "s.png", "learned log_length_slope")
+    fig = drawn[0]
+    left, right = fig.axes[0], fig.axes[1]
+    assert {t.get_text() for t in right.texts} >= {"0.50", "-0.45", "0.10", "-0.20"}
+    assert {t.get_text() for t in left.texts} == {"1.00"}
+    bars = [ax for ax in fig.axes[2:] if ax.get_ylabel()]
+    assert [ax.get_ylabel() for ax in bars][-1] == "slope b of ln m per ln(n / L0)"
+    assert right.images[0].norm.vmin == pytest.approx(-0.5) and right.images[0].norm.vmax == pytest.approx(0.5)
+
+
 def ppl_rows(ropes=("none", "yarn"), lengths=(512, 1024), best=None):
     """Sweep rows whose tail perplexity is lowest at ``best[rope]``, with per-window values."""
     best = best or {"none": 0.8, "yarn": 1.3}

@@ -58,6 +58,27 @@ def multiplier_heatmap(table: np.ndarray, path: str | Path, title: str) -> Path:
     return style.save(fig, path)
 
 
+def slope_heatmap(multipliers: np.ndarray, slopes: np.ndarray, path: str | Path, title: str) -> Path:
+    """A learned length schedule ln m = a + b ln(max(1, n / L0)) per (layer, head) ``[layers,
+    heads]``: m up to L0 (exp a, multiplier colours) beside the slope b (diverging at 0, its own
+    colour bar), each cell labelled; m past L0 is exp(a) times (n / L0)^b."""
+    fig, axes = _heatmap_figure(multipliers, panels=2)
+    left, right = axes[0]
+    size = style.cell_fontsize(*multipliers.shape)
+    text = None if size is None else (lambda i, j, v: f"{v:.2f}")
+    im = style.annotated_heatmap(left, multipliers, "RdBu_r", style.multiplier_norm(multipliers), text, size or 7)
+    left.set_title("m up to the trained length L0 (exp a)", fontsize=9)
+    style.multiplier_colorbar(fig, im, left, multipliers)
+    reach = max(float(np.nanmax(np.abs(slopes))), 1e-6)
+    im = style.annotated_heatmap(right, slopes, "PuOr_r", colors.Normalize(-reach, reach), text, size or 7)
+    right.set_title("slope b: m x (n / L0)^b past L0\nb > 0 sharpens with length, b < 0 softens", fontsize=9)
+    fig.colorbar(im, ax=right, label="slope b of ln m per ln(n / L0)", format=style.plain)
+    for ax in (left, right):
+        ax.set(xlabel="head", ylabel="layer")
+    fig.suptitle(title, fontsize=9)
+    return style.save(fig, path)
+
+
 def entropy_heatmap(stats: AttentionStats, path: str | Path) -> Path:
     title = f"attention entropy per head (nats), mean over queries, L={stats.length}"
     return heatmap(stats.by_head("entropy"), path, title, "nats")
@@ -76,7 +97,8 @@ def _layer_key(ax, fig, n_layers: int, cmap) -> None:
     sm = plt.cm.ScalarMappable(norm=colors.BoundaryNorm(np.arange(n_layers + 1) - 0.5, cmap.N), cmap=cmap)
     cb = fig.colorbar(sm, ax=ax, label="layer")
     cb.set_ticks([t for t in ticker.MaxNLocator(8, integer=True).tick_values(0, n_layers - 1) if 0 <= t < n_layers])
-    style.legend_outside(ax, where="below")
+    if ax.get_legend_handles_labels()[0]:  # the trained-length line, when drawn: else matplotlib warns
+        style.legend_outside(ax, where="below")
 
 
 def by_position(

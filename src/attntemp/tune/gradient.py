@@ -268,7 +268,12 @@ def _write_outputs(
     out: Path, spec: TemperatureSpec, temps: LearnableTemperatures, result: TrainResult, log: dict[str, Any]
 ) -> None:
     spec.save(out / "learned_spec.json")
-    plots.multiplier_heatmap(temps.table().numpy(), out / "learned_heatmap.png", "learned multiplier m = 1/T")
+    if temps.slope is None:
+        plots.multiplier_heatmap(temps.table().numpy(), out / "learned_heatmap.png", "learned multiplier m = 1/T")
+    else:  # a length schedule: its slopes are the learning (m up to L0 is 1 for log_length_slope)
+        slopes = temps.slope.detach().double().expand(temps.num_layers, temps.num_heads).cpu().numpy()  # [L, H]
+        title = f"learned {temps.schedule}: ln m = a + b ln(max(1, n / L0)), L0 = {temps.trained_length}"
+        plots.slope_heatmap(temps.table().numpy(), slopes, out / "learned_heatmap.png", title)
     state = {k: v.double().tolist() for k, v in result.state.items()}
     log = {
         **log,
