@@ -411,22 +411,37 @@ CASES = [
     ("sweep-key-ngram-0", with_(S, "--tasks", "key_tokens", "--key-ngram", "0"), "--key-ngram=0 is not allowed"),
     ("sweep-key-ngram-huge", with_(S, "--tasks", "key_tokens", "--key-ngram", "100"), "expected an integer in [1, 64]"),
     ("sweep-key-distance-0", with_(S, "--tasks", "key_tokens", "--key-distance", "0"), "--key-distance=0 is not"),
-    ("sweep-key-distance-long", with_(S, "--tasks", "key_tokens"),
-     "--lengths[0]=64 is too short for key_tokens (its n-gram of --key-ngram=8 tokens last occurred more than "
-     "--key-distance=128 back)"),
+    (
+        "sweep-key-distance-long",
+        with_(S, "--tasks", "key_tokens"),
+        "--lengths[0]=64 is too short for key_tokens (its n-gram of --key-ngram=8 tokens last occurred more than "
+        "--key-distance=128 back)",
+    ),
     ("sweep-key-alpha-nan", with_(S, "--tasks", "key_tokens", "--key-alpha", "nan"), "--key-alpha=nan is not allowed"),
     ("sweep-key-beta-text", with_(S, "--tasks", "key_tokens", "--key-beta", "x"), "--key-beta 'x': expected a number"),
-    ("sweep-key-evaluator-missing", with_(S, "--lengths", "512", "--tasks", "key_tokens", "--key-evaluator",
-                                         "/nonexistent"), "--key-evaluator='/nonexistent' is no such folder"),
+    (
+        "sweep-key-evaluator-missing",
+        with_(S, "--lengths", "512", "--tasks", "key_tokens", "--key-evaluator", "/nonexistent"),
+        "--key-evaluator='/nonexistent' is no such folder",
+    ),
     ("sweep-key-evaluator-empty", with_(S, "--tasks", "key_tokens", "--key-evaluator", ""), "--key-evaluator='' is"),
     ("sweep-needles-0", with_(S, "--tasks", "needles", "--needles-per-forward", "0"), "--needles-per-forward=0 is"),
     ("sweep-needles-65", with_(S, "--tasks", "needles", "--needles-per-forward", "65"), "in [1, 64]"),
-    ("sweep-needles-too-many", with_(S, "--lengths", "512", "--tasks", "needles", "--needles-per-forward", "60"),
-     "--lengths[0]=512 is too short for needles with --needles-per-forward=60"),
-    ("tune-key-evaluator-missing", with_(T, "--objective", "key_tokens", "--key-evaluator", "/nonexistent"),
-     "--key-evaluator='/nonexistent' is no such folder"),
-    ("tune-needles-too-many", with_(T, "--objective", "needles", "--method", "gradient", "--needles-per-forward", "60"),
-     "--length=400 is too short for needles with --needles-per-forward=60"),
+    (
+        "sweep-needles-too-many",
+        with_(S, "--lengths", "512", "--tasks", "needles", "--needles-per-forward", "60"),
+        "--lengths[0]=512 is too short for needles with --needles-per-forward=60",
+    ),
+    (
+        "tune-key-evaluator-missing",
+        with_(T, "--objective", "key_tokens", "--key-evaluator", "/nonexistent"),
+        "--key-evaluator='/nonexistent' is no such folder",
+    ),
+    (
+        "tune-needles-too-many",
+        with_(T, "--objective", "needles", "--method", "gradient", "--needles-per-forward", "60"),
+        "--length=400 is too short for needles with --needles-per-forward=60",
+    ),
 ]
 
 PROGRESS = ("%|", "it/s]", "s/it]")
