@@ -32,7 +32,7 @@ from ..ops import intervals
 from . import corpus
 from .corpus import heldout_windows
 from .key_tokens import KeyTokens
-from .lm import first_integer, greedy, multiplier_nll, repeat_rows, token_nll
+from .lm import answer_and_greedy, first_integer, multiplier_nll, repeat_rows
 from .needles import Needles
 from .task_base import (
     TASKS,
@@ -152,9 +152,9 @@ def score_prompts(model, tok, prompts, multipliers, batch_size) -> list[dict[str
             full = torch.tensor([p + ans for p, ans, _ in part])  # [n, P + A]
             rows, m = repeat_rows(full, multipliers)  # [k*n, P + A]
             plen = len(part[0][0])
-            with batch_multipliers(model, m):
-                ans_lp = -token_nll(model, rows.to(model.device), start=plen - 1).mean(-1)  # [k*n]: answer tokens
-                gen = greedy(model, rows[:, :plen].to(model.device), rows.shape[1] - plen + 2)  # [k*n, A+2]
+            rows = rows.to(model.device)
+            with batch_multipliers(model, m):  # one forward over the prompts for both scores
+                ans_lp, gen = answer_and_greedy(model, rows[:, :plen], rows[:, plen:], rows.shape[1] - plen + 2)
             texts = tok.batch_decode(gen, skip_special_tokens=True)
             keys = [key for _, _, key in part] * k
             ok = torch.tensor([first_integer(t) == key for t, key in zip(texts, keys, strict=True)]).float()
