@@ -17,7 +17,6 @@ import importlib
 import re
 import sys
 from collections.abc import Sequence
-from contextlib import AbstractContextManager, nullcontext
 
 from .utils.errors import ExternalToolError
 
@@ -34,6 +33,7 @@ COMMANDS = (
     "bake",
     "export",
     "verify",
+    "audit",
     "calibrate",
     "completion",
 )
@@ -51,6 +51,7 @@ SUMMARIES = {
     "bake": "write a checkpoint with the temperature in its weights (plain to serve)",
     "export": "print an engine's settings for a spec (rope_parameters or flags)",
     "verify": "run llama.cpp or vLLM with the shipped settings and compare with attntemp",
+    "audit": "check engines' RoPE scaling and temperature against a model's config.json, per position",
     "calibrate": "fit a temperature on held-out logits (Guo et al. 2017)",
     "completion": "print the shell completion script (bash, zsh, tcsh)",
 }
@@ -135,16 +136,6 @@ def _flagged(message: str, parser: argparse.ArgumentParser, command: str) -> str
     return text
 
 
-def _library_noise(parser: argparse.ArgumentParser, args: argparse.Namespace) -> AbstractContextManager[None]:
-    """For a command with ``--verbose`` (one that loads a model): transformers' bars and warnings
-    off for the whole run (the bake's save and reload, generation), unless ``--verbose``."""
-    if any(dest == "verbose" for dest, _, _ in _flags(parser, args.command)):
-        from .utils.noise import quiet_libraries
-
-        return quiet_libraries(verbose=bool(getattr(args, "verbose", False)))
-    return nullcontext()
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
@@ -155,8 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "full_parser", False) is None:  # `completion`: every command's flags, not only its own
         args.full_parser = build_parser
     try:
-        with _library_noise(parser, args):
-            return int(args.func(args) or 0)
+        return int(args.func(args) or 0)
     except ExternalToolError as exc:  # the input was fine; the program it drove failed
         _end_progress_bars()
         print(f"attntemp {args.command}: failed: {' '.join(str(exc).split())}", file=sys.stderr)

@@ -250,3 +250,63 @@ def test_lm_eval_cli_on_the_baked_checkpoint_gives_the_same_numbers(eval_run, ya
         assert keys and sorted(keys) == sorted(k for k in theirs[task] if "," in k)
         for key in keys:
             assert theirs[task][key] == pytest.approx(ours[task][key], rel=1e-4), (task, key)
+
+
+# ----------------------------------------------------------------------------- RULER
+def test_ruler_lengths_pair_the_documents_made_at_each_length():
+    """RULER logs every document under every length metric, -1 where it was not made at that length."""
+    a = {"512": [1, 0, 1, -1, -1, -1], "1024": [-1, -1, -1, 0, 0, 1], "4096": [-1] * 6}
+    b = {"512": [1, 1, 1, -1, -1, -1], "1024": [-1, -1, -1, 1, 0, 1], "4096": [-1] * 6}
+    mean = {"512": 2 / 3, "1024": 1 / 3, "4096": -1}
+    rows = harness_table.compare(fake(a, mean), fake(b, {"512": 1.0, "1024": 2 / 3, "4096": -1}))
+    assert [(r["metric"], r["n"], r["aggregation"]) for r in rows] == [("512", 3, "mean"), ("1024", 3, "mean")]
+    assert rows[0]["without_spec"]["interval"] == intervals.wilson(2, 3).to_dict()
+    assert rows[1]["comparison"]["interval"] == intervals.paired_difference_interval([1, 0, 1], [0, 0, 1]).to_dict()
+    assert "| t | 512 tokens ↑ | 3 |" in harness_table.markdown(rows)
+
+
+RULER_ARGV = ["--tasks", "niah_single_1", "--metadata", '{"max_seq_lengths":[768,1024]}', "--limit", "4"]
+
+
+@pytest.mark.slow  # lm-eval's prepare_niah builds ~10^7 word pairs at import: 20-30 s of CPU before any work
+def test_ruler_niah_single_1_offline_on_the_tiny_model(yarn2, tmp_path, capsys):
+    """RULER's needle task made from the tiny model's tokenizer (its byte tokens leave no room for a
+    prompt under ~640 tokens), 4 documents per length, without and with YaRN, paired."""
+    out = tmp_path / "ruler"
+    assert main(["eval", "--spec", yarn2, *RULER_ARGV, "--out", str(out), "--threads", "1"]) == 0
+    rows = json.loads((out / "comparison.json").read_text())["rows"]
+    assert [(r["task"], r["metric"], r["n"]) for r in rows] == [
+        ("niah_single_1", "768", 4),
+        ("niah_single_1", "1024", 4),
+    ]
+    for r in rows:
+        assert r["aggregation"] == "mean" and r["without_spec"]["interval"] and r["comparison"]["interval"]
+    samples = [json.loads(x) for x in (out / "with_spec" / "samples_niah_single_1.jsonl").read_text().splitlines()]
+    assert sorted(s["doc"]["max_length"] for s in samples) == [768] * 4 + [1024] * 4
+    assert all(s["doc"]["length"] <= s["doc"]["max_length"] for s in samples)
+    assert "| niah_single_1 | 1024 tokens ↑ | 4 |" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_ruler_niah_single_1_on_smollm2(tmp_path, capsys):
+    spec = TemperatureSpec.yarn(2, 8192).save(tmp_path / "yarn2.json")
+    out = tmp_path / "ruler"
+    argv = ["eval", "--model", "smollm2", "--spec", str(spec), "--tasks", "niah_single_1", "--limit", "2"]
+    assert main([*argv, "--metadata", '{"max_seq_lengths":[1024]}', "--out", str(out), "--threads", "1"]) == 0
+    (row,) = json.loads((out / "comparison.json").read_text())["rows"]
+    assert row["metric"] == "1024" and row["n"] == 2
+    # within its trained length SmolLM2 finds the needle; YaRN x2 need not change that
+    assert row["without_spec"]["value"] == 1.0
+
+
+def test_a_ruler_task_that_needs_the_network_fails_at_once_in_one_line(yarn2, tmp_path, capsys, monkeypatch):
+    import attntemp.hf.source
+
+    monkeypatch.setattr(attntemp.hf.source, "hub_reachable", lambda timeout=3.0: False)  # as on a machine offline
+    argv = ["eval", "--spec", yarn2, "--tasks", "ruler_qa_squad", "--out", str(tmp_path / "out")]
+    assert main(argv) == 2
+    (err,) = capsys.readouterr().err.strip().splitlines()
+    assert err.startswith(
+        "attntemp eval: error: --tasks 'ruler_qa_squad' could not be loaded without the network: it needs the SQuAD"
+    )
+    assert not (tmp_path / "out").exists()

@@ -8,15 +8,13 @@ two results into one table, with lm-eval's own stderr beside attntemp's interval
 
 lm-eval is an optional extra (``pip install 'attntemp[eval]'``) and is imported only inside the
 functions here, never at ``import attntemp``. attntemp's own passkey and needle tasks
-(:mod:`attntemp.evaluate.lm_eval_tasks`) are always on the include path.
+(:mod:`attntemp.evaluate.lm_eval_tasks`) are always on the include path; lm-eval's RULER tasks get
+the model's tokenizer and ``--metadata`` (:mod:`attntemp.evaluate.harness_tasks`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import difflib
-import fnmatch
-import io
 import json
 import logging
 import os
@@ -24,7 +22,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +32,15 @@ from ..ops.spec import TemperatureSpec
 from ..utils import checks, install
 from ..utils.options import ints, names, option
 from . import harness_table, limits, lm_eval_tasks
+from .harness_tasks import (
+    cache_only_without_hub,
+    doc_samples,
+    expand,
+    load_tasks,
+    task_manager,
+    task_metadata,
+    tokenizer_source,
+)
 
 LM_EVAL_REQUIREMENT = "lm-eval>=0.4,<0.5"
 INSTALL_HINT = f"pip install 'attntemp[eval]' (or '{LM_EVAL_REQUIREMENT}')"
@@ -60,7 +67,14 @@ class EvalHarnessConfig(ModelOptions):
         "instead of the shipped ones (256,512,1024 tiny-model tokens)",
         parse=ints,
     )
-    limit: int | None = option(None, "documents per task (lm-eval's --limit): quick checks", parse=int)
+    limit: int | None = option(
+        None, "documents per task (lm-eval's --limit; per length for RULER tasks): quick checks", parse=int
+    )
+    metadata: str = option(
+        "",
+        "a JSON object passed to lm-eval's tasks as their metadata, e.g. '{\"max_seq_lengths\":[4096,8192]}' "
+        "(RULER's lengths in tokens; the model's own tokenizer is passed as \"tokenizer\")",
+    )
     batch_size: int = option(1, "lm-eval's batch size (requests per forward)")
     max_length: int = option(
         MAX_LENGTH,
@@ -85,6 +99,17 @@ class EvalHarnessConfig(ModelOptions):
             checks.positive_int(f"lengths[{i}]", length)
             if length > self.max_length:
                 raise ValueError(f"lengths[{i}]={length} is not allowed; expected <= max_length={self.max_length}")
+        check_metadata(task_metadata(self.metadata), self.max_length)
+
+
+def check_metadata(metadata: dict[str, Any], max_length: int) -> None:
+    """RULER's lengths within lm-eval's prompt budget (it would cut longer prompts from the left)."""
+    for i, n in enumerate(metadata.get("max_seq_lengths", ())):
+        if n > max_length:
+            raise ValueError(
+                f"metadata max_seq_lengths[{i}]={n} is not allowed; expected <= max_length={max_length} "
+                "(lm-eval cuts longer prompts from the left: raise --max-length)"
+            )
 
 
 @dataclass(frozen=True)
@@ -131,81 +156,6 @@ def include_paths(extra: Sequence[str | os.PathLike[str]], tasks_dir: Path | Non
     return paths
 
 
-def _unknown(requested: Sequence[str], known: Sequence[str]) -> list[str]:
-    return [n for n in requested if not fnmatch.filter(known, n)]
-
-
-def task_manager(tasks: Sequence[str], paths: Sequence[str]) -> Any:
-    """lm-eval's TaskManager that knows every name in ``tasks``: the include paths alone when they
-    suffice (fast), else with lm-eval's own tasks too. Raises naming an unknown task."""
-    from lm_eval.tasks import TaskManager
-
-    manager = TaskManager(include_path=list(paths), include_defaults=False)
-    if _unknown(tasks, manager.all_tasks):
-        manager = TaskManager(include_path=list(paths))
-    unknown = _unknown(tasks, manager.all_tasks)
-    if unknown:
-        close = difflib.get_close_matches(unknown[0], manager.all_tasks, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ValueError(
-            f"--tasks {unknown[0]!r} is not a task, group or tag lm-eval knows{hint}; list them with "
-            "`lm_eval ls tasks`, or add the folder of its YAML with --include-path"
-        )
-    return manager
-
-
-def expand(tasks: Sequence[str], manager: Any) -> list[str]:
-    """Glob patterns made names (lm-eval's CLI does the same), in the order given, each once."""
-    out: list[str] = []
-    for name in tasks:
-        out += [m for m in sorted(fnmatch.filter(manager.all_tasks, name)) if m not in out]
-    return out
-
-
-@contextlib.contextmanager
-def cache_only_without_hub() -> Iterator[None]:
-    """While tasks load: when the Hub cannot be reached (a 3 s connection test), huggingface_hub
-    and datasets are put in offline mode, so a dataset that is cached loads from the cache and one
-    that is not fails at once instead of after five retries (30 s and a page of retry lines)."""
-    from ..hf.source import hub_reachable
-
-    if hub_reachable():
-        yield
-        return
-    import datasets.config
-    import huggingface_hub.constants
-
-    saved = (huggingface_hub.constants.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFFLINE)
-    huggingface_hub.constants.HF_HUB_OFFLINE = datasets.config.HF_HUB_OFFLINE = True
-    try:
-        yield
-    finally:
-        huggingface_hub.constants.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFFLINE = saved
-
-
-def load_tasks(tasks: Sequence[str], manager: Any) -> list[str]:
-    """Build each task once (lm-eval fetches its dataset here) and return the leaf task names;
-    a dataset that cannot be had (offline, no such dataset) is one error line naming the task.
-    What task code prints on import is lm-eval's noise: on stderr when its logs are shown
-    (:func:`lm_eval_logging`), else dropped; stdout carries only the results."""
-    shown = logging.getLogger("lm_eval").getEffectiveLevel() < logging.ERROR
-    leaves: list[str] = []
-    with cache_only_without_hub():  # one connection test for all the tasks
-        for name in tasks:
-            try:
-                with contextlib.redirect_stdout(sys.stderr if shown else io.StringIO()):
-                    loaded = manager.load([name])
-            except Exception as exc:  # datasets / hub errors have many types; all mean "cannot load"
-                detail = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
-                raise ValueError(
-                    f"--tasks {name!r} could not be loaded ({detail}); its dataset may need the Hugging Face "
-                    "Hub: fetch it once with network access (HF_DATASETS_OFFLINE=0; lm-eval then reads its "
-                    "cache) or give a local task folder with --include-path"
-                ) from None
-            leaves += [t for t in loaded["tasks"] if t not in leaves]
-    return leaves
-
-
 # ----------------------------------------------------------------------------- the two runs
 @dataclass(frozen=True)
 class Settings:
@@ -215,25 +165,37 @@ class Settings:
     batch_size: int = 1
     max_length: int = MAX_LENGTH
     bootstrap_iters: int = 100000
+    samples: dict[str, list[int]] | None = None  # with ``limit``: the documents per task (per length for RULER)
 
 
-def prepare(tasks: Sequence[str], include_path: Sequence[Any], tasks_dir: Path | None = None) -> tuple[Any, list[str]]:
-    """lm-eval's TaskManager and the task names (globs expanded), every task built once: what can
-    fail without the model fails here, before it loads."""
-    manager = task_manager(tasks, include_paths(include_path, tasks_dir))
+def prepare(
+    tasks: Sequence[str],
+    include_path: Sequence[Any],
+    tasks_dir: Path | None = None,
+    metadata: dict[str, Any] | None = None,
+    settings: Settings = Settings(),
+) -> tuple[Any, list[str], Settings]:
+    """lm-eval's TaskManager (``metadata`` for every task), the task names (globs expanded) and the
+    settings with the documents ``limit`` picks, every task built once: what can fail without the
+    model fails here, before it loads."""
+    manager = task_manager(tasks, include_paths(include_path, tasks_dir), metadata)
     names_ = expand(tasks, manager)
-    load_tasks(names_, manager)
-    return manager, names_
+    leaves = load_tasks(names_, manager)
+    samples = doc_samples(leaves, settings.limit) if settings.limit is not None else None
+    return manager, names_, replace(settings, samples=samples)
 
 
 def _evaluate(lm: Any, tasks: Sequence[str], manager: Any, settings: Settings) -> dict[str, Any]:
     from lm_eval import simple_evaluate
 
-    with contextlib.redirect_stdout(sys.stderr):  # lm-eval prints notes; stdout stays the table
+    limit = None if settings.samples is not None else settings.limit
+    # lm-eval prints notes (stdout stays the table); the tasks are built again offline as in prepare
+    with contextlib.redirect_stdout(sys.stderr), cache_only_without_hub():
         results = simple_evaluate(
             lm,
             tasks=list(tasks),
-            limit=settings.limit,
+            limit=limit,
+            samples=settings.samples,
             task_manager=manager,
             log_samples=True,
             bootstrap_iters=settings.bootstrap_iters,
@@ -284,6 +246,7 @@ def harness(
     out: str | os.PathLike[str] | None = None,
     overwrite: bool = False,
     lm_eval_logs: bool = False,
+    metadata: dict[str, Any] | None = None,
 ) -> HarnessResult:
     """lm-eval ``tasks`` on ``model`` without ``spec`` and with it (``attntemp.patch``), paired.
 
@@ -291,16 +254,20 @@ def harness(
     otherwise take the model's ``max_position_embeddings``, which attntemp runs past. With
     ``out``, writes each run's results (``RUN/results.json``, ``RUN/samples_TASK.jsonl``),
     ``comparison.json`` and ``comparison.md`` (a non-empty ``out`` needs ``overwrite``).
+    ``metadata`` goes to every task (RULER: ``max_seq_lengths``); ``tokenizer`` is passed in it.
     """
     spec = spec if isinstance(spec, TemperatureSpec) else TemperatureSpec.load(Path(spec))
-    settings = Settings(limit, batch_size, max_length, bootstrap_iters)
+    user = task_metadata(json.dumps(metadata)) if metadata else {}
+    check_metadata(user, max_length)
     require_lm_eval()
     if out is not None:
         check_out(Path(out), overwrite)
-    with lm_eval_logging(lm_eval_logs):
-        manager, names_ = prepare(tasks, include_path)
+    with lm_eval_logging(lm_eval_logs), tempfile.TemporaryDirectory() as tmp:
+        meta_ = {"tokenizer": tokenizer_source(tokenizer, Path(tmp) / "tokenizer")} | user
+        settings = Settings(limit, batch_size, max_length, bootstrap_iters)
+        manager, names_, settings = prepare(tasks, include_path, metadata=meta_, settings=settings)
         runs = both_runs(model, tokenizer, spec, names_, manager, settings)
-    meta = {"spec": spec.to_dict(), "tasks": names_, "limit": limit, "max_length": max_length}
+    meta = {"spec": spec.to_dict(), "tasks": names_, "limit": limit, "max_length": max_length, "metadata": user}
     return finish(runs, seed, None if out is None else Path(out), meta)
 
 
@@ -378,8 +345,9 @@ def _remade_tasks(cfg: EvalHarnessConfig, folder: Path) -> Path | None:
 def _run_staged(cfg: EvalHarnessConfig, spec: TemperatureSpec, out: Path, staged: Path) -> HarnessResult:
     settings = Settings(cfg.limit, cfg.batch_size, cfg.max_length, cfg.bootstrap_iters)
     tasks_dir = _remade_tasks(cfg, staged / "lm_eval_tasks")
+    metadata = {"tokenizer": str(resolve(cfg.model))} | task_metadata(cfg.metadata)
     with lm_eval_logging(cfg.lm_eval_logs):
-        manager, tasks = prepare(cfg.tasks, cfg.include_path, tasks_dir)
+        manager, tasks, settings = prepare(cfg.tasks, cfg.include_path, tasks_dir, metadata, settings)
         model, tok = load_model(cfg.model, **cfg.load_args())
         runs = both_runs(model, tok, spec, tasks, manager, settings)
     meta = {
@@ -390,5 +358,6 @@ def _run_staged(cfg: EvalHarnessConfig, spec: TemperatureSpec, out: Path, staged
         "limit": cfg.limit,
         "max_length": cfg.max_length,
         "lengths": list(cfg.lengths),
+        "metadata": task_metadata(cfg.metadata),
     }
     return finish(runs, cfg.seed, out, meta, staged)

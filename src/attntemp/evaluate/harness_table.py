@@ -13,6 +13,10 @@ and the paired comparison on the documents both runs scored:
 - any other aggregate (corpus-level scores, weighted perplexities): the two values and their
   difference, without an interval (the per-document values do not make it by a mean).
 
+RULER's metrics (lm-eval's ``ruler`` tasks, arXiv:2404.06654) are named by a length in tokens
+(``"4096"``): each document scores at its own length and logs -1 for the others, so a length's row
+pairs the documents made at that length, and a length no document was made at has no row.
+
 Pure Python and numpy: no lm-eval import.
 """
 
@@ -28,6 +32,12 @@ from ..ops import intervals
 from ..ops.intervals import Interval
 
 RTOL = 1e-6  # a per-document mean must give lm-eval's own value to count as "mean-aggregated"
+NOT_THIS_LENGTH = -1.0  # RULER's score of a document under another length's metric
+
+
+def is_length_metric(metric: str) -> bool:
+    """RULER's per-length metrics are named by the length: ``"4096"``."""
+    return metric.isdigit()
 
 
 def metric_keys(results: dict[str, Any], task: str) -> list[tuple[str, str]]:
@@ -41,10 +51,13 @@ def metric_keys(results: dict[str, Any], task: str) -> list[tuple[str, str]]:
 
 
 def per_document(results: dict[str, Any], task: str, metric: str, filt: str) -> dict[int, Any]:
-    """``doc_id -> value`` of one metric under one filter, from lm-eval's logged samples."""
+    """``doc_id -> value`` of one metric under one filter, from lm-eval's logged samples (for a
+    RULER length, the documents made at that length only)."""
     out = {}
     for s in results.get("samples", {}).get(task, []):
         if s.get("filter", "none") == filt and metric in s:
+            if is_length_metric(metric) and s[metric] == NOT_THIS_LENGTH:
+                continue
             out[int(s["doc_id"])] = s[metric]
     return out
 
@@ -152,9 +165,15 @@ def row(without: dict[str, Any], with_: dict[str, Any], task: str, metric: str, 
 
 
 def compare(without: dict[str, Any], with_: dict[str, Any], seed: int = 0) -> list[dict[str, Any]]:
-    """One :func:`row` per task (both runs have) and metric, tasks in name order."""
+    """One :func:`row` per task (both runs have) and metric, tasks in name order; a RULER length
+    no document was made at is left out."""
     tasks = sorted(set(without["results"]) & set(with_["results"]))
-    return [row(without, with_, t, m, f, seed) for t in tasks for m, f in metric_keys(without, t)]
+    return [
+        row(without, with_, t, m, f, seed)
+        for t in tasks
+        for m, f in metric_keys(without, t)
+        if not is_length_metric(m) or per_document(without, t, m, f)
+    ]
 
 
 # ----------------------------------------------------------------------------- markdown
@@ -184,7 +203,8 @@ def markdown(rows: Sequence[dict[str, Any]]) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        metric = r["metric"] + ("" if r["filter"] == "none" else f" ({r['filter']})")
+        metric = r["metric"] + (" tokens" if is_length_metric(r["metric"]) else "")
+        metric += "" if r["filter"] == "none" else f" ({r['filter']})"
         arrow = "↑" if r["higher_is_better"] else "↓"
         lines.append(
             f"| {r['task']} | {metric} {arrow} | {r['n']} | {_cell(r['without_spec'], r['aggregation'])} | "

@@ -152,12 +152,12 @@ def llama3(
     s = _factor(factor)
     l0 = checks.positive_int("original_max_position_embeddings", original_max_position_embeddings)
     lo, hi = checks.positive("low_freq_factor", low_freq_factor), high_freq_factor
-    if checks.positive("high_freq_factor", hi) <= lo:
-        raise ValueError(f"high_freq_factor={hi} must be greater than low_freq_factor={lo}")
+    if checks.positive("high_freq_factor", hi) < lo:  # equal: a step at L0 / lo (Llama 4 Scout's 1 and 1)
+        raise ValueError(f"high_freq_factor={hi} must be at least low_freq_factor={lo}")
     inv = _base_inv_freq(dim, base)  # [dim/2]
     wavelen = 2 * math.pi / inv  # [dim/2]
     scaled = torch.where(wavelen > l0 / lo, inv / s, inv)  # [dim/2]
-    smooth = (l0 / wavelen - lo) / (hi - lo)  # [dim/2]
+    smooth = (l0 / wavelen - lo) / max(hi - lo, 1e-12)  # [dim/2]
     blended = (1 - smooth) * scaled / s + smooth * scaled  # [dim/2]
     medium = (wavelen >= l0 / hi) & (wavelen <= l0 / lo)  # [dim/2]
     return torch.where(medium, blended, scaled), 1.0

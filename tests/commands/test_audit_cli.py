@@ -1,0 +1,32 @@
+"""``attntemp audit`` on the command line: --json, and exit 1 when an engine differs."""
+
+from __future__ import annotations
+
+import json
+
+from attntemp.assets import tiny_path
+from attntemp.cli import main
+
+CONFIG = str(tiny_path().parent / "configs" / "qwen3_yarn.json")
+
+
+def test_audit_json_agrees_and_exits_0(capsys):
+    code = main(["audit", "--config", CONFIG, "--engines", "transformers", "--positions", "0,32768", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["engines"]["transformers"]["verdict"] == "agrees"
+    assert set(out["reference"]) >= {"logit_multiplier", "positions", "inv_freq", "formula"}
+    assert abs(out["reference"]["logit_multiplier"] - (0.1 * 1.3862943611198906 + 1) ** 2) < 1e-9  # ln 4
+
+
+def test_audit_exits_1_when_transformers_drops_the_factor(capsys, monkeypatch):
+    from transformers import modeling_rope_utils as mru
+
+    original = mru.ROPE_INIT_FUNCTIONS["yarn"]
+    monkeypatch.setitem(mru.ROPE_INIT_FUNCTIONS, "yarn", lambda config, *a, **k: (original(config, *a, **k)[0], 1.0))
+    code = main(["audit", "--config", CONFIG, "--engines", "transformers", "--positions", "0"])
+    text = capsys.readouterr().out
+    assert (
+        code == 1
+        and "transformers (transformers 5." in text
+        and ": differs: full_attention: logit multiplier x0.77" in text
+    )
