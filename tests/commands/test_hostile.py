@@ -108,6 +108,14 @@ def ws(tmp_path_factory):
     rng = np.random.default_rng(0)
     np.savez(w / "l.npz", logits=rng.normal(size=(50, 4)), labels=rng.integers(0, 4, 50))
     np.savez(w / "nolabels.npz", logits=rng.normal(size=(50, 4)))
+    np.savez(w / "oneclass.npz", logits=rng.normal(size=(50, 1)), labels=np.zeros(50, dtype=int))
+    np.savez(w / "flat.npz", logits=rng.normal(size=50), labels=np.zeros(50, dtype=int))
+    np.savez(w / "objects.npz", logits=np.array([[1.0, "a"]], dtype=object), labels=np.zeros(1, dtype=int))
+    reweighted = Store(w / "reweighted" / "sweep.db")  # points of a checkpoint since rewritten in place
+    reweighted.check_settings({"model": "tiny", "model_weights": "0" * 32})
+    reweighted.close()
+    (w / "tuned").mkdir()  # an earlier tune's results
+    (w / "tuned" / "spec.json").write_text(json.dumps({"multiplier": 1.1}))
     return w
 
 
@@ -310,12 +318,47 @@ CASES = [
     ("measure-text-missing", with_(M, "--text", "{w}/nope"), "--text='{w}/nope' is not allowed"),
     ("sweep-text-missing", with_(S, "--text", "{w}/nope"), "--text='{w}/nope' is not allowed"),
     ("tune-text-empty-dir", with_(T, "--text", "{w}/empty"), "--text='{w}/empty' holds no"),
+    ("tune-heldout-missing", with_(T, "--heldout-text", "{w}/nope"), "--heldout-text='{w}/nope' is not allowed"),
+    (
+        "tune-heldout-package",
+        with_(T, "--heldout-text", "package:no_such_pkg_xyz"),
+        "--heldout-text='package:no_such_pkg_xyz' is not allowed; no installed package",
+    ),
+    ("tune-heldout-same", with_(T, "--heldout-text", "stdlib"), "--heldout-text='stdlib' is --text itself"),
     # --- report (items 1, 4)
     ("report-random-db", ["report", "{w}/rnd"], "sweep.db' is not a usable sweep database: file is not a database"),
     ("report-foreign-db", ["report", "{w}/foreign"], "is not a usable sweep database: no such table"),
     ("report-missing", ["report", "{w}/nope"], "does not exist"),
     ("report-file", ["report", "{w}/afile"], "is a file; expected a folder"),
     ("report-empty", ["report", "{w}/empty"], "holds no sweep.db and no evidence.md"),
+    # --- issue 25: lost data, machine-sized flags, the flag the user typed
+    ("tune-out-results", with_(T, "--out", "{w}/tuned"), "already holds results (spec.json); pass --overwrite"),
+    ("sweep-out-other-weights", with_(S, "--out", "{w}/reweighted"), "holds points made with model_weights='0000"),
+    ("tune-check-lengths-5", with_(T, "--check-lengths", "5"), "--check-lengths[0]=5 is not allowed: a held-out"),
+    ("tune-check-lengths-second", with_(T, "--check-lengths", "512,20"), "--check-lengths[1]=20 is not allowed"),
+    ("tune-check-lengths-passkey", with_(T, "--check-lengths", "512,100"), "--check-lengths[1]=100 is too short"),
+    ("sweep-multipliers-denormal", with_(S, "--multipliers", "1e-320"), "--multipliers[0]=1e-320 is not allowed"),
+    ("sweep-multipliers-huge", with_(S, "--multipliers", "1,5000"), "expected a number in [0.001, 1000]"),
+    ("sweep-multipliers-range-tiny", with_(S, "--multipliers", "0:0.002:0.001"), "--multipliers[0]=0"),
+    ("demo-multipliers-denormal", with_(D, "--multipliers", "1e-320"), "--multipliers[0]=1e-320 is not allowed"),
+    ("sweep-workers-huge", with_(S, "--workers", "1000000"), "--workers=1000000 is not allowed; expected at most"),
+    ("sweep-ray-address-empty", with_(S, "--ray-address", ""), "--ray-address='' is not allowed"),
+    ("sweep-ray-address-port", with_(S, "--ray-address", "127.0.0.1"), "expected auto, HOST:PORT or ray://HOST:PORT"),
+    ("sweep-ray-address-closed", with_(S, "--ray-address", "127.0.0.1:1"), "could not be reached within 5 s"),
+    ("measure-threads-huge", with_(M, "--threads", "100000"), "--threads '100000': expected at most"),
+    ("sweep-threads-huge", with_(S, "--threads", "100000"), "--threads '100000': expected at most"),
+    ("bake-threads-huge", with_(B, "--threads", "100000"), "--threads '100000': expected at most"),
+    ("generate-threads-huge", with_(G, "--threads", "100000"), "--threads '100000': expected at most"),
+    ("measure-docs-over-text", with_(M, "--docs", "500", "--text", "{w}/one.txt"), "--docs=500 windows of 64 tokens"),
+    ("sweep-docs-over-text", with_(S, "--docs", "500", "--text", "{w}/one.txt"), "--docs=500 windows of 64 tokens"),
+    ("calibrate-logits-objects", with_(C, "--logits", "{w}/objects.npz"), "an array holds Python objects"),
+    ("calibrate-logits-one-class", with_(C, "--logits", "{w}/oneclass.npz"), "has one class; temperature scaling"),
+    ("calibrate-logits-flat", with_(C, "--logits", "{w}/flat.npz"), "expected [N, C] or [B, L, V]"),
+    (
+        "generate-reference-binary",
+        with_(G, "--monitor", "--reference", "{w}/l.npz"),
+        "--reference='{w}/l.npz' is not a reference profile: not UTF-8",
+    ),
     # --- calibrate
     ("calibrate-bins-0", with_(C, "--bins", "0"), "--bins=0"),
     ("calibrate-logits-missing", with_(C, "--logits", "{w}/nope.npz"), "no such file"),
@@ -356,6 +399,15 @@ CASES = [
     ("eval-include-missing", with_(E, "--include-path", "{w}/nope"), "--include-path '{w}/nope' is not a folder"),
     ("eval-spec-missing", with_(E, "--spec", "{w}/nope.json"), "--spec='{w}/nope.json': no such file"),
     ("eval-out-full", with_(E, "--out", "{w}/full"), "--out '{w}/full' exists and is not empty"),
+    ("eval-metadata-json", with_(E, "--metadata", "{max_seq_lengths: 1}"), "--metadata='{max_seq_lengths: 1}' is not"),
+    ("eval-metadata-list", with_(E, "--metadata", "[512]"), "expected a JSON object"),
+    ("eval-metadata-lengths", with_(E, "--metadata", '{"max_seq_lengths":[0]}'), "max_seq_lengths[0]=0 is not a"),
+    ("eval-metadata-lengths-int", with_(E, "--metadata", '{"max_seq_lengths":512}'), "max_seq_lengths=512 is not a"),
+    (
+        "eval-metadata-over-max",
+        with_(E, "--metadata", '{"max_seq_lengths":[8192]}'),
+        "--metadata max_seq_lengths[0]=8192 is not allowed; expected <= --max-length=4096",
+    ),
     # --- verify (the engines)
     ("verify-engine", with_(V, "--engine", "tgi"), "--engine='tgi' is not allowed"),
     ("verify-length-0", with_(V, "--length", "0"), "--length=0 is not allowed"),
@@ -398,6 +450,40 @@ CASES = [
     ("audit-tolerance", ["audit", "--config", "{w}/ok.json", "--tolerance", "2"], "--tolerance=2.0 is not allowed"),
     ("audit-threads-0", ["audit", "--config", "{w}/ok.json", "--threads", "0"], "--threads=0 is not allowed"),
     ("audit-config-required", ["audit", "--json"], "the following arguments are required: --config"),
+    ("sweep-key-ngram-0", with_(S, "--tasks", "key_tokens", "--key-ngram", "0"), "--key-ngram=0 is not allowed"),
+    ("sweep-key-ngram-huge", with_(S, "--tasks", "key_tokens", "--key-ngram", "100"), "expected an integer in [1, 64]"),
+    ("sweep-key-distance-0", with_(S, "--tasks", "key_tokens", "--key-distance", "0"), "--key-distance=0 is not"),
+    (
+        "sweep-key-distance-long",
+        with_(S, "--tasks", "key_tokens"),
+        "--lengths[0]=64 is too short for key_tokens (its n-gram of --key-ngram=8 tokens last occurred more than "
+        "--key-distance=128 back)",
+    ),
+    ("sweep-key-alpha-nan", with_(S, "--tasks", "key_tokens", "--key-alpha", "nan"), "--key-alpha=nan is not allowed"),
+    ("sweep-key-beta-text", with_(S, "--tasks", "key_tokens", "--key-beta", "x"), "--key-beta 'x': expected a number"),
+    (
+        "sweep-key-evaluator-missing",
+        with_(S, "--lengths", "512", "--tasks", "key_tokens", "--key-evaluator", "/nonexistent"),
+        "--key-evaluator='/nonexistent' is no such folder",
+    ),
+    ("sweep-key-evaluator-empty", with_(S, "--tasks", "key_tokens", "--key-evaluator", ""), "--key-evaluator='' is"),
+    ("sweep-needles-0", with_(S, "--tasks", "needles", "--needles-per-forward", "0"), "--needles-per-forward=0 is"),
+    ("sweep-needles-65", with_(S, "--tasks", "needles", "--needles-per-forward", "65"), "in [1, 64]"),
+    (
+        "sweep-needles-too-many",
+        with_(S, "--lengths", "512", "--tasks", "needles", "--needles-per-forward", "60"),
+        "--lengths[0]=512 is too short for needles with --needles-per-forward=60",
+    ),
+    (
+        "tune-key-evaluator-missing",
+        with_(T, "--objective", "key_tokens", "--key-evaluator", "/nonexistent"),
+        "--key-evaluator='/nonexistent' is no such folder",
+    ),
+    (
+        "tune-needles-too-many",
+        with_(T, "--objective", "needles", "--method", "gradient", "--needles-per-forward", "60"),
+        "--length=400 is too short for needles with --needles-per-forward=60",
+    ),
 ]
 
 PROGRESS = ("%|", "it/s]", "s/it]")
