@@ -17,6 +17,7 @@ import importlib
 import re
 import sys
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 
 from .utils.errors import ExternalToolError
 
@@ -136,6 +137,16 @@ def _flagged(message: str, parser: argparse.ArgumentParser, command: str) -> str
     return text
 
 
+def _library_noise(parser: argparse.ArgumentParser, args: argparse.Namespace) -> AbstractContextManager[None]:
+    """For a command with ``--verbose`` (one that loads a model): transformers' bars and warnings
+    off for the whole run (the bake's save and reload, generation), unless ``--verbose``."""
+    if any(dest == "verbose" for dest, _, _ in _flags(parser, args.command)):
+        from .utils.noise import quiet_libraries
+
+        return quiet_libraries(verbose=bool(getattr(args, "verbose", False)))
+    return nullcontext()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
@@ -146,7 +157,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "full_parser", False) is None:  # `completion`: every command's flags, not only its own
         args.full_parser = build_parser
     try:
-        return int(args.func(args) or 0)
+        with _library_noise(parser, args):
+            return int(args.func(args) or 0)
     except ExternalToolError as exc:  # the input was fine; the program it drove failed
         _end_progress_bars()
         print(f"attntemp {args.command}: failed: {' '.join(str(exc).split())}", file=sys.stderr)
