@@ -37,9 +37,11 @@ def test_bake_prints_the_check_and_writes_a_plain_checkpoint(model_dir, tmp_path
     spec = write_spec(tmp_path / "s.json", TemperatureSpec.per_head(heads))
     out = tmp_path / "baked"
     assert main(["bake", "--model", str(model_dir), "--spec", spec, "--out", str(out)]) == 0
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
     assert "max abs diff, reloaded vs patched logits (fp32, 64 tokens):" in printed
     assert not any(line.startswith("{") for line in printed.splitlines())  # JSON only with --json
+    assert "Writing model shards" not in captured.err and "Loading weights" not in captured.err  # --verbose shows them
     assert main(["bake", "--model", str(model_dir), "--spec", spec, "--out", str(out), "--overwrite", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["path"] == str(out) and summary["max_abs_diff"] <= 1e-4 and summary["tokens"] == 64

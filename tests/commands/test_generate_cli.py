@@ -35,6 +35,22 @@ def test_generate_streams_text_without_the_monitor(prompt, tmp_path, capsys):
     assert not (out / "monitor.jsonl").exists()
 
 
+def test_transformers_warnings_show_only_with_verbose(tmp_path):
+    """A prompt past the tiny model's 256 positions: transformers' "friendly reminder" is noise
+    (in another process: transformers' log handler holds the stderr of its first import)."""
+    import subprocess
+    import sys
+
+    long = tmp_path / "long.txt"
+    long.write_text(PROMPT * 8)  # 392 bytes, one token each
+    argv = [sys.executable, "-m", "attntemp", "generate", "--prompt-file", str(long), "--max-new-tokens", "2"]
+    for verbose in (True, False):
+        extra = ["--verbose"] if verbose else []
+        done = subprocess.run([*argv, "--out", str(tmp_path / str(verbose)), *extra], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert ("friendly reminder" in done.stderr) == verbose and ("Loading weights" in done.stderr) == verbose
+
+
 def test_generate_json_is_one_document_with_the_text(prompt, tmp_path, capsys):
     argv = ["generate", "--prompt-file", str(prompt), "--max-new-tokens", "6", "--monitor", "--reference-docs", "2"]
     assert main([*argv, "--out", str(tmp_path / "j"), "--json"]) == 0
