@@ -318,6 +318,13 @@ CASES = [
     ("measure-text-missing", with_(M, "--text", "{w}/nope"), "--text='{w}/nope' is not allowed"),
     ("sweep-text-missing", with_(S, "--text", "{w}/nope"), "--text='{w}/nope' is not allowed"),
     ("tune-text-empty-dir", with_(T, "--text", "{w}/empty"), "--text='{w}/empty' holds no"),
+    ("tune-heldout-missing", with_(T, "--heldout-text", "{w}/nope"), "--heldout-text='{w}/nope' is not allowed"),
+    (
+        "tune-heldout-package",
+        with_(T, "--heldout-text", "package:no_such_pkg_xyz"),
+        "--heldout-text='package:no_such_pkg_xyz' is not allowed; no installed package",
+    ),
+    ("tune-heldout-same", with_(T, "--heldout-text", "stdlib"), "--heldout-text='stdlib' is --text itself"),
     # --- report (items 1, 4)
     ("report-random-db", ["report", "{w}/rnd"], "sweep.db' is not a usable sweep database: file is not a database"),
     ("report-foreign-db", ["report", "{w}/foreign"], "is not a usable sweep database: no such table"),
@@ -392,6 +399,15 @@ CASES = [
     ("eval-include-missing", with_(E, "--include-path", "{w}/nope"), "--include-path '{w}/nope' is not a folder"),
     ("eval-spec-missing", with_(E, "--spec", "{w}/nope.json"), "--spec='{w}/nope.json': no such file"),
     ("eval-out-full", with_(E, "--out", "{w}/full"), "--out '{w}/full' exists and is not empty"),
+    ("eval-metadata-json", with_(E, "--metadata", "{max_seq_lengths: 1}"), "--metadata='{max_seq_lengths: 1}' is not"),
+    ("eval-metadata-list", with_(E, "--metadata", "[512]"), "expected a JSON object"),
+    ("eval-metadata-lengths", with_(E, "--metadata", '{"max_seq_lengths":[0]}'), "max_seq_lengths[0]=0 is not a"),
+    ("eval-metadata-lengths-int", with_(E, "--metadata", '{"max_seq_lengths":512}'), "max_seq_lengths=512 is not a"),
+    (
+        "eval-metadata-over-max",
+        with_(E, "--metadata", '{"max_seq_lengths":[8192]}'),
+        "--metadata max_seq_lengths[0]=8192 is not allowed; expected <= --max-length=4096",
+    ),
     # --- verify (the engines)
     ("verify-engine", with_(V, "--engine", "tgi"), "--engine='tgi' is not allowed"),
     ("verify-length-0", with_(V, "--length", "0"), "--length=0 is not allowed"),
