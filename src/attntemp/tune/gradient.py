@@ -3,6 +3,9 @@
 ``train_temperatures`` trains the :class:`attntemp.hf.learnable.LearnableTemperatures` of a model
 (AdamW, warmup then cosine decay, resumable checkpoints); ``run_gradient_tuning`` is the
 experiment behind ``attntemp tune --method gradient``: train on held-out windows, score others.
+With ``rope_factors="learn"`` it also learns LongRoPE's per-frequency factors (arXiv:2402.13753),
+alone (``rope_temperature="none"``: m = 1; ``"longrope"``: LongRoPE's fixed cos/sin factor) or
+jointly with the temperatures (``"learn"``).
 """
 
 from __future__ import annotations
@@ -25,8 +28,12 @@ from ..analysis import plots
 from ..evaluate import corpus, lm
 from ..hf import patch
 from ..hf.learnable import LearnableTemperatures, base_spec, learnable, learnable_of, trained_length_of
+from ..hf.rope_factors import factors_for
 from ..ops.spec import TemperatureSpec
 from ..utils import checks
+
+ROPE_FACTORS = ("off", "learn")  # learn: LongRoPE's long_factor, one per rotary pair, by gradient
+ROPE_TEMPERATURES = ("learn", "none", "longrope")  # with learned factors: m learned, m = 1, LongRoPE's scale
 
 
 def lr_at(step: int, steps: int, lr: float, warmup: int) -> float:
@@ -156,6 +163,7 @@ def train_temperatures(
             "warmup": warmup,
             "granularity": temps.granularity,
             "schedule": temps.schedule,
+            **({"rope_factors": temps.rope_factors.log_factor.numel()} if temps.rope_factors is not None else {}),
             "ids": ",".join(corpus.windows_digest(t.cpu()) for t in _groups(ids)),
             **(
                 {"masks": ",".join(corpus.windows_digest(m.cpu()) for m in _groups(masks))} if masks is not None else {}
@@ -212,6 +220,8 @@ def _loop(
                 loss = lm.masked_loss(model, batch, _batch(_groups(masks), step, plan["batch_size"]))
             loss.backward()
             opt.step()
+            if temps.rope_factors is not None:
+                temps.rope_factors.project()  # every factor stays >= 1
             step, value = step + 1, float(loss.detach())
             losses.append(value)
             lrs.append(rate)
@@ -324,6 +334,8 @@ def run_gradient_tuning(
     progress: bool = True,
     gradient_checkpointing: bool = False,
     checkpoint_every: int = 10,
+    rope_factors: str = "off",
+    rope_temperature: str = "learn",
     targets: Callable[[int, int], tuple[torch.Tensor, torch.Tensor]] | None = None,
 ) -> tuple[TemperatureSpec, dict[str, Any]]:
     """Learn temperatures on ``n_train`` held-out windows of ``length`` tokens (or of each of
@@ -332,11 +344,14 @@ def run_gradient_tuning(
     Writes out_dir/learned_spec.json, learned_heatmap.png, train_log.json, evidence.json and
     checkpoint.pt (a rerun resumes from it). Evidence: tail perplexity on the evaluation windows with
     the base (rope and init) before and the learned spec after, per length (the first length's
-    under ``tail_ppl_before`` / ``tail_ppl_after``).
+    under ``tail_ppl_before`` / ``tail_ppl_after``). ``rope_factors="learn"``: the factors start from
+    ``rope`` and replace it in the spec (a ``longrope`` rope); ``rope_temperature`` as above.
     ``targets(length, n)``: ``([n, L] ids, [n, L-1] mask)`` to train on the masked predictions only
     (key tokens, needles' answers); the evidence adds their perplexity before and after
     (``objective_ppl_before`` / ``objective_ppl_after``, per length).
     """
+    checks.choice("rope_factors", rope_factors, ROPE_FACTORS)
+    checks.choice("rope_temperature", rope_temperature, ROPE_TEMPERATURES)
     lengths = [length] if isinstance(length, int) else list(length)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -360,7 +375,21 @@ def run_gradient_tuning(
     with patch.patch(model, (init or TemperatureSpec()).with_rope(dict(base.rope) or None)):
         before = [lm.perplexity(model, e, first, batch_size=batch_size) for e in eval_ids]
         masked_before = [_masked_ppl(model, e, m[n_train:], batch_size) for e, m in zip(eval_ids, masks, strict=False)]
-    with learnable(model, init, granularity, schedule, rope=rope) as temps:
+    factors = None
+    if rope_factors == "learn":
+        factors = factors_for(model, rope, max(lengths), longrope_scale=rope_temperature == "longrope")
+    elif rope_temperature != "learn":
+        raise ValueError(f"rope_temperature={rope_temperature!r} needs rope_factors='learn'")
+    learn_m = rope_temperature == "learn"
+    with learnable(
+        model,
+        init,
+        granularity,
+        schedule,
+        rope=None if factors else rope,
+        rope_factors=factors,
+        learn_temperature=learn_m,
+    ) as temps:
         result = train_temperatures(
             model,
             train_ids,
@@ -389,6 +418,8 @@ def run_gradient_tuning(
         "n_train": n_train,
         "n_eval": n_eval,
         "lr": lr,
+        "rope_factors": rope_factors,
+        "rope_temperature": rope_temperature,
         **_scores(before, after, result, temps),
         **({"objective_ppl_before": masked_before, "objective_ppl_after": masked_after} if masks else {}),
         "seconds": time.perf_counter() - t0,

@@ -64,7 +64,7 @@ def evolve_rope_factors(
     checks.positive_int("budget", budget)
     checks.positive("step", step)
     rng = np.random.default_rng(seed)
-    high = max(factors.factor, float(factors.factors().max()))
+    high = max(factors.factor, float(factors.factors().detach().max()))
     start = factors.trained_length
     size, children, generations = _sizes(budget, ids.shape[0], checks.positive_int("population", population))
     seen: dict[tuple[float, ...], float] = {}

@@ -30,7 +30,7 @@ from ..utils import checks, options, outputs
 from ..utils.options import option
 from .entropy import TARGETS, tune_entropy
 from .evidence import candidates, check_lengths, comparisons, evaluate_specs, evidence_markdown
-from .gradient import run_gradient_tuning
+from .gradient import ROPE_FACTORS, ROPE_TEMPERATURES, run_gradient_tuning
 from .search import SEARCH_OBJECTIVES, tune_global
 
 TUNE_METHODS = ("search", "gradient")
@@ -72,6 +72,16 @@ class TuneConfig(EvalOptions):
     lengths: tuple[int, ...] = option(
         (), "gradient: more lengths to train on besides --length, comma list", parse=options.ints
     )
+    rope_factors: str = option(
+        "off",
+        "gradient: learn: also learn one RoPE factor per rotary pair (LongRoPE's long_factor, started from "
+        "--rope: none, linear, ntk or yarn); the spec's rope becomes longrope, unchanged up to the trained length",
+    )
+    rope_temperature: str = option(
+        "learn",
+        f"with --rope-factors learn, the temperature: {', '.join(ROPE_TEMPERATURES)} (learned jointly at "
+        "--granularity/--schedule; m = 1; LongRoPE's fixed attention_factor sqrt(1 + ln s / ln L0))",
+    )
     bracket: tuple[float, ...] = option((0.5, 2.5), "search: the range of m, LO,HI", parse=options.floats)
     grid: int = option(9, "search: log-spaced points that bracket the optimum (one batched pass)")
     iters: int = option(8, "search: golden-section steps in ln m after the grid")
@@ -106,6 +116,7 @@ class TuneConfig(EvalOptions):
                 f"schedule={self.schedule!r} and lengths={list(self.lengths)} are learned by gradient "
                 "tuning; add method='gradient' (--method gradient)"
             )
+        self._check_rope_factors()
         checks.positive_int("iters", self.iters)
         if checks.positive_int("grid", self.grid) < 3:
             raise ValueError(f"grid={self.grid} is not allowed; expected an integer >= 3")
@@ -141,6 +152,32 @@ class TuneConfig(EvalOptions):
             return HELDOUT_FOR_STDLIB if self.text == "stdlib" else "stdlib"
         return None if self.heldout_text == "none" else self.heldout_text
 
+    def _check_rope_factors(self) -> None:
+        checks.choice("rope_factors", self.rope_factors, ROPE_FACTORS)
+        checks.choice("rope_temperature", self.rope_temperature, ROPE_TEMPERATURES)
+        if self.rope_factors == "off":
+            if self.rope_temperature != "learn":
+                raise ValueError(
+                    f"rope_temperature={self.rope_temperature!r} sets the temperature beside learned RoPE factors; "
+                    "add rope_factors='learn' (--rope-factors learn)"
+                )
+            return
+        if self.method != "gradient":
+            raise ValueError(
+                f"rope_factors={self.rope_factors!r} is learned by gradient tuning; add method='gradient', "
+                f"got method={self.method!r}"
+            )
+        if self.rope == "dynamic":
+            raise ValueError(
+                "rope='dynamic' with rope_factors='learn' is not allowed: its frequencies change with the "
+                "length, so no one long_factor starts from it; allowed: none, linear, ntk, yarn"
+            )
+        if self.schedule is not None and self.rope_temperature != "learn":
+            raise ValueError(
+                f"schedule={self.schedule!r} is a learned temperature; with rope_temperature="
+                f"{self.rope_temperature!r} none is learned (use rope_temperature='learn')"
+            )
+
 
 def _tune(cfg: TuneConfig, model: Any, tok: Any, ctx: EvalContext, out: Path) -> tuple[TemperatureSpec, dict]:
     """Tune on the tuning pool (other documents than the evidence's; other passkey keys and depths)."""
@@ -158,6 +195,8 @@ def _tune(cfg: TuneConfig, model: Any, tok: Any, ctx: EvalContext, out: Path) ->
             docs=list(tctx.docs),
             schedule=cfg.schedule,
             progress=cfg.progress,
+            rope_factors=cfg.rope_factors,
+            rope_temperature=cfg.rope_temperature,
             targets=None
             if cfg.objective == "perplexity"
             else functools.partial(TARGETS_OF[cfg.objective], tok, ctx=tctx),
@@ -256,6 +295,11 @@ def preflight_tune(cfg: TuneConfig, model=None, tok=None) -> Any:
     limits.check_lengths("length", [cfg.length], [*cfg.tasks, *objective], tok, indexed=False, **sizes)
     limits.check_lengths("lengths", cfg.lengths, [*cfg.tasks, *objective], tok, **sizes)
     limits.check_evaluator(cfg, tok)
+    if cfg.rope_factors == "learn" and trained and min((cfg.length, *cfg.lengths)) <= trained + 1:
+        raise ValueError(
+            f"length={min((cfg.length, *cfg.lengths))} with rope_factors='learn' is not allowed: the factors act "
+            f"only past the trained length {trained}; expected every tuning length > {trained + 1}"
+        )
     check_lengths(cfg.check_lengths, (cfg.length, *cfg.lengths), trained or cfg.length)  # each as typed
     limits.check_lengths("check_lengths", cfg.check_lengths or (), cfg.tasks, tok, **sizes)
     held_out, _ = held_out_lengths(cfg, trained or cfg.length, tok)
