@@ -237,3 +237,26 @@ def test_every_k_records_the_same_steps_as_every_step_across_resumed_runs():
         assert np.array_equal(step.positions, each[key].positions)
         for name in STEP_STATS:
             np.testing.assert_allclose(step.stats[name], each[key].stats[name], rtol=1e-6, atol=1e-7)
+
+
+def test_unrecorded_steps_call_the_probe_on_the_first_layer_only():
+    """Between recorded steps the other layers run the bare patch (no probe): one probe call a step,
+    and the probe is back on every layer for the recorded ones and after the block."""
+    from attntemp.hf.introspect import attention_modules
+    from attntemp.hf.patch import PROBE
+
+    model = tiny_arch("llama")
+    layers = len(attention_modules(model))
+    seen = []
+
+    class Counting(Monitor):
+        def __call__(self, module, *args):
+            seen.append(module.layer_idx)
+            return super().__call__(module, *args)
+
+    ids = torch.randint(3, 97, (1, 16), generator=torch.Generator().manual_seed(0))
+    with Counting(model, every=4) as mon:
+        model.generate(ids, max_new_tokens=9, min_new_tokens=9, do_sample=False, pad_token_id=0)
+    assert [s.index for s in mon.steps] == [0, 4, 8]
+    assert len(seen) == 3 * layers + 6  # steps 0, 4, 8 on every layer; the six others on the first
+    assert layers > 1 and not any(hasattr(m, PROBE) for m in attention_modules(model))

@@ -36,7 +36,7 @@ import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 from ..hf.introspect import attention_modules, text_config
-from ..hf.patch import STATE, LayerState, query_positions
+from ..hf.patch import PROBE, STATE, LayerState, query_positions
 from ..ops.spec import TemperatureSpec
 from ..utils import checks
 from .measure import AttentionStats
@@ -176,6 +176,8 @@ class Monitor:
         self.stopped = False
         mods = attention_modules(model)
         self._layers = [m.layer_idx for m in mods]
+        self._rest = [m for m in mods if m.layer_idx != self._layers[0]]  # probed on recorded steps only
+        self._attached = True  # whether the probe is on those modules (``probed`` puts it on all)
         self._heads = text_config(model).num_attention_heads
         self._switched: dict[int, LayerState] | None = None
         self._run, self._index, self._recording, self._keys = -1, -1, False, -1
@@ -211,6 +213,7 @@ class Monitor:
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        self._attach(True)  # as ``probed`` left them: it takes the probe off every layer
         self._stack.close()
 
     @property
@@ -248,6 +251,7 @@ class Monitor:
         if quiet and lq == 1 and lk == self._keys + 1 and rows == len(self._positions):
             self._index, self._keys, self._recording = self._index + 1, lk, False
             self._positions = [p + 1 for p in self._positions]
+            self._attach(self._switched is not None)  # the other layers run the bare patch
             return
         self._keys = lk
         pos = query_positions(query, key, kwargs)[:, -1].expand(rows)  # [B]
@@ -262,6 +266,19 @@ class Monitor:
         self._positions = positions
         self._recording = self._index % self.every == 0
         self._groups, self._done = {}, {}
+        self._attach(self._recording or self._switched is not None)
+
+    def _attach(self, on: bool) -> None:
+        """Put the probe on every layer but the first (which counts the steps), or take it off: a
+        step that is not recorded then costs one probe call, not one per layer."""
+        if on == self._attached:
+            return
+        for mod in self._rest:
+            if on:
+                setattr(mod, PROBE, self)
+            elif getattr(mod, PROBE, None) is self:
+                delattr(mod, PROBE)
+        self._attached = on
 
     def _layer_stats(self) -> np.ndarray:
         """Each layer's rows, ``[len(STEP_STATS), B, layers, H]``. Layers with small keys and no
@@ -316,6 +333,7 @@ class Monitor:
             )
         spec.check_model(len(mods), self._heads)
         self._switched = {i: LayerState(spec, i, self._heads) for i in self._layers}
+        self._attach(True)  # every layer's m comes from the probe now
 
     # ----------------------------------------------------------------------------- results
     def series(self, name: str = "entropy") -> np.ndarray:
