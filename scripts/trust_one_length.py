@@ -17,10 +17,13 @@ The untuned rules are scored first (scoring only), then each entropy target is m
 with a bisection per layer: ~25 min per target for SmolLM2 at 12k) and scored; the table is
 rewritten after each row, so a partial run shows what it has.
 
-Writes ``OUT/specs/<name>.json``, ``OUT/results/<name>.json`` (per-window values, reused by a
-rerun), ``OUT/table.md`` and ``OUT/table.json``. The gradient spec is left out: backpropagating
-through SmolLM2 at 12k tokens does not fit a 2-core CPU session (run ``attntemp tune --method
-gradient`` on a GPU for it).
+Every spec is scored again on a second text no tuner saw any of, whole (``--heldout-text``,
+default the stdlib: code beside the books; ``none`` to skip it), and the table has one part per text.
+
+Writes ``OUT/specs/<name>.json``, ``OUT/results/<name>.json`` and ``OUT/results_heldout/<name>.json``
+(per-window values, reused by a rerun), ``OUT/table.md`` and ``OUT/table.json``. The gradient spec
+is left out: backpropagating through SmolLM2 at 12k tokens does not fit a 2-core CPU session (run
+``attntemp tune --method gradient`` on a GPU for it).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from attntemp.evaluate import corpus
@@ -88,9 +92,11 @@ def entropy_spec(model, tok, args, rope, trained: int, tuning: list, target: str
     return spec
 
 
-def scored(model, tok, name: str, spec: TemperatureSpec, args, ctx: EvalContext, out: Path) -> dict:
-    """Perplexity of ``spec`` on the evaluation windows (cached in ``OUT/results``)."""
-    path = out / "results" / f"{name.replace(' ', '_').replace('/', '_')}.json"
+def scored(
+    model, tok, name: str, spec: TemperatureSpec, args, ctx: EvalContext, out: Path, folder: str = "results"
+) -> dict:
+    """Perplexity of ``spec`` on ``ctx``'s windows (cached in ``OUT/<folder>``)."""
+    path = out / folder / f"{name.replace(' ', '_').replace('/', '_')}.json"
     if path.is_file():
         return json.loads(path.read_text())
     t0 = time.perf_counter()
@@ -102,11 +108,12 @@ def scored(model, tok, name: str, spec: TemperatureSpec, args, ctx: EvalContext,
     return json.loads(path.read_text())
 
 
-def table(results: dict[str, dict], args: argparse.Namespace) -> str:
+def table(results: dict[str, dict], args: argparse.Namespace, text: str | None = None) -> str:
     task = get_task("perplexity")
     base = results[BASELINE]
+    where = f"{args.text}, evaluation pool" if text is None else f"{text}, whole"
     lines = [
-        f"| spec (rope {args.rope}, {args.length} tokens, {args.docs} documents) | tail ppl [95%] | "
+        f"| spec (rope {args.rope}, {args.length} tokens, {args.docs} windows of {where}) | tail ppl [95%] | "
         "/ m = 1, paired | / YaRN's m, paired |",
         "|---|---|---|---|",
     ]
@@ -129,6 +136,7 @@ def main() -> None:
     ap.add_argument("--targets", default=",".join(TARGETS), help="entropy targets, comma list")
     ap.add_argument("--global-spec", default=None, help="spec.json of a global tune to include")
     ap.add_argument("--global-evidence", default=None, help="its evidence.json, reused if on the same windows")
+    ap.add_argument("--heldout-text", default="stdlib", help="the second text, scored whole ('none': skip)")
     ap.add_argument("--out", default="runs/smollm2_trust12k", help="output folder (reused by a rerun)")
     args = ap.parse_args()
     out = Path(args.out)
@@ -138,24 +146,36 @@ def main() -> None:
     docs = corpus.load_text(args.text)
     evaluation, tuning = corpus.pool(docs, "evaluation"), corpus.pool(docs, "tuning")
     ctx = EvalContext(trained, evaluation, n_docs=args.docs, batch_size=1)
+    other = None if args.heldout_text == "none" else replace(ctx, docs=corpus.load_text(args.heldout_text))
     t_start = time.perf_counter()
     results: dict[str, dict] = {}
+    second: dict[str, dict] = {}
+
+    def both(name: str, spec: TemperatureSpec, key: str | None = None) -> None:
+        results[key or name] = scored(model, tok, name, spec, args, ctx, out)
+        if other is not None:
+            second[key or name] = scored(model, tok, name, spec, args, other, out, "results_heldout")
+
     baseline = scored(model, tok, BASELINE, TemperatureSpec(rope=rope), args, ctx, out)
     reuse_global(args, out, baseline)
     for name, spec in fixed_specs(args, rope, trained).items():
-        results[name] = scored(model, tok, name, spec, args, ctx, out)
+        both(name, spec)
     for name, spec in rule_specs(rope, trained).items():  # untuned rules first: scoring only
-        results[name] = scored(model, tok, name, spec, args, ctx, out)
-        write(results, args, out, time.perf_counter() - t_start)
+        both(name, spec)
+        write(results, args, out, time.perf_counter() - t_start, second)
     for target in filter(None, args.targets.split(",")):  # the table is rewritten after each row
         spec = entropy_spec(model, tok, args, rope, trained, tuning, target, out)
-        results[f"per head, entropy target {target}"] = scored(model, tok, f"target_{target}", spec, args, ctx, out)
-        write(results, args, out, time.perf_counter() - t_start)
-    print(write(results, args, out, time.perf_counter() - t_start))
+        both(f"target_{target}", spec, f"per head, entropy target {target}")
+        write(results, args, out, time.perf_counter() - t_start, second)
+    print(write(results, args, out, time.perf_counter() - t_start, second))
 
 
-def write(results: dict[str, dict], args: argparse.Namespace, out: Path, seconds: float) -> str:
+def write(
+    results: dict[str, dict], args: argparse.Namespace, out: Path, seconds: float, second: dict | None = None
+) -> str:
     md = table(results, args)
+    if second:
+        md += "\n\n" + table(second, args, args.heldout_text)
     (out / "table.md").write_text(md + "\n")
     rows = {
         n: {"tail_ppl": r["tail_ppl"], "seconds": r.get("seconds"), "source": r.get("source")}
