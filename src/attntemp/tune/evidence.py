@@ -151,12 +151,11 @@ def _lengths_words(lengths: list[int]) -> str:
 
 
 def verdict_line(ev: dict[str, Any]) -> str:
-    """On which text and at which lengths the tuned spec's headline gain over m = 1 holds, e.g.
-    "better on stdlib (evaluation pool) at 1024 and 2048, not distinguishable at 256; worse on
-    package:markdown at 256 ...": the verdicts of the paired intervals, lengths grouped by verdict."""
+    """On which text and at which lengths the tuned spec's headline gain over m = 1 holds, per
+    task, e.g. "on stdlib (evaluation pool), perplexity tail_ppl: better at 1024 and 2048, worse at
+    256; on package:markdown, ...": the verdicts of the paired intervals, lengths grouped by verdict."""
     parts = []
-    for label, tasks, scored in texts(ev):
-        task = tasks[0]
+    for label, scored, task in ((a, c, t) for a, b, c in texts(ev) for t in b):
         groups: dict[str, list[int]] = {}
         for length, comps in _per_length(ev, scored):
             c = _headline(comps, task)
@@ -172,8 +171,7 @@ def verdict_line(ev: dict[str, Any]) -> str:
 def _headline_summary(ev: dict[str, Any]) -> list[str]:
     """The verdict line, then one line per text and length with the paired interval."""
     lines = [verdict_line(ev), ""]
-    for label, tasks, scored in texts(ev):
-        task = tasks[0]
+    for label, scored, task in ((a, c, t) for a, b, c in texts(ev) for t in b):
         metric = get_task(task).headline.name
         for length, comps in _per_length(ev, scored):
             c = _headline(comps, task)
