@@ -256,3 +256,19 @@ def test_llamacpp_takes_gemma3s_scale_from_the_layer_count_not_query_pre_attn_sc
         pytest.skip(e["reason"])
     assert e["verdict"] == "differs" and abs(e["best_multiplier_ratio"] / math.sqrt(168 / 128) - 1) < 0.01
     assert e["kl_at_best"] <= 1e-5
+
+
+@pytest.mark.engines
+def test_llamacpp_rounds_the_yarn_bounds_that_gpt_oss_keeps_fractional(tmp_path):
+    """ggml.c ggml_rope_yarn_corr_dims floors and ceils the ramp's ends whatever truncate says: gpt-oss
+    (truncate false) differs in the rotation, not the scale; the same config with truncate true agrees."""
+    _, out = audit("gpt_oss", engines=("transformers", "llama.cpp"))
+    e = out["engines"]["llama.cpp"]
+    if "not found" in e.get("reason", ""):
+        pytest.skip(e["reason"])
+    assert e["verdict"] == "differs" and e["kl_at_best"] > 1e-5  # no scale explains it
+    config = json.loads((CONFIGS / "gpt_oss.json").read_text())
+    config["rope_scaling"]["truncate"] = True
+    (tmp_path / "c.json").write_text(json.dumps(config))
+    result = run_audit(AuditConfig(config=str(tmp_path / "c.json"), engines=("llama.cpp",), positions=(0,)))
+    assert result.engines["llama.cpp"]["verdict"] == "agrees"
