@@ -32,6 +32,7 @@ def _pair(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> float:
     n = q.shape[2]
     mask = create_block_mask(lambda b, h, i, j: i >= j, None, None, n, n, device=q.device)
     flex = compile_friendly_flex_attention(q, k, v, block_mask=mask)  # [1, H, L, D]
+    assert isinstance(flex, torch.Tensor)  # no return_lse: the output alone
     sdpa = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)  # [1, H, L, D]
     gap = (flex.float() - sdpa.float()).abs().max()
     return float("inf") if torch.isnan(gap) else float(gap)
