@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable
 
 
-def time_interleaved(fns: dict[str, Callable[[], object]], repeats: int = 5) -> dict[str, float]:
-    """Median seconds per call of each fn, run round-robin so load drifts hit all of them alike."""
+def times_interleaved(fns: dict[str, Callable[[], object]], repeats: int = 5) -> dict[str, list[float]]:
+    """Seconds of each call of each fn, run round-robin so load drifts hit all of them alike."""
     for fn in fns.values():
         fn()  # warm-up
     times: dict[str, list[float]] = {k: [] for k in fns}
@@ -21,7 +21,35 @@ def time_interleaved(fns: dict[str, Callable[[], object]], repeats: int = 5) -> 
             t0 = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - t0)
-    return {k: statistics.median(v) for k, v in times.items()}
+    return times
+
+
+def time_interleaved(fns: dict[str, Callable[[], object]], repeats: int = 5) -> dict[str, float]:
+    """Median seconds per call of each fn (:func:`times_interleaved`)."""
+    return {k: statistics.median(v) for k, v in times_interleaved(fns, repeats).items()}
+
+
+def median_interval(x: list[float], resamples: int = 2000, seed: int = 0) -> dict[str, float]:
+    """The median with its percentile bootstrap 95% interval."""
+    import numpy as np
+
+    a = np.asarray(x)
+    idx = np.random.default_rng(seed).integers(0, len(a), (resamples, len(a)))
+    lo, hi = np.quantile(np.median(a[idx], axis=1), [0.025, 0.975])
+    return {"median": float(np.median(a)), "low": float(lo), "high": float(hi)}
+
+
+def machine() -> dict[str, object]:
+    """The CPU (model name, AVX-512 or not) and the load average when the figures were taken."""
+    cpu = "unknown"
+    flags = ""
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name") and cpu == "unknown":
+                cpu = line.split(":", 1)[1].strip()
+            if line.startswith("flags") and not flags:
+                flags = line
+    return {"cpu": cpu, "avx512f": " avx512f" in flags, "cores": os.cpu_count(), "load_average": os.getloadavg()}
 
 
 def peak_rss_bytes() -> int:

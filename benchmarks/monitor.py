@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
+from _harness import machine
 from model_overhead import stdlib_ids
 
 import attntemp
@@ -110,7 +111,7 @@ def main() -> None:
     names = [m.strip() for m in args.models.split(",") if m.strip()]
     results = [bench(m, args.new_tokens or NEW_TOKENS.get(m, 32), args.repeats) for m in names]
     print(json.dumps({"benchmark": "monitor", "device": "cpu", "threads": torch.get_num_threads(),
-                      "repeats": args.repeats, "goals": {k: f"<= {g}" for k, g in GOALS.items()},
+                      "repeats": args.repeats, "goals": {k: f"<= {g}" for k, g in GOALS.items()}, "machine": machine(),
                       "results": results}, indent=2))  # fmt: skip
 
 
