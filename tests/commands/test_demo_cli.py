@@ -13,7 +13,9 @@ def test_demo_writes_the_report(tmp_path, capsys):
     for png in ("entropy_by_position.png", "ppl_vs_multiplier.png", "entropy_shift.png"):
         assert (out / png).stat().st_size > 2000 and png in page
     assert (out / "baked" / "model.safetensors").is_file()
-    assert "Reloaded without attntemp" in (out / "report.md").read_text()
+    report = (out / "report.md").read_text()
+    assert "Reloaded without attntemp" in report and "## 4. Retrieval at 2x = 512 tokens" in report
+    assert "passkey accuracy" in report and not (out / ".sweep.lock").exists()
 
 
 def test_no_arguments_runs_the_demo(monkeypatch, tmp_path):
@@ -42,3 +44,26 @@ def test_model_defaults_then_flags(monkeypatch, tmp_path):
     assert (small.scales, small.n_docs, small.trials) == ((1.5, 2.0), 1, 3)
     assert (flagged.scales, flagged.trials, flagged.n_docs) == ((3.0,), 7, 1)
     assert (tiny.scales, tiny.n_docs, tiny.trials) == ((4, 8), 16, 50) and len(tiny.multipliers) == 9
+
+
+def test_each_model_has_its_own_default_folder_and_a_refusal_leaves_none(tmp_path, monkeypatch, capsys):
+    from attntemp.report.demo import demo_config
+
+    monkeypatch.chdir(tmp_path)
+    assert demo_config("tiny").out == "attntemp-demo"
+    assert demo_config("smollm2").out == "attntemp-demo-smollm2"
+    assert demo_config(str(tmp_path / "my-model") + "/").out == "attntemp-demo-my-model"
+    assert demo_config("smollm2", out="elsewhere").out == "elsewhere"
+    assert main(["demo", "--out", "refused", "--retrieval-scale", "0.5"]) == 2
+    assert "--retrieval-scale=0.5" in capsys.readouterr().err and not (tmp_path / "refused").exists()
+
+
+def test_a_refusal_after_the_folder_is_made_leaves_none(tmp_path, monkeypatch, capsys):
+    """A step that refuses (a later length or memory check) removes the --out folder the run made."""
+
+    def refuse(*args, **kwargs):
+        raise ValueError("n_docs=16 is not allowed here (a step's own check)")
+
+    monkeypatch.setattr("attntemp.report.demo.step_entropy", refuse)
+    assert main(["demo", "--out", str(tmp_path / "late" / "demo")]) == 2
+    assert "--docs=16" in capsys.readouterr().err and not (tmp_path / "late").exists()

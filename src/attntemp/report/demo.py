@@ -2,8 +2,9 @@
 
 1. attention entropy at the trained length L0 and at 4x and 8x (no RoPE change, then YaRN);
 2. tail perplexity versus the multiplier m = 1/T with no extension and with YaRN, at 4x and 8x;
-3. passkey retrieval at L0, 4x and 8x for m = 1, YaRN's temperature and the tuned spec;
-4. per-head entropy matching at 4x (with YaRN), checked on held-out text;
+3. per-head entropy matching (and gradient) at 4x with YaRN, checked on held-out text;
+4. passkey retrieval where it can move, at 2x: m = 1, YaRN and the
+   tuned spec, accuracy with Wilson intervals and the answer's log-probability, paired against m = 1;
 5. the tuned spec baked into q_proj, reloaded with plain transformers and checked.
 Writes ``report.md`` and ``report.html`` (with PNGs) in the output folder.
 """
@@ -11,6 +12,7 @@ Writes ``report.md`` and ``report.html`` (with PNGs) in the output folder.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,10 +20,12 @@ from typing import Any
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from ..analysis.measure import AttentionStats, measure
 from ..analysis.monitor_demo import monitor_section
 from ..evaluate.corpus import heldout_windows
+from ..evaluate.store import LOCK_FILE
 from ..evaluate.sweep import SweepConfig, check_resumable, run_sweep
 from ..evaluate.tasks import EvalContext, EvalOptions, eval_context, get_task
 from ..hf import introspect
@@ -45,6 +49,7 @@ class DemoConfig(EvalOptions):
 
     out: str = option("attntemp-demo", "output folder (report.md, report.html, PNGs, the baked model)")
     scales: tuple[float, ...] = option((4.0, 8.0), "lengths as multiples of the trained length", parse=options.floats)
+    retrieval_scale: float = option(2.0, "passkey retrieval and the monitor at this multiple of L0")
     multipliers: tuple[float, ...] = option(
         (0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6),
         "m = 1/T to sweep: LO:HI:STEP or a comma list",
@@ -64,6 +69,7 @@ class DemoConfig(EvalOptions):
             checks.at_least(f"scales[{i}]", s, 1.0)
         if not self.scales:
             raise ValueError("scales is empty; give at least one multiple of the trained length, e.g. 4")
+        checks.at_least("retrieval_scale", self.retrieval_scale, 1.0)
         outputs.check_out(self.out, overwrite=True)  # a writable folder: checked before the model loads
         check_resumable(self.out, self)  # step 2 sweeps into --out: its settings must match a sweep.db there
 
@@ -76,7 +82,9 @@ class DemoConfig(EvalOptions):
 # forward of which takes one to two minutes on a 2-core CPU, so fewer documents, trials and m.
 MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
     "smollm2": {
+        "out": "attntemp-demo-smollm2",
         "scales": (1.5, 2.0),
+        "retrieval_scale": 1.5,
         "n_docs": 1,
         "trials": 3,
         "multipliers": (0.9, 1.0, 1.15, 1.3),
@@ -90,7 +98,23 @@ def demo_config(model: str = "tiny", **overrides: Any) -> DemoConfig:
     """The demo's config for ``model``: its defaults (:data:`MODEL_DEFAULTS`), then ``overrides``
     (None values ignored)."""
     given = {k: v for k, v in overrides.items() if v is not None}
-    return DemoConfig(model=model, **{**MODEL_DEFAULTS.get(model, {}), **given})
+    own = {"out": default_out(model)}  # each model its own folder: a sweep.db holds one model's points
+    return DemoConfig(model=model, **{**own, **MODEL_DEFAULTS.get(model, {}), **given})
+
+
+def default_out(model: str) -> str:
+    """The demo's default folder for ``model``: ``attntemp-demo`` for the tiny model, else
+    ``attntemp-demo-<name>`` (a folder's or hub id's last part)."""
+    if model == "tiny":
+        return "attntemp-demo"
+    name = "".join(c if c.isalnum() or c in "-_." else "-" for c in Path(model.rstrip("/")).name)
+    return f"attntemp-demo-{name.strip('.') or 'model'}"
+
+
+def _stage(cfg: DemoConfig, text: str) -> None:
+    """One line on stderr as a stage starts (with progress on), so long work is never silent."""
+    if cfg.progress:
+        print(f"demo: {text}", file=sys.stderr, flush=True)
 
 
 def _mean_ci(values: list[float]) -> str:
@@ -106,11 +130,17 @@ def step_entropy(model, tok, cfg: DemoConfig, ctx: EvalContext, out: Path) -> tu
     ids = heldout_windows(tok, longest, n=cfg.n_docs, docs=ctx.docs, n_name="n_docs")  # [n, L0 x max --scales]
     runs, rows = {}, []
     per_doc: dict[tuple[int, str], list[AttentionStats]] = {}  # what the figure's bands are made of
-    for s in (1, *cfg.scales):
-        n = int(trained * s)
-        for rope in ("none", "yarn") if s > 1 else ("none",):
+    settings = [
+        (int(trained * s), rope) for s in (1, *cfg.scales) for rope in (("none", "yarn") if s > 1 else ("none",))
+    ]
+    with tqdm(total=len(settings) * len(ids), desc="entropy", disable=not cfg.progress, leave=False) as bar:
+        for n, rope in settings:
             spec = TemperatureSpec(rope=rope_for(rope, n, trained))
-            docs = [measure(model, ids[i : i + 1, :n], spec, n_buckets=12, progress=False) for i in range(len(ids))]
+            docs = []
+            for i in range(len(ids)):
+                bar.set_postfix(L=n, rope=rope)
+                docs.append(measure(model, ids[i : i + 1, :n], spec, n_buckets=12, progress=False))
+                bar.update(1)
             runs[f"L={n}, rope {rope}"] = AttentionStats.average(docs)
             per_doc[(n, rope)] = docs
             tail = [float(d.by_head("entropy", start=n * 3 // 4).mean()) for d in docs]  # per document
@@ -184,57 +214,37 @@ def _winner(tuned: dict[str, tuple[TemperatureSpec, dict]]) -> str | None:
     return best
 
 
-def _passkey_rows(length: int, res: dict[str, dict], names: dict[str, str]) -> list[str]:
-    passkey, ppl = get_task("passkey"), get_task("perplexity")
-    base = res[BASELINE]["perplexity"]
-    rows = []
-    for key, r in res.items():
-        vs = "-" if key == BASELINE else ppl.compare(r["perplexity"], base, "tail_ppl")
-        rows.append(
-            f"| {length} | {names.get(key, key)} | {passkey.describe(r['passkey'], 'acc', 2)} | "
-            f"{passkey.describe(r['passkey'], 'logp', 3)} | {ppl.describe(r['perplexity'], 'tail_ppl')} | {vs} |"
-        )
-    return rows
-
-
-def _passkey_table(
-    model, tok, cfg: DemoConfig, ctx: EvalContext, n: int, tuned: dict[str, tuple[TemperatureSpec, dict]]
-) -> list[str]:
-    """Rows at every length: at the tuning length ``n`` the tunes' own evidence (the same documents
-    and trials), elsewhere m = 1 and YaRN's own m with that length's YaRN scale."""
-    trained = ctx.trained_length
-    lines = [
-        "| length | spec | passkey acc | key log-prob | tail ppl | tail ppl / m = 1 (paired) |",
-        "|---|---|---|---|---|---|",
-    ]
-    for s in (1, *cfg.scales):
-        length = int(trained * s)
-        if length == n:
-            first = next(iter(tuned.values()))[1]["results"]
-            res = {BASELINE: first[BASELINE], YARN: first[YARN]}
-            res |= {label: ev["results"][TUNED] for label, (_, ev) in tuned.items()}
-        else:
-            specs = candidates(rope_for("yarn", length, trained), None)
-            res = evaluate_specs(model, tok, length, specs, ("passkey", "perplexity"), ctx, cfg.progress)
-        lines += _passkey_rows(length, res, {BASELINE: "m = 1", YARN: "YaRN's own m"})
+def _tune_rows(length: int, tuned: dict[str, tuple[TemperatureSpec, dict]]) -> list[str]:
+    """Tail perplexity at the tuning length: m = 1, YaRN's own m and each tune, from the tunes'
+    own evidence (the same documents), with the paired ratio to m = 1."""
+    ppl = get_task("perplexity")
+    first = next(iter(tuned.values()))[1]["results"]
+    res = {"m = 1": first[BASELINE], "YaRN's own m": first[YARN]}
+    res |= {label: ev["results"][TUNED] for label, (_, ev) in tuned.items()}
+    base = first[BASELINE]["perplexity"]
+    lines = ["| length | spec | tail ppl | tail ppl / m = 1 (paired) |", "|---|---|---|---|"]
+    for name, r in res.items():
+        vs = "-" if name == "m = 1" else ppl.compare(r["perplexity"], base, "tail_ppl")
+        lines.append(f"| {length} | {name} | {ppl.describe(r['perplexity'], 'tail_ppl')} | {vs} |")
     return lines
 
 
-def step_tune_and_passkey(model, tok, cfg: DemoConfig, ctx: EvalContext, out: Path) -> tuple[list[str], Any]:
+def step_tune(model, tok, cfg: DemoConfig, ctx: EvalContext, out: Path) -> tuple[list[str], Any]:
     trained = ctx.trained_length
     n = int(trained * cfg.scales[0])
     tuned: dict[str, tuple[TemperatureSpec, dict]] = {}
     for i, (label, kw) in enumerate(_tuners(cfg).items()):
+        _stage(cfg, f"3/5 tuning at L={n} with YaRN: {label}")
         tcfg = TuneConfig(
             **cfg.eval_options(),
             out=str(out / f"tune{i}"),
             length=n,
             rope="yarn",
-            tasks=("perplexity", "passkey"),
+            tasks=("perplexity",),  # retrieval is step 4's, at a length where it can move
             check_lengths=(),
             overwrite=True,  # the demo rewrites its own folders (checked once, before the model loads)
             **kw,
-        )  # other lengths: below
+        )
         ev = run_tune(tcfg, model, tok)
         tuned[label] = (TemperatureSpec.from_dict(ev["spec"]), ev)
     png = plot_tuning_entropy(
@@ -242,18 +252,17 @@ def step_tune_and_passkey(model, tok, cfg: DemoConfig, ctx: EvalContext, out: Pa
         out / "entropy_shift.png",
         f"per-head entropy at L={n} (YaRN) vs L={trained}",
     )
-    lines = _passkey_table(model, tok, cfg, ctx, n, tuned)
     win = _winner(tuned)
     spec = tuned[win][0] if win else candidates(rope_for("yarn", n, trained), None)[YARN]
     heads = np.asarray(tuned[next(iter(tuned))][0].heads)
     verdict = (
-        f"**{win}** beats m = 1 on held-out tail perplexity (paired interval below 1): it is baked in step 4."
+        f"**{win}** beats m = 1 on held-out tail perplexity (paired interval below 1): it is the spec of steps 4 and 5."
         if win
-        else "**No tuning beats m = 1** on held-out tail perplexity by its paired interval: step 4 "
-        "bakes YaRN's own temperature instead."
+        else "**No tuning beats m = 1** on held-out tail perplexity by its paired interval: steps 4 and 5 "
+        "take YaRN's own temperature instead."
     )
     md = [
-        "## 3. Tuning at 4x with YaRN, checked on documents no tuner saw",
+        f"## 3. Tuning at {cfg.scales[0]:g}x with YaRN, checked on documents no tuner saw",
         "",
         f"Each head's tail entropy at L={n} with YaRN was matched to its entropy at the trained length "
         f"(label-free; multipliers mean {heads.mean():.3f}, range {heads.min():.3f} to {heads.max():.3f})"
@@ -262,11 +271,9 @@ def step_tune_and_passkey(model, tok, cfg: DemoConfig, ctx: EvalContext, out: Pa
             if cfg.gradient_steps
             else ""
         )
-        + f". {verdict} The rows at other lengths are m = 1 and "
-        "YaRN's own temperature with that length's YaRN scale. Intervals: 95%, bootstrap over documents "
-        "(Wilson for passkey accuracy).",
+        + f". {verdict} Intervals: 95%, bootstrap over documents; the ratio is paired (same documents).",
         "",
-        *lines,
+        *_tune_rows(n, tuned),
         "",
         f"![shift]({png.name})",
         "",
@@ -274,11 +281,64 @@ def step_tune_and_passkey(model, tok, cfg: DemoConfig, ctx: EvalContext, out: Pa
     return md, spec
 
 
+def retrieval_tasks() -> tuple[str, ...]:
+    """The retrieval tasks of step 4: passkey. The many-needle task (``needles``, 8 facts a
+    forward) needs about 1168 tokens, more than the tiny model's 2x (512), so it is left out."""
+    return ("passkey",)
+
+
+def _retrieval_rows(length: int, res: dict[str, dict], tasks: tuple[str, ...]) -> list[str]:
+    head = "| length | spec | " + " | ".join(f"{t} accuracy | {t} answer log-prob | {t} log-prob - m = 1 (paired)"
+                                              for t in tasks) + " |"  # fmt: skip
+    lines = [head, "|---|---|" + "---|---|---|" * len(tasks)]
+    base = next(iter(res.values()))
+    for i, (name, r) in enumerate(res.items()):
+        cells = []
+        for t in tasks:
+            task = get_task(t)
+            vs = "-" if i == 0 else task.compare(r[t], base[t], "logp")
+            cells += [task.describe(r[t], "acc", 2), task.describe(r[t], "logp", 3), vs]
+        lines.append(f"| {length} | {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def step_retrieval(model, tok, cfg: DemoConfig, ctx: EvalContext, spec: TemperatureSpec) -> list[str]:
+    """Retrieval at ``retrieval_scale`` x L0 (2x for the tiny model: at 4x every setting fails)."""
+    trained = ctx.trained_length
+    n = int(trained * cfg.retrieval_scale)
+    tasks = retrieval_tasks()
+    _stage(cfg, f"4/5 retrieval at L={n}: {', '.join(tasks)}")
+    yarn = candidates(rope_for("yarn", n, trained), None).get(YARN, TemperatureSpec(rope=rope_for("yarn", n, trained)))
+    specs = {
+        "m = 1 (no RoPE change)": TemperatureSpec(),
+        f"YaRN (s = {cfg.retrieval_scale:g}), its own m": yarn,
+        "step 3's spec (its own RoPE)": spec,
+    }
+    res = evaluate_specs(model, tok, n, specs, tasks, ctx, cfg.progress)
+    return [
+        f"## 4. Retrieval at {cfg.retrieval_scale:g}x = {n} tokens",
+        "",
+        f"Where retrieval can move (on the tiny model every setting fails at 4x). {cfg.trials} passkey trials "
+        "(the YaRN paper's prompt, greedy; accuracy with its Wilson 95% interval, and the mean log-probability "
+        "of the key's tokens with a bootstrap 95% interval over trials)"
+        + (
+            " and the many-needle task (keyed facts in held-out text, scored per document)"
+            if "needles" in tasks
+            else ""
+        )
+        + "; the last column of each task is the paired difference in answer log-probability from m = 1 "
+        "(same prompts). A verdict holds for this text and this length only.",
+        "",
+        *_retrieval_rows(n, res, tasks),
+        "",
+    ]
+
+
 def step_bake(cfg: DemoConfig, spec: TemperatureSpec, out: Path) -> list[str]:
     model, tok = load_model(cfg.model, **cfg.load_args(dtype="float32"))  # a fresh fp32 copy: bake checks in fp32
     res = save_baked(model, tok, spec, out / "baked", overwrite=True)
     return [
-        "## 4. Baked into q_proj",
+        "## 5. Baked into q_proj",
         "",
         f"The spec chosen in step 3 was folded into `q_proj` and the YaRN rope written into the config: "
         f"`{res.path}` is a plain transformers checkpoint. Reloaded without attntemp, its logits differ "
@@ -288,11 +348,18 @@ def step_bake(cfg: DemoConfig, spec: TemperatureSpec, out: Path) -> list[str]:
 
 
 def run_demo(cfg: DemoConfig) -> Path:
-    """Run every step; return the report's path."""
+    """Run every step; return the report's path. A run that fails leaves no empty ``out``."""
     t0 = time.perf_counter()
+    _stage(cfg, f"loading {cfg.model}")
     model, tok = load_model(cfg.model, **cfg.load_args())  # before --out is made: a bad model leaves none
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
+    with outputs.output_folder(cfg.out) as out:
+        text = _run(cfg, model, tok, out, t0)
+        (out / "report.md").write_text(text)
+        (out / "report.html").write_text(markdown_to_html(text, f"attntemp demo: {cfg.model}"))
+    return out / "report.html"
+
+
+def _run(cfg: DemoConfig, model, tok, out: Path, t0: float) -> str:
     trained = introspect.trained_length(model)
     ctx = eval_context(cfg, trained, tuning=True)
     lengths = ", ".join(str(int(trained * s)) for s in cfg.scales)
@@ -303,17 +370,18 @@ def run_demo(cfg: DemoConfig) -> Path:
         "",
     ]
     with torch.no_grad():
-        part, _ = step_entropy(model, tok, cfg, ctx, out)
-        md += part
+        _stage(cfg, f"1/5 attention entropy at L0 and {lengths} tokens")
+        md += step_entropy(model, tok, cfg, ctx, out)[0]
+        _stage(cfg, f"2/5 tail perplexity over {len(cfg.multipliers)} multipliers at {lengths} tokens")
         md += step_sweep(model, tok, cfg, trained, out)[0]
-    part, spec = step_tune_and_passkey(model, tok, cfg, ctx, out)
-    watch = []
+        (out / LOCK_FILE).unlink(missing_ok=True)  # the sweep is over: no lock left in the report's folder
+    part, spec = step_tune(model, tok, cfg, ctx, out)
+    md += part + step_retrieval(model, tok, cfg, ctx, spec)
     if cfg.monitor_trials:
+        _stage(cfg, f"4/5 watching {cfg.monitor_trials} passkey trials per setting with the monitor")
         trials = min(cfg.trials, cfg.monitor_trials)
-        watch = monitor_section(model, tok, out, cfg.scales[0], trials, cfg.seed, {"step 3's spec": spec})
-    md += part + watch + step_bake(cfg, spec, out)
+        md += monitor_section(model, tok, out, cfg.retrieval_scale, trials, cfg.seed, {"step 3's spec": spec})
+    _stage(cfg, "5/5 baking the spec into q_proj and reloading it")
+    md += step_bake(cfg, spec, out)
     md += [f"Total time: {time.perf_counter() - t0:.0f} s ({torch.get_num_threads()} CPU threads)."]
-    text = "\n".join(md) + "\n"
-    (out / "report.md").write_text(text)
-    (out / "report.html").write_text(markdown_to_html(text, f"attntemp demo: {cfg.model}"))
-    return out / "report.html"
+    return "\n".join(md) + "\n"
