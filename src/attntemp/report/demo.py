@@ -29,7 +29,7 @@ from ..evaluate.store import LOCK_FILE
 from ..evaluate.sweep import SweepConfig, check_resumable, run_sweep
 from ..evaluate.tasks import EvalContext, EvalOptions, eval_context, get_task
 from ..hf import introspect
-from ..hf.loading import load_model
+from ..hf.loading import load_model, resolve
 from ..hf.rope_scaling import rope_for
 from ..ops.intervals import mean_interval
 from ..ops.spec import TemperatureSpec
@@ -350,6 +350,7 @@ def step_bake(cfg: DemoConfig, spec: TemperatureSpec, out: Path) -> list[str]:
 def run_demo(cfg: DemoConfig) -> Path:
     """Run every step; return the report's path. A run that fails leaves no empty ``out``."""
     t0 = time.perf_counter()
+    resolve(cfg.model)  # a bad --model is one line, before any progress is printed
     _stage(cfg, f"loading {cfg.model}")
     model, tok = load_model(cfg.model, **cfg.load_args())  # before --out is made: a bad model leaves none
     with outputs.output_folder(cfg.out) as out:
