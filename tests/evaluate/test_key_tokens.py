@@ -3,6 +3,7 @@ reference), the short-context scorer, LongPPL's evaluator rule and its cache, th
 and its refusal to pair different key tokens."""
 
 import math
+import pathlib
 import random
 
 import pytest
@@ -99,3 +100,35 @@ def test_evaluator_rule_cached_and_truncation_costs_key_tokens(tiny, stdlib_docs
     key_ratio = math.exp(float((short - full)[mask].mean()))
     all_ratio = math.exp(float((short - full)[:, 16:].mean()))
     assert key_ratio > math.exp(2.0) and all_ratio < 1.5
+
+
+@pytest.mark.slow
+def test_smollm2_truncation_costs_key_tokens_more(one_torch_thread):
+    """SmolLM2 at 4096 tokens on a Gutenberg book, n-gram rule (n = 4 BPE tokens, K = 1024): each prediction
+    cut to its last 768..1023 tokens costs key tokens more than all tokens past K (paired ratios
+    over 2 windows; the intervals must not overlap)."""
+    from attntemp.hf.loading import load_model
+
+    model, tok = load_model("smollm2")
+    docs = gutenberg_book()
+    ids = heldout_windows(tok, 4096, n=2, docs=docs)  # [2, 4096]
+    mask = torch.stack([kt.key_positions(r, 4, 1024)[1:] for r in ids])  # [2, 4095]
+    full = kt.token_nll_rows(model, ids, 1).double()
+    short = kt.short_context_nll(model, ids, 768, 256, 1).double()
+    counts = mask.sum(1)
+    assert int(counts.min()) > 0
+    key = intervals.paired_ratio_interval(
+        (short * mask).sum(1).tolist(), (full * mask).sum(1).tolist(), counts.tolist()
+    )
+    tail = short[:, 1024:].sum(1).tolist(), full[:, 1024:].sum(1).tolist()
+    every = intervals.paired_ratio_interval(*tail, [full.shape[1] - 1024] * 2)
+    print(f"SmolLM2 4096, key {key.format()} ({int(counts.sum())} tokens), all {every.format()}")
+    assert key.low > every.high
+
+
+def gutenberg_book():
+    """austen-emma from the shared Gutenberg folder, whole (a named text is all held out)."""
+    from attntemp.evaluate import corpus
+
+    folder = pathlib.Path(__file__).resolve().parents[3] / "shared" / "data" / "gutenberg"
+    return corpus.load_text("gutenberg:austen-emma", gutenberg_dir=folder)
