@@ -254,15 +254,21 @@ def test_trust_plot_legend_and_rope_colours(tmp_path, drawn):
         {
             "rope": rope,
             "method": f"method {i}",
-            "evidence": {**scored(0.9), "checks": {256: scored(1.0), 2048: scored(0.95)}},
+            "evidence": {
+                **scored(0.9),
+                "checks": {256: scored(1.0), 2048: scored(0.95)},
+                "heldout": {**scored(0.97), "checks": {256: scored(1.0), 2048: scored(1.02)}},
+            },
         }
         for rope in ("none", "yarn")
         for i in range(2)
     ]
-    args = type("Args", (), {"length": 1024, "checks": [256, 2048], "docs": 3})()
+    args = type("Args", (), {"length": 1024, "checks": [256, 2048], "docs": 3, "heldout_text": "package:markdown"})()
     trust.plot(rows, args, tmp_path / "t.png")
     fig = drawn[0]
-    assert [ax.title.get_color() for ax in fig.axes] == [style.ROPE_COLORS["none"], style.ROPE_COLORS["yarn"]]
+    colours = [style.ROPE_COLORS["none"], style.ROPE_COLORS["yarn"]]
+    assert [ax.title.get_color() for ax in fig.axes] == colours * 2  # a row of panels per text
+    assert [ax.get_title().split(", on ")[1].split(" ")[0] for ax in fig.axes[::2]] == ["stdlib,", "package:markdown,"]
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
     assert legend == [
         "m = 1 (no change)",
