@@ -88,4 +88,3 @@ def run_measure(cfg: MeasureConfig) -> dict[str, Any]:
         "mean_entropy": float(np.mean(stats.by_head("entropy"))),
         "table": table,
     }
-
