@@ -30,3 +30,17 @@ def test_audit_exits_1_when_transformers_drops_the_factor(capsys, monkeypatch):
         and "transformers (transformers 5." in text
         and ": differs: full_attention: logit multiplier x0.77" in text
     )
+
+
+def test_a_shipped_config_is_named_by_its_name(capsys):
+    import json
+
+    from attntemp.assets import shipped_configs
+    from attntemp.cli import main
+
+    assert "gpt_oss" in shipped_configs() and len(shipped_configs()) == 10
+    assert main(["audit", "--config", "qwen3_yarn", "--engines", "transformers", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert abs(out["reference"]["logit_multiplier"] - (0.1 * __import__("math").log(4) + 1) ** 2) < 1e-9
+    assert main(["audit", "--config", "qwen3_yar", "--engines", "transformers"]) == 2
+    assert "Did you mean 'qwen3_yarn'?" in capsys.readouterr().err

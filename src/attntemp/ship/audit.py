@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..assets import configs_path, shipped_configs
 from ..ops import attention_config
 from ..ops.attention_config import Group
 from ..utils import checks
@@ -39,7 +40,7 @@ SAME = 1e-6  # relative: figures this close at every position are shown as one n
 class AuditConfig:
     """``attntemp audit`` and :func:`run_audit`."""
 
-    config: str = option(help="a model's config.json (no weights needed)")
+    config: str = option(help="a model's config.json (no weights needed), or a shipped config's name: gpt_oss, ...")
     engines: tuple[str, ...] = option(
         AUDIT_ENGINES, f"engines to audit, comma-separated: {', '.join(AUDIT_ENGINES)}", parse=names
     )
@@ -66,8 +67,12 @@ class AuditConfig:
 
 
 def load_config(path: str) -> dict[str, Any]:
-    """A ``config.json`` as a dict; every problem raised as ``config='PATH': what is wrong``."""
+    """A ``config.json`` as a dict, from a path or a shipped config's name (``gpt_oss``:
+    :func:`attntemp.assets.shipped_configs`); every problem raised as ``config='PATH': what is wrong``."""
     p = Path(path)
+    if path and not p.exists() and "/" not in path and not path.endswith(".json"):
+        checks.choice("config", path, shipped_configs())  # a name: one of the shipped configs
+        p = configs_path() / f"{path}.json"
     if not path or p.is_dir():
         raise ValueError(f"config={path!r} is a folder; expected a model's config.json file")
     if not p.is_file():
