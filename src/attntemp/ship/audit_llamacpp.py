@@ -15,10 +15,10 @@ difference is in the rotation, not (only) the scale.
 
 from __future__ import annotations
 
+import functools
 import math
 import shutil
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ import torch
 
 from ..assets import tiny_path
 from ..hf.proxy import build_proxy
+from ..ops.search import golden_section
 from ..utils.errors import ExternalToolError
 from . import llamacpp
 
@@ -66,24 +67,6 @@ def _logp(model: Any, ids: torch.Tensor, c: float) -> list[torch.Tensor]:
     finally:
         for m, s in zip(modules, saved, strict=True):
             m.scaling = s
-
-
-def _golden(f: Callable[[float], float], lo: float, hi: float, steps: int) -> tuple[float, float]:
-    """The minimum of ``f`` on [lo, hi] by golden-section search: ``(x, f(x))``."""
-    r = (math.sqrt(5) - 1) / 2
-    a, b = lo, hi
-    x1, x2 = b - r * (b - a), a + r * (b - a)
-    f1, f2 = f(x1), f(x2)
-    for _ in range(steps):
-        if f1 < f2:
-            b, x2, f2 = x2, x1, f1
-            x1 = b - r * (b - a)
-            f1 = f(x1)
-        else:
-            a, x1, f1 = x1, x2, f2
-            x2 = a + r * (b - a)
-            f2 = f(x2)
-    return (x1, f1) if f1 < f2 else (x2, f2)
 
 
 def audit_llamacpp(config: dict[str, Any], ref: dict[str, Any], ours: dict[str, Any], cfg: Any) -> dict[str, Any]:
@@ -143,7 +126,9 @@ def _run(config: dict[str, Any], ref: dict[str, Any], llama: llamacpp.LlamaCpp, 
         }
         if kl <= KL_AGREE:
             return {"verdict": "agrees", "summary": _agrees(kl), **entry}
-        log_c, best = _golden(kl_at, -math.log(FIT_RANGE), math.log(FIT_RANGE), FIT_STEPS)
+        fit = functools.cache(kl_at)  # the search's best point is read back, not run again
+        log_c = golden_section(fit, -math.log(FIT_RANGE), math.log(FIT_RANGE), iters=FIT_STEPS)
+        best = fit(log_c)
     except _Stop as stop:
         return cannot(f"llama-perplexity failed on this proxy: {str(stop)[-240:]}")
     c = math.exp(log_c)
