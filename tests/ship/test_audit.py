@@ -236,7 +236,7 @@ def test_llamacpp_audits_the_corpus(name):
     e = out["engines"]["llama.cpp"]
     assert e["verdict"] in ("agrees", "differs", "cannot run")
     if "not found" in e.get("reason", ""):
-        pytest.skip(e["reason"])
+        pytest.fail(f"{e['reason']} (opt-in: bash scripts/build_llama_cpp.sh first)")
     if e["verdict"] == "agrees":
         assert e["kl"] <= 1e-5 and code == 0
     elif e["verdict"] == "differs":
@@ -253,7 +253,7 @@ def test_llamacpp_takes_gemma3s_scale_from_the_layer_count_not_query_pre_attn_sc
     _, out = audit("gemma3_27b", engines=("transformers", "llama.cpp"))
     e = out["engines"]["llama.cpp"]
     if "not found" in e.get("reason", ""):
-        pytest.skip(e["reason"])
+        pytest.fail(f"{e['reason']} (opt-in: bash scripts/build_llama_cpp.sh first)")
     assert e["verdict"] == "differs" and abs(e["best_multiplier_ratio"] / math.sqrt(168 / 128) - 1) < 0.01
     assert e["kl_at_best"] <= 1e-5
 
@@ -265,7 +265,7 @@ def test_llamacpp_rounds_the_yarn_bounds_that_gpt_oss_keeps_fractional(tmp_path)
     _, out = audit("gpt_oss", engines=("transformers", "llama.cpp"))
     e = out["engines"]["llama.cpp"]
     if "not found" in e.get("reason", ""):
-        pytest.skip(e["reason"])
+        pytest.fail(f"{e['reason']} (opt-in: bash scripts/build_llama_cpp.sh first)")
     assert e["verdict"] == "differs" and e["kl_at_best"] > 1e-5  # no scale explains it
     config = json.loads((CONFIGS / "gpt_oss.json").read_text())
     config["rope_scaling"]["truncate"] = True
