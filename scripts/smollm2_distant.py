@@ -187,8 +187,9 @@ def main() -> None:
         done[length] = {n: {} for n in specs(length, trained, args.soft, tuned)}
         for name in done[length]:
             for task in TASKS:
-                if result_path(out, length, name, task).is_file():
-                    done[length][name][task] = json.loads(result_path(out, length, name, task).read_text())
+                path = result_path(out, length, name, task)
+                if path.is_file():
+                    done[length][name][task] = json.loads(path.read_text())
     write_table(done, settings, table)
     for length in lengths:
         for task in TASKS:
