@@ -27,25 +27,29 @@ import argparse
 import json
 import math
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from attntemp.evaluate import corpus
 from attntemp.evaluate.lm import token_nll
-from attntemp.evaluate.tasks import EvalContext, get_task
+from attntemp.evaluate.tasks import EvalContext, get_task, tuning_context
 from attntemp.hf import introspect
 from attntemp.hf.loading import load_model
 from attntemp.hf.patch import patch
 from attntemp.hf.rope_scaling import rope_for
 from attntemp.ops.spec import TemperatureSpec
+from attntemp.tune.search import tune_global
 
 TASKS = ("key_tokens", "needles")
 BASE = "no RoPE change, m = 1"
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def specs(length: int, trained: int, soft: float, tuned: float | None) -> dict[str, TemperatureSpec]:
+def specs(
+    length: int, trained: int, soft: float, tuned: float | None, tuned_key: tuple[float, int] | None = None
+) -> dict[str, TemperatureSpec]:
     """The specs of one length, in table order (YaRN rows only past the trained length)."""
     out = {BASE: TemperatureSpec(), f"no RoPE change, m = {soft:g} (softer)": TemperatureSpec(multiplier=soft)}
     if length > trained:
@@ -57,6 +61,11 @@ def specs(length: int, trained: int, soft: float, tuned: float | None) -> dict[s
         if tuned is not None:
             out[f"YaRN s = {s:g}, global m = {tuned:.4g} (tuned at 12288 on tail ppl)"] = TemperatureSpec(
                 multiplier=tuned, rope=yarn
+            )
+        if tuned_key is not None:
+            m, at = tuned_key
+            out[f"YaRN s = {s:g}, global m = {m:.4g} (tuned at {at} on key tokens)"] = TemperatureSpec(
+                multiplier=m, rope=yarn
             )
     return out
 
@@ -100,6 +109,20 @@ def rows(length: int, results: dict[str, dict[str, dict]]) -> list[str]:
     return lines
 
 
+def stored(out: Path, names: dict[int, list[str]]) -> dict[int, dict[str, dict[str, dict]]]:
+    """Every result on disk for these (length, spec) names: two runs (say, one per spec group)
+    writing the same table each see the other's results."""
+    found: dict[int, dict[str, dict[str, dict]]] = {}
+    for length, specs_of in names.items():
+        found[length] = {n: {} for n in specs_of}
+        for name in specs_of:
+            for task in TASKS:
+                path = result_path(out, length, name, task)
+                if path.is_file():
+                    found[length][name][task] = json.loads(path.read_text())
+    return found
+
+
 def write_table(all_results: dict[int, dict[str, dict[str, dict]]], settings: dict, path: Path) -> str:
     head = [
         f"| length | spec | tail ppl (all tokens past {settings['trained']}) | key-token ppl | needles accuracy | "
@@ -130,6 +153,37 @@ def check_settings(out: Path, settings: dict) -> None:
         path.write_text(json.dumps(settings, indent=1) + "\n")
 
 
+class StoredCache(dict):
+    """The search's cache of m -> objective, written to ``path`` after each multiplier: a rerun
+    (here or on another machine) resumes the search where it stopped."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__({float(k): v for k, v in json.loads(path.read_text()).items()} if path.is_file() else {})
+        self.path = path
+
+    def __setitem__(self, key: float, value: float) -> None:
+        super().__setitem__(key, value)
+        self.path.write_text(json.dumps({repr(k): v for k, v in sorted(self.items())}, indent=1) + "\n")
+
+
+def tune_key_tokens(model, tok, ctx: EvalContext, trained: int, args: argparse.Namespace, out: Path) -> None:
+    """A global m for YaRN at ``--tune-length`` by search on key-token perplexity, on the tuning
+    pool (none of the table's windows): ``attntemp.tune.search.tune_global``, resumable."""
+    n = args.tune_length
+    spec_path = out / f"tuned_key_tokens_{n}_spec.json"
+    if spec_path.is_file():
+        return
+    tctx = replace(tuning_context(ctx), n_docs=args.tune_docs)
+    rope = rope_for("yarn", n, trained)
+    cache = StoredCache(out / f"tuned_key_tokens_{n}_search.json")
+    t0 = time.perf_counter()
+    found = tune_global(
+        model, tok, n, "key_tokens", tctx, rope, tuple(args.bracket), args.grid, args.iters, True, cache
+    )
+    TemperatureSpec(multiplier=found["multiplier"], rope=rope).save(str(spec_path))
+    print(f"tuned on key tokens at {n}: m = {found['multiplier']:.4g}, {time.perf_counter() - t0:.0f} s")
+
+
 def time_forward(model, lengths: list[int]) -> None:
     for n in lengths:
         ids = torch.randint(100, 40000, (1, n))  # [1, n]
@@ -139,7 +193,7 @@ def time_forward(model, lengths: list[int]) -> None:
         print(f"one forward at {n}: {time.perf_counter() - t0:.0f} s", flush=True)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="smollm2", help="model (tiny for a quick check of the script)")
     ap.add_argument("--table", default=str(ROOT / "docs/results/smollm2_distant_table.md"), help="table file")
@@ -155,7 +209,16 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2, help="torch threads")
     ap.add_argument("--out", default=str(ROOT / "docs/results/smollm2_distant"), help="per-result JSON folder")
     ap.add_argument("--time-forward", action="store_true", help="time one forward per length first")
-    args = ap.parse_args()
+    ap.add_argument(
+        "--tune-key-tokens", action="store_true", help="also tune YaRN's global m on key tokens at --tune-length"
+    )
+    ap.add_argument("--tune-length", type=int, default=12288, help="the length of that search")
+    ap.add_argument("--tune-docs", type=int, default=3, help="tuning-pool documents of that search")
+    ap.add_argument("--bracket", type=lambda v: [float(x) for x in v.split(",")], default=[0.9, 1.2], help="LO,HI")
+    ap.add_argument("--grid", type=int, default=3, help="that search's log grid")
+    ap.add_argument("--iters", type=int, default=2, help="that search's golden-section steps")
+    ap.add_argument("--only", default="", help="score only the specs whose name holds this text")
+    args = ap.parse_args(argv)
     if not 0 < args.soft < 1:
         raise SystemExit(f"--soft={args.soft} is not allowed; expected a softening multiplier in (0, 1)")
     torch.set_num_threads(args.threads)
@@ -164,9 +227,16 @@ def main() -> None:
     trained = introspect.trained_length(model)
     if args.time_forward:
         time_forward(model, lengths)
-    docs = corpus.pool(corpus.load_text(args.text), "evaluation")
+    text = corpus.load_text(args.text)
+    docs, tuners = corpus.pool(text, "evaluation"), corpus.pool(text, "tuning")
     ctx = EvalContext(
-        trained, docs, n_docs=args.docs, batch_size=1, needles_per_forward=args.needles, key_ngram=args.key_ngram
+        trained,
+        docs,
+        n_docs=args.docs,
+        batch_size=1,
+        tuning_docs=tuners,
+        needles_per_forward=args.needles,
+        key_ngram=args.key_ngram,
     )
     settings = {
         "model": args.model,
@@ -181,22 +251,20 @@ def main() -> None:
     out = Path(args.out)
     check_settings(out, settings)
     tuned = TemperatureSpec.load(args.tuned_spec).multiplier if args.tuned_spec else None
+    key_spec = out / f"tuned_key_tokens_{args.tune_length}_spec.json"
+    if args.tune_key_tokens:
+        tune_key_tokens(model, tok, ctx, trained, args, out)
+    tuned_key = (TemperatureSpec.load(str(key_spec)).multiplier, args.tune_length) if key_spec.is_file() else None
     table = Path(args.table)
-    done: dict[int, dict[str, dict[str, dict]]] = {}
-    for length in lengths:  # what exists is read first, so the table shows every committed result
-        done[length] = {n: {} for n in specs(length, trained, args.soft, tuned)}
-        for name in done[length]:
-            for task in TASKS:
-                path = result_path(out, length, name, task)
-                if path.is_file():
-                    done[length][name][task] = json.loads(path.read_text())
-    write_table(done, settings, table)
+    of = {n: specs(n, trained, args.soft, tuned, tuned_key) for n in lengths}
+    write_table(stored(out, {n: list(v) for n, v in of.items()}), settings, table)
     for length in lengths:
         for task in TASKS:
-            for name, spec in specs(length, trained, args.soft, tuned).items():
-                done[length][name][task] = score(model, tok, length, name, spec, task, ctx, out)
-                write_table(done, settings, table)
-    print(write_table(done, settings, table))
+            for name, spec in of[length].items():
+                if args.only in name:
+                    score(model, tok, length, name, spec, task, ctx, out)
+                    write_table(stored(out, {n: list(v) for n, v in of.items()}), settings, table)
+    print(write_table(stored(out, {n: list(v) for n, v in of.items()}), settings, table))
 
 
 if __name__ == "__main__":

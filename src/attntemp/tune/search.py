@@ -30,25 +30,29 @@ def tune_global(
     grid: int = 9,
     iters: int = 8,
     progress: bool = False,
+    cache: dict[float, float] | None = None,
 ) -> dict[str, Any]:
-    """Best global m for ``objective``'s metric: a log-spaced grid (one batched pass) brackets
+    """Best global m for ``objective``'s metric: a log-spaced grid (in full batches) brackets
     the optimum, then golden-section search in ln m refines it inside the bracket (at most
-    ``grid + iters + 2`` multipliers evaluated; a bar counts them)."""
+    ``grid + iters + 2`` multipliers evaluated; a bar counts them). ``cache`` (m rounded to 6
+    places -> the objective, minimised: negated where higher is better) is read before a multiplier
+    is evaluated and written after: pass one that persists itself to resume a long search."""
     task = get_task(checks.choice("objective", objective, SEARCH_OBJECTIVES))
     sign = -1.0 if task.higher_is_better(task.objective) else 1.0
     spec = TemperatureSpec(rope=rope)
-    cache: dict[float, float] = {}
+    cache = {} if cache is None else cache
 
     bar = tqdm(total=grid + iters + 2, desc=f"search m at L={length}", disable=not progress, leave=False)
 
     def loss(ms: Sequence[float]) -> list[float]:
         todo = [m for m in ms if round(m, 6) not in cache]
-        if todo:
+        per = max(1, ctx.batch_size // ctx.n_docs)  # multipliers whose windows fill one batch
+        for chunk in (todo[i : i + per] for i in range(0, len(todo), per)):
             with patch(model, spec):
-                for m, r in zip(todo, task.evaluate(model, tok, length, todo, ctx), strict=True):
+                for m, r in zip(chunk, task.evaluate(model, tok, length, chunk, ctx), strict=True):
                     cache[round(m, 6)] = sign * r[task.objective]
-            bar.update(len(todo))
-            bar.set_postfix(m=f"{todo[-1]:.4g}", **{task.objective: f"{sign * cache[round(todo[-1], 6)]:.4g}"})
+            bar.update(len(chunk))
+            bar.set_postfix(m=f"{chunk[-1]:.4g}", **{task.objective: f"{sign * cache[round(chunk[-1], 6)]:.4g}"})
         return [cache[round(m, 6)] for m in ms]
 
     pts = np.exp(np.linspace(math.log(bracket[0]), math.log(bracket[1]), grid)).tolist()

@@ -1,0 +1,48 @@
+"""scripts/smollm2_distant.py on the tiny model: its table fills from per-result files, a second
+run (or a second process on other specs) resumes from them, and the key-token search resumes too."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "smollm2_distant.py"
+
+
+@pytest.fixture(scope="module")
+def script():
+    spec = importlib.util.spec_from_file_location("smollm2_distant", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run(script, tmp_path, *extra):
+    argv = ["--model", "tiny", "--text", "stdlib", "--lengths", "512", "--docs", "2", "--needles", "2",
+            "--tuned-spec", "", "--tune-length", "512", "--tune-docs", "2", "--threads", "1",
+            "--out", str(tmp_path / "out"), "--table", str(tmp_path / "table.md"), *extra]
+    script.main(argv)
+    return (tmp_path / "table.md").read_text()
+
+
+def test_two_runs_split_the_specs_and_the_table_holds_both(script, tmp_path, capsys):
+    table = run(script, tmp_path, "--only", "no RoPE change, m = 1")  # one row of four
+    assert table.count("not run yet") == 3 * 4  # the other three rows: all four cells
+    tuned = run(script, tmp_path, "--tune-key-tokens", "--only", "on key tokens")
+    search = json.loads((tmp_path / "out" / "tuned_key_tokens_512_search.json").read_text())
+    assert len(search) >= 5 and "(tuned at 512 on key tokens)" in tuned
+    assert tuned.count("not run yet") == 3 * 4  # the tuned row (a fifth) is done, the other three are not
+    assert "512 key_tokens no RoPE change, m = 1:" in capsys.readouterr().out
+    run(script, tmp_path, "--only", "no RoPE change, m = 1", "--tune-key-tokens")  # all stored: nothing is scored
+    assert not [x for x in capsys.readouterr().out.splitlines() if x.startswith("512 ")]
+    full = run(script, tmp_path)
+    rows = [r for r in full.splitlines() if r.startswith("| 512 |")]
+    assert len(rows) == 5 and "not run yet" not in full
+    assert all("; vs m = 1: " in r for r in rows[1:])
+
+
+def test_other_settings_in_the_same_folder_are_refused(script, tmp_path):
+    run(script, tmp_path, "--only", "nothing matches this")
+    with pytest.raises(SystemExit, match="other settings"):
+        run(script, tmp_path, "--only", "nothing", "--key-ngram", "5")

@@ -1,0 +1,40 @@
+"""The global search: its multipliers go in batch-sized chunks, and a cache given to it resumes it."""
+
+import pytest
+
+from attntemp.evaluate import corpus
+from attntemp.evaluate.tasks import EvalContext, get_task
+from attntemp.tune import search
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """get_task, with each evaluate call's multipliers recorded."""
+    calls: list[list[float]] = []
+
+    class Counted:
+        def __init__(self, task):
+            self.task = task
+
+        def __getattr__(self, name):
+            return getattr(self.task, name)
+
+        def evaluate(self, model, tok, length, ms, ctx):
+            calls.append(list(ms))
+            return self.task.evaluate(model, tok, length, ms, ctx)
+
+    monkeypatch.setattr(search, "get_task", lambda name: Counted(get_task(name)))
+    return calls
+
+
+def test_a_cache_resumes_the_search_without_scoring_again(tiny, counted):
+    model, tok = tiny
+    ctx = EvalContext(256, corpus.pool(corpus.load_text("stdlib"), "tuning"), n_docs=2, batch_size=4)
+    cache: dict[float, float] = {}
+    first = search.tune_global(model, tok, 384, "key_tokens", ctx, grid=3, iters=2, cache=cache)
+    assert all(len(ms) <= 2 for ms in counted)  # 4 rows a batch, 2 windows a multiplier
+    assert sum(len(ms) for ms in counted) == len(cache) == len(first["curve"]) >= 5
+    assert first["value"] == pytest.approx(min(v for _, v in first["curve"]))  # key-token ppl: lower is better
+    counted.clear()
+    again = search.tune_global(model, tok, 384, "key_tokens", ctx, grid=3, iters=2, cache=dict(cache))
+    assert counted == [] and again["multiplier"] == first["multiplier"]
