@@ -8,6 +8,12 @@ the global m tuned at 12288 (``--tuned-spec``; tuned on all-token tail perplexit
 
     python scripts/smollm2_distant.py --lengths 12288,16384,8192 --docs 4 --threads 2
 
+With ``--tune-key-tokens`` a sixth spec joins the YaRN rows: YaRN's global m tuned on key-token
+perplexity at ``--tune-length`` (12288) by ``attntemp.tune.search.tune_global`` on ``--tune-docs``
+documents of the tuning pool (none of the table's), its search cache stored beside the results so
+the search resumes too. ``--only TEXT`` scores just the specs whose name holds TEXT, so two
+processes (one thread each) can share the work; the table is read back from the files each time.
+
 Resumable on any machine: each (length, spec, task) result, with its per-window values, is one
 JSON file under ``--out`` (default ``docs/results/smollm2_distant/``, committed as they come);
 a rerun skips what is there and rewrites ``docs/results/smollm2_distant_table.md`` after every

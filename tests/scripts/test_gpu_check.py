@@ -1,22 +1,16 @@
 """scripts/gpu_check.py --dry-run: the GPU check's code paths on the CPU (tiny model, small lengths),
 one JSON line per figure, each finite and of the kind the GPU run prints."""
 
-import importlib.util
 import json
 import math
-from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu_check.py"
+from script_loader import load_script
 
 
 @pytest.fixture(scope="module")
 def gpu_check():
-    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("gpu_check")
 
 
 @pytest.fixture(scope="module")

@@ -1,21 +1,15 @@
 """scripts/smollm2_distant.py on the tiny model: its table fills from per-result files, a second
 run (or a second process on other specs) resumes from them, and the key-token search resumes too."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "smollm2_distant.py"
+from script_loader import load_script
 
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("smollm2_distant", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("smollm2_distant")
 
 
 def run(script, tmp_path, *extra):
