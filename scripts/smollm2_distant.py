@@ -147,6 +147,67 @@ def write_table(all_results: dict[int, dict[str, dict[str, dict]]], settings: di
     return md
 
 
+PANELS = (  # (task, metric, x label): each against m = 1 at the same length, paired
+    ("key_tokens", "tail_ppl", "tail ppl / m = 1"),
+    ("key_tokens", "key_ppl", "key-token ppl / m = 1"),
+    ("needles", "acc", "needles accuracy - m = 1's"),
+    ("needles", "logp", "answer log-prob - m = 1's"),
+)
+
+
+def kind_of(name: str) -> str:
+    """A spec's row in the figure, the same at every length (the table's names carry s and m)."""
+    if "tuned at" in name:
+        return "YaRN, m tuned on " + ("key tokens" if "key tokens" in name else "tail ppl")
+    if "softer" in name:
+        return "no RoPE change, softer m"
+    return "YaRN, YaRN's m" if "YaRN's m" in name else "YaRN, m = 1"
+
+
+def write_figure(all_results: dict[int, dict[str, dict[str, dict]]], settings: dict, path: Path) -> None:
+    """The table's paired comparisons as one figure: a panel per metric, a row per kind of spec,
+    a colour per length, each point with its 95% interval (a missing one: not run yet)."""
+    import matplotlib.pyplot as plt
+
+    from attntemp.analysis import style
+
+    kinds = list(dict.fromkeys(kind_of(n) for res in all_results.values() for n in res if n != BASE))
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(14, 0.45 * len(kinds) + 1.6), sharey=True, layout="constrained")
+    for ax, (task_name, metric, label) in zip(axes, PANELS, strict=True):
+        task = get_task(task_name)
+        for j, (_length, results) in enumerate(sorted(all_results.items())):
+            base = results[BASE].get(task_name)
+            for name, by_task in results.items():
+                ci = (
+                    None
+                    if name == BASE or base is None or task_name not in by_task
+                    else task.paired(by_task[task_name], base, metric)
+                )
+                if ci is not None:
+                    y = kinds.index(kind_of(name)) + (j - 1) * 0.22
+                    err = [[ci.value - ci.low], [ci.high - ci.value]]
+                    ax.errorbar(ci.value, y, xerr=err, fmt="o", ms=4, capsize=2, color=style.OTHER_COLORS[j])
+        ax.axvline(task.metric(metric).null, **style.NULL)
+        ax.set_xlabel(label, fontsize=8)
+    for j, length in enumerate(sorted(all_results)):
+        axes[0].plot([], [], "o", color=style.OTHER_COLORS[j], label=f"{length} tokens")
+    axes[0].set_yticks(range(len(kinds)), kinds, fontsize=8)
+    axes[0].invert_yaxis()
+    fig.legend(
+        *axes[0].get_legend_handles_labels(),
+        loc="outside lower center",
+        ncol=len(all_results),
+        fontsize=8,
+        frameon=False,
+    )
+    fig.suptitle(
+        f"{settings['model']}: each spec against m = 1 at the same length, paired, 95% intervals over "
+        f"{settings['docs']} documents (trained length {settings['trained']})",
+        fontsize=9,
+    )
+    style.save(fig, path)
+
+
 def check_settings(out: Path, settings: dict) -> None:
     path = out / "settings.json"
     if path.is_file():
@@ -203,6 +264,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="smollm2", help="model (tiny for a quick check of the script)")
     ap.add_argument("--table", default=str(ROOT / "docs/results/smollm2_distant_table.md"), help="table file")
+    ap.add_argument("--figure", default=str(ROOT / "docs/img/smollm2_distant.png"), help="figure file ('' for none)")
     ap.add_argument("--lengths", default="12288,16384,8192", help="comma list, in the order to run")
     ap.add_argument("--docs", type=int, default=4, help="evaluation documents (one window each) per cell")
     ap.add_argument("--text", default="../shared/data/gutenberg", help="a folder of documents")
@@ -261,16 +323,22 @@ def main(argv: list[str] | None = None) -> None:
     if args.tune_key_tokens:
         tune_key_tokens(model, tok, ctx, trained, args, out)
     tuned_key = (TemperatureSpec.load(str(key_spec)).multiplier, args.tune_length) if key_spec.is_file() else None
-    table = Path(args.table)
     of = {n: specs(n, trained, args.soft, tuned, tuned_key) for n in lengths}
-    write_table(stored(out, {n: list(v) for n, v in of.items()}), settings, table)
+
+    def publish() -> str:  # the table and the figure from every result on disk
+        found = stored(out, {n: list(v) for n, v in of.items()})
+        if args.figure:
+            write_figure(found, settings, Path(args.figure))
+        return write_table(found, settings, Path(args.table))
+
+    publish()
     for length in lengths:
         for task in TASKS:
             for name, spec in of[length].items():
                 if args.only in name:
                     score(model, tok, length, name, spec, task, ctx, out)
-                    write_table(stored(out, {n: list(v) for n, v in of.items()}), settings, table)
-    print(write_table(stored(out, {n: list(v) for n, v in of.items()}), settings, table))
+                    publish()
+    print(publish())
 
 
 if __name__ == "__main__":

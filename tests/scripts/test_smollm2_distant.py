@@ -15,7 +15,8 @@ def script():
 def run(script, tmp_path, *extra):
     argv = ["--model", "tiny", "--text", "stdlib", "--lengths", "512", "--docs", "2", "--needles", "2",
             "--tuned-spec", "", "--tune-length", "512", "--tune-docs", "2", "--threads", "1",
-            "--out", str(tmp_path / "out"), "--table", str(tmp_path / "table.md"), *extra]
+            "--out", str(tmp_path / "out"), "--table", str(tmp_path / "table.md"), "--figure", str(tmp_path / "f.png"),
+            *extra]
     script.main(argv)
     return (tmp_path / "table.md").read_text()
 
@@ -34,6 +35,7 @@ def test_two_runs_split_the_specs_and_the_table_holds_both(script, tmp_path, cap
     rows = [r for r in full.splitlines() if r.startswith("| 512 |")]
     assert len(rows) == 5 and "not run yet" not in full
     assert all("; vs m = 1: " in r for r in rows[1:])
+    assert (tmp_path / "f.png").stat().st_size > 10_000
 
 
 def test_other_settings_in_the_same_folder_are_refused(script, tmp_path):
