@@ -131,8 +131,8 @@ def stored(out: Path, names: dict[int, list[str]]) -> dict[int, dict[str, dict[s
 
 def write_table(all_results: dict[int, dict[str, dict[str, dict]]], settings: dict, path: Path) -> str:
     head = [
-        f"| length | spec | tail ppl (all tokens past {settings['trained']}) | key-token ppl | needles accuracy | "
-        "needles answer log-prob |",
+        f"| length | spec | tail ppl (tokens past {settings['trained']}; at {settings['trained']}, the last quarter) "
+        "| key-token ppl | needles accuracy | needles answer log-prob |",
         "|---|---|---|---|---|---|",
     ]
     body = [r for length, results in all_results.items() for r in rows(length, results)]
