@@ -96,20 +96,30 @@ def score(model, tok, length: int, name: str, spec: TemperatureSpec, task: str, 
     return record
 
 
+def yarn_base(results: dict[str, dict[str, dict]]) -> str | None:
+    """The name of this length's YaRN at m = 1 row: what a temperature on YaRN is weighed against."""
+    return next((n for n in results if n.startswith("YaRN") and n.endswith(", m = 1")), None)
+
+
 def rows(length: int, results: dict[str, dict[str, dict]]) -> list[str]:
-    """Table rows of one length: each metric with its interval and its paired ratio / difference to m = 1."""
+    """Table rows of one length: each metric with its interval and its paired ratio / difference to
+    m = 1 without a RoPE change, and, for a temperature on YaRN, to YaRN at m = 1 too."""
     key, ndl = get_task("key_tokens"), get_task("needles")
+    yarn1 = yarn_base(results)
     lines = []
     for name, by_task in results.items():
         cells = [str(length), name]
         for task, metric in ((key, "tail_ppl"), (key, "key_ppl"), (ndl, "acc"), (ndl, "logp")):
-            res, base = by_task.get(task.name), results[BASE].get(task.name)
+            res = by_task.get(task.name)
             if res is None:
                 cells.append("not run yet")
                 continue
             cell = task.describe(res, metric)
-            if name != BASE and base is not None:
-                cell += f"; vs m = 1: {task.compare(res, base, metric)}"
+            refs = [("m = 1", BASE)] + ([("YaRN m = 1", yarn1)] if yarn1 and name.startswith("YaRN") else [])
+            for label, ref in refs:
+                other = results[ref].get(task.name)
+                if ref != name and other is not None:
+                    cell += f"; vs {label}: {task.compare(res, other, metric)}"
             cells.append(cell)
         lines.append("| " + " | ".join(cells) + " |")
     return lines
@@ -147,21 +157,22 @@ def write_table(all_results: dict[int, dict[str, dict[str, dict]]], settings: di
     return md
 
 
-PANELS = (  # (task, metric, x label): each against m = 1 at the same length, paired
-    ("key_tokens", "tail_ppl", "tail ppl / m = 1"),
-    ("key_tokens", "key_ppl", "key-token ppl / m = 1"),
-    ("needles", "acc", "needles accuracy - m = 1's"),
-    ("needles", "logp", "answer log-prob - m = 1's"),
+PANELS = (  # (task, metric, x label): each spec against its row's reference at the same length, paired
+    ("key_tokens", "tail_ppl", "tail ppl / reference's"),
+    ("key_tokens", "key_ppl", "key-token ppl / reference's"),
+    ("needles", "acc", "needles accuracy - reference's"),
+    ("needles", "logp", "answer log-prob - reference's"),
 )
 
 
 def kind_of(name: str) -> str:
-    """A spec's row in the figure, the same at every length (the table's names carry s and m)."""
+    """A spec's row in the figure, the same at every length (the table's names carry s and m),
+    with what it is weighed against there: a temperature on YaRN against YaRN at m = 1."""
     if "tuned at" in name:
-        return "YaRN, m tuned on " + ("key tokens" if "key tokens" in name else "tail ppl")
+        return "YaRN, m tuned on " + ("key tokens" if "key tokens" in name else "tail ppl") + "\n(vs YaRN, m = 1)"
     if "softer" in name:
-        return "no RoPE change, softer m"
-    return "YaRN, YaRN's m" if "YaRN's m" in name else "YaRN, m = 1"
+        return "no RoPE change, softer m\n(vs m = 1)"
+    return "YaRN, YaRN's m\n(vs YaRN, m = 1)" if "YaRN's m" in name else "YaRN, m = 1\n(vs m = 1, no RoPE change)"
 
 
 def write_figure(all_results: dict[int, dict[str, dict[str, dict]]], settings: dict, path: Path) -> None:
@@ -176,8 +187,10 @@ def write_figure(all_results: dict[int, dict[str, dict[str, dict]]], settings: d
     for ax, (task_name, metric, label) in zip(axes, PANELS, strict=True):
         task = get_task(task_name)
         for j, (_length, results) in enumerate(sorted(all_results.items())):
-            base = results[BASE].get(task_name)
+            yarn1 = yarn_base(results)
             for name, by_task in results.items():
+                ref = yarn1 if "(vs YaRN, m = 1)" in kind_of(name) else BASE
+                base = results[ref].get(task_name) if ref else None
                 ci = (
                     None
                     if name == BASE or base is None or task_name not in by_task
@@ -201,7 +214,8 @@ def write_figure(all_results: dict[int, dict[str, dict[str, dict]]], settings: d
         frameon=False,
     )
     fig.suptitle(
-        f"{settings['model']}: each spec against m = 1 at the same length, paired, 95% intervals over "
+        f"{settings['model']}: each spec against its reference (in brackets) at the same length, paired, "
+        "95% intervals over "
         f"{settings['docs']} documents (trained length {settings['trained']})",
         fontsize=9,
     )
