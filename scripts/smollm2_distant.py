@@ -299,8 +299,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--bracket", type=lambda v: [float(x) for x in v.split(",")], default=[0.9, 1.2], help="LO,HI")
     ap.add_argument("--grid", type=int, default=3, help="that search's log grid")
     ap.add_argument("--iters", type=int, default=2, help="that search's golden-section steps")
-    ap.add_argument("--only", default="", help="score only the specs whose name holds this text")
+    ap.add_argument("--only", default="", help="score only the specs whose name holds this text (A|B: either)")
+    ap.add_argument("--tasks", default=",".join(TASKS), help="comma list of the tasks to score")
     args = ap.parse_args(argv)
+    if not set(args.tasks.split(",")) <= set(TASKS):
+        raise SystemExit(f"--tasks={args.tasks} is not allowed; expected a comma list of {', '.join(TASKS)}")
     if not 0 < args.soft < 1:
         raise SystemExit(f"--soft={args.soft} is not allowed; expected a softening multiplier in (0, 1)")
     torch.set_num_threads(args.threads)
@@ -347,9 +350,9 @@ def main(argv: list[str] | None = None) -> None:
 
     publish()
     for length in lengths:
-        for task in TASKS:
+        for task in args.tasks.split(","):
             for name, spec in of[length].items():
-                if args.only in name:
+                if any(part in name for part in args.only.split("|")):
                     score(model, tok, length, name, spec, task, ctx, out)
                     publish()
     print(publish())

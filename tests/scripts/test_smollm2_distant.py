@@ -38,6 +38,15 @@ def test_two_runs_split_the_specs_and_the_table_holds_both(script, tmp_path, cap
     assert (tmp_path / "f.png").stat().st_size > 10_000
 
 
+def test_either_of_two_specs_and_one_task(script, tmp_path):
+    table = run(script, tmp_path, "--only", "softer|YaRN's m", "--tasks", "needles")
+    rows = {r.split(" | ")[1]: r for r in table.splitlines() if r.startswith("| 512 |")}
+    assert [n for n, r in rows.items() if r.count("not run yet") == 2] == ["no RoPE change, m = 0.9 (softer)",
+                                                                           "YaRN s = 2, YaRN's m = 1.143"]
+    with pytest.raises(SystemExit, match="--tasks=perplexity is not allowed"):
+        run(script, tmp_path, "--tasks", "perplexity")
+
+
 def test_other_settings_in_the_same_folder_are_refused(script, tmp_path):
     run(script, tmp_path, "--only", "nothing matches this")
     with pytest.raises(SystemExit, match="other settings"):
