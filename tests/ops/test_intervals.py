@@ -70,8 +70,21 @@ def test_bootstrap_is_seeded():
 def test_paired_difference_of_outcomes():
     a, b = [1, 1, 0, 1, 0, 1, 1, 1], [1, 0, 0, 1, 0, 1, 0, 1]
     d = I.paired_difference_interval(a, b)
-    assert d.value == pytest.approx(0.25) and 0.0 <= d.low < 0.25 < d.high <= 0.75
-    assert I.paired_difference_interval(a, a).half_width == 0.0
+    assert d.value == pytest.approx(0.25) and -1 <= d.low < 0.25 < d.high <= 0.75
+    assert d.method == "Newcombe paired score"
+    same = I.paired_difference_interval(a, a)  # every pair agrees: still not certainty of "no change"
+    assert same.value == 0.0 and same.low < 0 < same.high
+    x = [0.5, 1.5, 2.0]  # not 0/1: the paired bootstrap, exact for identical inputs
+    assert I.paired_difference_interval(x, x).half_width == 0.0
+
+
+def test_newcombe_paired_matches_the_paper_and_never_collapses():
+    """Newcombe (1998), Table II, pairs 36 / 12 / 2 / 0: method 10 gives 0.0569 to 0.3404."""
+    a, b = [1] * 48 + [0] * 2, [1] * 36 + [0] * 12 + [1] * 2
+    d = I.paired_difference_interval(a, b)
+    assert (round(d.low, 4), round(d.high, 4)) == (0.0569, 0.3404)
+    all_differ = I.paired_difference_interval([1] * 4, [0] * 4)  # a bootstrap would say [1, 1]
+    assert all_differ.value == 1.0 and 0.25 < all_differ.low < 0.4 and all_differ.high == 1.0
 
 
 @pytest.mark.parametrize(

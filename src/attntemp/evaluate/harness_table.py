@@ -217,7 +217,8 @@ def markdown(rows: Sequence[dict[str, Any]]) -> str:
 LEGEND = (
     "Each run: value ± lm-eval's stderr [attntemp's 95% interval over documents: Wilson for 0/1 outcomes, "
     "bootstrap otherwise]. Paired: with − without (difference), or with / without (× ratio, perplexity), "
-    "on the same documents, paired bootstrap 95% interval; the verdict says whether it excludes no change. "
+    "on the same documents, paired 95% interval (Newcombe's score interval for 0/1 outcomes, bootstrap "
+    "otherwise); the verdict says whether it excludes no change. "
     "↑ higher is better, ↓ lower is better."
 )
 

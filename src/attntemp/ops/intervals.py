@@ -120,9 +120,34 @@ def paired_difference_interval(
     a, b = np.asarray(x_a, dtype=np.float64), np.asarray(x_b, dtype=np.float64)
     if a.shape != b.shape or a.ndim != 1 or a.size == 0:
         raise ValueError(f"x_a and x_b must be equal-length non-empty lists; got {a.shape} and {b.shape}")
+    if np.isin(a, (0.0, 1.0)).all() and np.isin(b, (0.0, 1.0)).all():
+        return newcombe_paired(a.astype(bool), b.astype(bool), level)  # a bootstrap of few 0/1 pairs collapses
     d = a - b  # [n]
     samples = d[_indices(d.size, resamples, seed)].mean(1)  # [R]
     return _percentile(samples, float(d.mean()), level, "paired bootstrap over trials")
+
+
+def newcombe_paired(a: np.ndarray, b: np.ndarray, level: float = LEVEL) -> Interval:
+    """``mean(a) - mean(b)`` for paired 0/1 outcomes ``a``, ``b`` [n]: Newcombe's score interval
+    (Statistics in Medicine 17, 1998, method 10), built from each proportion's Wilson interval and
+    the phi correlation of the pairs. Unlike a bootstrap, it does not shrink to a point when every
+    pair agrees or every pair differs the same way (4 of 4 against 0 of 4: [0.31, 1], not [1, 1])."""
+    n = a.size
+    e, f, g, h = (int((a & b).sum()), int((a & ~b).sum()), int((~a & b).sum()), int((~a & ~b).sum()))
+    p1, p2 = (e + f) / n, (e + g) / n
+    w1, w2 = wilson(e + f, n, level), wilson(e + g, n, level)
+    denom = (e + f) * (g + h) * (e + g) * (f + h)
+    phi = (e * h - f * g) / math.sqrt(denom) if denom else 0.0
+    low = (p1 - w1.low) ** 2 - 2 * phi * (p1 - w1.low) * (w2.high - p2) + (w2.high - p2) ** 2
+    high = (w1.high - p1) ** 2 - 2 * phi * (w1.high - p1) * (p2 - w2.low) + (p2 - w2.low) ** 2
+    d = p1 - p2
+    return Interval(
+        d,
+        max(-1.0, d - math.sqrt(max(low, 0.0))),
+        min(1.0, d + math.sqrt(max(high, 0.0))),
+        level,
+        "Newcombe paired score",
+    )
 
 
 def mean_interval(x: Sequence[float], level: float = LEVEL, resamples: int = RESAMPLES, seed: int = 0) -> Interval:
