@@ -175,39 +175,56 @@ def kind_of(name: str) -> str:
     return "YaRN, YaRN's m\n(vs YaRN, m = 1)" if "YaRN's m" in name else "YaRN, m = 1\n(vs m = 1, no RoPE change)"
 
 
+def _panel(ax, task_name: str, metric: str, kinds: list[str], all_results: dict) -> None:
+    """One metric's paired comparisons for the specs of ``kinds``, a colour per length."""
+    from attntemp.analysis import style
+
+    task = get_task(task_name)
+    for j, (_length, results) in enumerate(sorted(all_results.items())):
+        yarn1 = yarn_base(results)
+        for name, by_task in results.items():
+            if name == BASE or kind_of(name) not in kinds or task_name not in by_task:
+                continue
+            ref = yarn1 if "(vs YaRN, m = 1)" in kind_of(name) else BASE
+            base = results[ref].get(task_name) if ref else None
+            ci = None if base is None else task.paired(by_task[task_name], base, metric)
+            if ci is not None:
+                y = kinds.index(kind_of(name)) + (j - 1) * 0.22
+                err = [[ci.value - ci.low], [ci.high - ci.value]]
+                ax.errorbar(ci.value, y, xerr=err, fmt="o", ms=4, capsize=2, color=style.OTHER_COLORS[j])
+    ax.axvline(task.metric(metric).null, **style.NULL)
+
+
 def write_figure(all_results: dict[int, dict[str, dict[str, dict]]], settings: dict, path: Path) -> None:
     """The table's paired comparisons as one figure: a panel per metric, a row per kind of spec,
-    a colour per length, each point with its 95% interval (a missing one: not run yet)."""
+    a colour per length, each point with its 95% interval (a missing one: not run yet). The top
+    row weighs RoPE and softening against m = 1; the bottom row, on its own scale, a temperature
+    on YaRN against YaRN at m = 1 (a few percent, invisible beside YaRN's own effect)."""
     import matplotlib.pyplot as plt
 
     from attntemp.analysis import style
 
     kinds = list(dict.fromkeys(kind_of(n) for res in all_results.values() for n in res if n != BASE))
-    fig, axes = plt.subplots(1, len(PANELS), figsize=(14, 0.45 * len(kinds) + 1.6), sharey=True, layout="constrained")
-    for ax, (task_name, metric, label) in zip(axes, PANELS, strict=True):
-        task = get_task(task_name)
-        for j, (_length, results) in enumerate(sorted(all_results.items())):
-            yarn1 = yarn_base(results)
-            for name, by_task in results.items():
-                ref = yarn1 if "(vs YaRN, m = 1)" in kind_of(name) else BASE
-                base = results[ref].get(task_name) if ref else None
-                ci = (
-                    None
-                    if name == BASE or base is None or task_name not in by_task
-                    else task.paired(by_task[task_name], base, metric)
-                )
-                if ci is not None:
-                    y = kinds.index(kind_of(name)) + (j - 1) * 0.22
-                    err = [[ci.value - ci.low], [ci.high - ci.value]]
-                    ax.errorbar(ci.value, y, xerr=err, fmt="o", ms=4, capsize=2, color=style.OTHER_COLORS[j])
-        ax.axvline(task.metric(metric).null, **style.NULL)
-        ax.set_xlabel(label, fontsize=8)
+    groups = [[k for k in kinds if "(vs YaRN, m = 1)" not in k], [k for k in kinds if "(vs YaRN, m = 1)" in k]]
+    groups = [g for g in groups if g]
+    fig, axes = plt.subplots(
+        len(groups),
+        len(PANELS),
+        figsize=(14, sum(0.5 * len(g) + 1.2 for g in groups) + 0.6),
+        squeeze=False,
+        height_ratios=[len(g) + 1 for g in groups],
+        layout="constrained",
+    )
+    for row, group in zip(axes, groups, strict=True):
+        for ax, (task_name, metric, label) in zip(row, PANELS, strict=True):
+            _panel(ax, task_name, metric, group, all_results)
+            ax.set_xlabel(label, fontsize=8)
+            ax.set_yticks(range(len(group)), group if ax is row[0] else [""] * len(group), fontsize=8)
+            ax.set_ylim(len(group) - 0.5, -0.5)
     for j, length in enumerate(sorted(all_results)):
-        axes[0].plot([], [], "o", color=style.OTHER_COLORS[j], label=f"{length} tokens")
-    axes[0].set_yticks(range(len(kinds)), kinds, fontsize=8)
-    axes[0].invert_yaxis()
+        axes[0][0].plot([], [], "o", color=style.OTHER_COLORS[j], label=f"{length} tokens")
     fig.legend(
-        *axes[0].get_legend_handles_labels(),
+        *axes[0][0].get_legend_handles_labels(),
         loc="outside lower center",
         ncol=len(all_results),
         fontsize=8,
@@ -215,8 +232,7 @@ def write_figure(all_results: dict[int, dict[str, dict[str, dict]]], settings: d
     )
     fig.suptitle(
         f"{settings['model']}: each spec against its reference (in brackets) at the same length, paired, "
-        "95% intervals over "
-        f"{settings['docs']} documents (trained length {settings['trained']})",
+        f"95% intervals over {settings['docs']} documents (trained length {settings['trained']})",
         fontsize=9,
     )
     style.save(fig, path)
