@@ -263,11 +263,13 @@ class StoredCache(dict):
         self.path.write_text(json.dumps({repr(k): v for k, v in sorted(self.items())}, indent=1) + "\n")
 
 
-def tune_key_tokens(model, tok, ctx: EvalContext, trained: int, args: argparse.Namespace, out: Path) -> None:
+def tune_key_tokens(
+    model, tok, ctx: EvalContext, trained: int, args: argparse.Namespace, out: Path, spec_path: Path
+) -> None:
     """A global m for YaRN at ``--tune-length`` by search on key-token perplexity, on the tuning
-    pool (none of the table's windows): ``attntemp.tune.search.tune_global``, resumable."""
+    pool (none of the table's windows), saved to ``spec_path``: ``attntemp.tune.search.tune_global``,
+    resumable."""
     n = args.tune_length
-    spec_path = out / f"tuned_key_tokens_{n}_spec.json"
     if spec_path.is_file():
         return
     tctx = replace(tuning_context(ctx), n_docs=args.tune_docs)
@@ -354,7 +356,7 @@ def main(argv: list[str] | None = None) -> None:
     tuned = TemperatureSpec.load(args.tuned_spec).multiplier if args.tuned_spec else None
     key_spec = out / f"tuned_key_tokens_{args.tune_length}_spec.json"
     if args.tune_key_tokens:
-        tune_key_tokens(model, tok, ctx, trained, args, out)
+        tune_key_tokens(model, tok, ctx, trained, args, out, key_spec)
     tuned_key = (TemperatureSpec.load(str(key_spec)).multiplier, args.tune_length) if key_spec.is_file() else None
     of = {n: specs(n, trained, args.soft, tuned, tuned_key) for n in lengths}
 
