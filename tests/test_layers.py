@@ -9,8 +9,7 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src" / "attntemp"
 # Bottom to top; a module may import from its own layer and every layer before it. "top" is the
 # package's own __init__, __main__ and cli.
-LAYERS = ("utils", "assets", "ops", "hf", "evaluate", "analysis", "tune", "ship", "logits", "report",
-          "commands", "top")
+LAYERS = ("utils", "assets", "ops", "hf", "evaluate", "analysis", "tune", "ship", "logits", "report", "commands", "top")
 RANK = {name: i for i, name in enumerate(LAYERS)}
 
 
@@ -62,8 +61,11 @@ def _module_aliases(tree: ast.AST, module: str, package: str) -> set[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             target = _absolute(node, package)
-            names |= {a.asname or a.name for a in node.names
-                      if target.startswith("attntemp") and _is_module(f"{target}.{a.name}")}
+            names |= {
+                a.asname or a.name
+                for a in node.names
+                if target.startswith("attntemp") and _is_module(f"{target}.{a.name}")
+            }
         elif isinstance(node, ast.Import):
             names |= {a.asname for a in node.names if a.asname and a.name.startswith("attntemp")}
     return names
@@ -84,8 +86,13 @@ def violations(source: str, module: str, is_package: bool = False) -> list[str]:
     tree = ast.parse(source)
     aliases = _module_aliases(tree, module, package)
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
-                and node.attr.startswith("_") and not node.attr.startswith("__")):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in aliases
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+        ):
             out.append(f"{module}:{node.lineno} reads {node.value.id}.{node.attr}, another module's private name")
     return out
 
@@ -209,7 +216,9 @@ def layer_of_test(path: Path) -> str:
 @pytest.mark.parametrize("path", sorted(TESTS.rglob("test_*.py")), ids=lambda p: str(p.relative_to(TESTS)))
 def test_a_test_imports_only_its_layer_and_below(path):
     own = layer_of_test(path)
-    bad = [f"{path.name}:{line} imports {t} (layer {layer_of(t)} is above {own})"
-           for t, _, line in imports(path.read_text(), f"tests.{own}.x", False)
-           if RANK[layer_of(t)] > RANK[own]]
+    bad = [
+        f"{path.name}:{line} imports {t} (layer {layer_of(t)} is above {own})"
+        for t, _, line in imports(path.read_text(), f"tests.{own}.x", False)
+        if RANK[layer_of(t)] > RANK[own]
+    ]
     assert bad == []

@@ -4,8 +4,14 @@ import torch
 import transformers as tf
 from transformers import AttentionInterface
 
-COMMON = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-              num_attention_heads=4, max_position_embeddings=128)
+COMMON = dict(
+    vocab_size=97,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    max_position_embeddings=128,
+)
 
 
 def config(arch: str):
@@ -18,16 +24,34 @@ def config(arch: str):
     if arch == "qwen3":
         return tf.Qwen3Config(**COMMON, num_key_value_heads=2, head_dim=16)
     if arch == "gemma2":
-        return tf.Gemma2Config(**COMMON, num_key_value_heads=2, head_dim=16, sliding_window=24,
-                               attn_logit_softcapping=5.0, final_logit_softcapping=30.0)
+        return tf.Gemma2Config(
+            **COMMON,
+            num_key_value_heads=2,
+            head_dim=16,
+            sliding_window=24,
+            attn_logit_softcapping=5.0,
+            final_logit_softcapping=30.0,
+        )
     if arch == "gemma3_text":
-        return tf.Gemma3TextConfig(**COMMON, num_key_value_heads=2, head_dim=16, sliding_window=24,
-                                   layer_types=["sliding_attention", "full_attention"])
+        return tf.Gemma3TextConfig(
+            **COMMON,
+            num_key_value_heads=2,
+            head_dim=16,
+            sliding_window=24,
+            layer_types=["sliding_attention", "full_attention"],
+        )
     if arch == "phi3":
         return tf.Phi3Config(**COMMON, num_key_value_heads=2, pad_token_id=0)
     if arch == "gpt_neox":
-        return tf.GPTNeoXConfig(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                                num_attention_heads=4, max_position_embeddings=128, rotary_pct=0.25)
+        return tf.GPTNeoXConfig(
+            vocab_size=97,
+            hidden_size=64,
+            intermediate_size=96,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            max_position_embeddings=128,
+            rotary_pct=0.25,
+        )
     raise KeyError(arch)
 
 

@@ -25,8 +25,14 @@ def test_measure_equals_reference_on_captured_q_k(arch):
     edges = bucket_edges(90, "buckets", 5)
     cfg = m.config
     for layer, q, k, _, kw, _ in cap.calls:
-        ref = reference_stats(q, k, spec.static_multipliers(layer, 4).reshape(1, 4, 1), kw["scaling"],
-                              getattr(cfg, "attn_logit_softcapping", None), kw.get("sliding_window"))
+        ref = reference_stats(
+            q,
+            k,
+            spec.static_multipliers(layer, 4).reshape(1, 4, 1),
+            kw["scaling"],
+            getattr(cfg, "attn_logit_softcapping", None),
+            kw.get("sliding_window"),
+        )
         for s in STATS:
             a, b = stats.stats[s][layer], _bucket_means(ref[s], edges)
             assert np.allclose(a, b, rtol=1e-4, atol=1e-4, equal_nan=True), (arch, layer, s)

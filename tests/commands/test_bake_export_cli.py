@@ -17,9 +17,18 @@ from attntemp.ops.spec import TemperatureSpec
 def model_dir(tmp_path_factory):
     """A tiny random llama (byte-level vocabulary of the shipped tokenizer) with that tokenizer."""
     out = tmp_path_factory.mktemp("tiny_llama")
-    cfg = LlamaConfig(vocab_size=258, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
-                      bos_token_id=256, eos_token_id=257, pad_token_id=257)
+    cfg = LlamaConfig(
+        vocab_size=258,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=32,
+        bos_token_id=256,
+        eos_token_id=257,
+        pad_token_id=257,
+    )
     torch.manual_seed(0)
     AutoModelForCausalLM.from_config(cfg).save_pretrained(out)
     for name in ("tokenizer.json", "tokenizer_config.json"):
@@ -81,7 +90,7 @@ def test_export_prints_settings_with_the_multiplier(tmp_path, capsys):
     assert body["rope_parameters"]["attention_factor"] ** 2 == pytest.approx(yarn_multiplier(4), rel=1e-12)
     assert main(["export", "--spec", spec, "--engine", "vllm"]) == 0
     fragment = capsys.readouterr().out.splitlines()[1]
-    assert fragment.startswith("--hf-overrides '{\"rope_parameters\"")
+    assert fragment.startswith('--hf-overrides \'{"rope_parameters"')
     assert fragment.endswith("--max-model-len 128")
 
 

@@ -23,8 +23,7 @@ def test_calibrate_writes_report_and_diagram(tmp_path, capsys):
     logits, labels = _synthetic()
     np.savez(tmp_path / "held_out.npz", logits=logits, labels=labels)
     out = tmp_path / "report"
-    assert main(["calibrate", "--logits", str(tmp_path / "held_out.npz"), "--out", str(out),
-                 "--bins", "10"]) == 0
+    assert main(["calibrate", "--logits", str(tmp_path / "held_out.npz"), "--out", str(out), "--bins", "10"]) == 0
     printed = capsys.readouterr().out
     report = json.loads((out / "calibration.json").read_text())
     fit = fit_temperature(torch.from_numpy(logits), torch.from_numpy(labels))
@@ -42,8 +41,7 @@ def test_language_model_shaped_npz_with_padding(tmp_path, capsys):
     lm_logits, lm_labels = logits.reshape(6, 100, 8), labels.reshape(6, 100).copy()
     lm_labels[:, 90:] = -100
     np.savez(tmp_path / "lm.npz", logits=lm_logits.astype(np.float32), labels=lm_labels)
-    assert main(["calibrate", "--logits", str(tmp_path / "lm.npz"),
-                 "--out", str(tmp_path / "o")]) == 0
+    assert main(["calibrate", "--logits", str(tmp_path / "lm.npz"), "--out", str(tmp_path / "o")]) == 0
     assert json.loads((tmp_path / "o" / "calibration.json").read_text())["n"] == 540
     capsys.readouterr()
 

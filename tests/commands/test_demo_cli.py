@@ -34,8 +34,11 @@ def test_model_defaults_then_flags(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)  # the default --out is relative: never the checkout's own attntemp-demo/
     seen = []
     monkeypatch.setattr("attntemp.commands.demo.run_demo", lambda cfg: seen.append(cfg) or 1 / 0)
-    for argv in (["demo", "--model", "smollm2"], ["demo", "--model", "smollm2", "--trials", "7", "--scales", "3"],
-                 ["demo"]):
+    for argv in (
+        ["demo", "--model", "smollm2"],
+        ["demo", "--model", "smollm2", "--trials", "7", "--scales", "3"],
+        ["demo"],
+    ):
         try:
             main(argv)
         except ZeroDivisionError:

@@ -45,13 +45,30 @@ SPECS = {
     "s_format": {"format": "attntemp.BakedCheckpoint/1", "multiplier": 1.0},
     "ok": {"multiplier": 1.2},
     # model configs for `attntemp audit`
-    "c_unknown_arch": {"model_type": "qwen33", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2,
-                       "max_position_embeddings": 512},
-    "c_bad_factor": {"model_type": "qwen3", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2,
-                     "head_dim": 32, "max_position_embeddings": 4096,
-                     "rope_scaling": {"rope_type": "yarn", "factor": 0.5, "original_max_position_embeddings": 1024}},
-    "c_bad_rope": {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2,
-                   "max_position_embeddings": 4096, "rope_scaling": {"rope_type": "yarm", "factor": 2.0}},
+    "c_unknown_arch": {
+        "model_type": "qwen33",
+        "num_hidden_layers": 2,
+        "hidden_size": 64,
+        "num_attention_heads": 2,
+        "max_position_embeddings": 512,
+    },
+    "c_bad_factor": {
+        "model_type": "qwen3",
+        "num_hidden_layers": 2,
+        "hidden_size": 64,
+        "num_attention_heads": 2,
+        "head_dim": 32,
+        "max_position_embeddings": 4096,
+        "rope_scaling": {"rope_type": "yarn", "factor": 0.5, "original_max_position_embeddings": 1024},
+    },
+    "c_bad_rope": {
+        "model_type": "llama",
+        "num_hidden_layers": 2,
+        "hidden_size": 64,
+        "num_attention_heads": 2,
+        "max_position_embeddings": 4096,
+        "rope_scaling": {"rope_type": "yarm", "factor": 2.0},
+    },
 }
 
 
@@ -470,8 +487,11 @@ CASES = [
     ("audit-config-arch", ["audit", "--config", "{w}/c_unknown_arch.json"], "config.model_type='qwen33' is not"),
     ("audit-config-factor", ["audit", "--config", "{w}/c_bad_factor.json"], "config.rope_scaling.factor=0.5 is not"),
     ("audit-config-rope-type", ["audit", "--config", "{w}/c_bad_rope.json"], "Did you mean 'yarn'?"),
-    ("audit-engine-typo", ["audit", "--config", "{w}/c_bad_factor.json", "--engines", "transformers,vlm"],
-     "--engines[1]='vlm' is not allowed"),
+    (
+        "audit-engine-typo",
+        ["audit", "--config", "{w}/c_bad_factor.json", "--engines", "transformers,vlm"],
+        "--engines[1]='vlm' is not allowed",
+    ),
     ("audit-engines-empty", ["audit", "--config", "{w}/ok.json", "--engines", ","], "--engines=() is not allowed"),
     ("audit-positions-negative", ["audit", "--config", "{w}/ok.json", "--positions", "-1"], "--positions[0]=-1"),
     ("audit-positions-text", ["audit", "--config", "{w}/ok.json", "--positions", "a"], "--positions 'a'"),

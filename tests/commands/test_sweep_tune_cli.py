@@ -8,11 +8,51 @@ from attntemp.ops.spec import TemperatureSpec
 
 def test_sweep_tune_report(tmp_path, capsys):
     out = tmp_path / "run"
-    assert main(["sweep", "--lengths", "384", "--rope", "none,yarn", "--multipliers", "0.9,1.1",
-                 "--tasks", "perplexity,passkey", "--docs", "1", "--trials", "2", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                "--lengths",
+                "384",
+                "--rope",
+                "none,yarn",
+                "--multipliers",
+                "0.9,1.1",
+                "--tasks",
+                "perplexity,passkey",
+                "--docs",
+                "1",
+                "--trials",
+                "2",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert "| perplexity | tail_ppl | 384 | yarn |" in capsys.readouterr().out
-    assert main(["tune", "--length", "384", "--rope", "yarn", "--granularity", "head", "--objective",
-                 "entropy", "--tasks", "perplexity", "--docs", "1", "--out", str(out / "tune")]) == 0
+    assert (
+        main(
+            [
+                "tune",
+                "--length",
+                "384",
+                "--rope",
+                "yarn",
+                "--granularity",
+                "head",
+                "--objective",
+                "entropy",
+                "--tasks",
+                "perplexity",
+                "--docs",
+                "1",
+                "--out",
+                str(out / "tune"),
+            ]
+        )
+        == 0
+    )
     spec = TemperatureSpec.load(out / "tune" / "spec.json")
     assert len(spec.heads) == 4 and dict(spec.rope)["rope_type"] == "yarn"
     assert "| tuned |" in capsys.readouterr().out

@@ -24,8 +24,12 @@ def test_parse_multipliers():
 
 def test_rope_for():
     assert rope_for("none", 1024, 256) is None
-    assert rope_for("yarn", 1024, 256) == {"rope_type": "yarn", "factor": 4.0,
-                                           "original_max_position_embeddings": 256, "attention_factor": 1.0}
+    assert rope_for("yarn", 1024, 256) == {
+        "rope_type": "yarn",
+        "factor": 4.0,
+        "original_max_position_embeddings": 256,
+        "attention_factor": 1.0,
+    }
     assert rope_for("linear", 128, 256)["factor"] == 1.0
     with pytest.raises(ValueError, match="Did you mean 'yarn'"):
         rope_for("yarm", 1, 1)
@@ -40,8 +44,9 @@ def test_config_validation():
 
 def test_sweep_runs_and_skips_finished_points(tiny, tmp_path):
     model, tok = tiny
-    cfg = SweepConfig(out=str(tmp_path), lengths=(320,), rope=("none", "yarn"), multipliers=(0.9, 1.1),
-                      n_docs=1, progress=False)
+    cfg = SweepConfig(
+        out=str(tmp_path), lengths=(320,), rope=("none", "yarn"), multipliers=(0.9, 1.1), n_docs=1, progress=False
+    )
     rows = run_sweep(cfg, model, tok).rows()
     assert len(rows) == 4 and {r["rope"] for r in rows} == {"none", "yarn"}
     first = {(r["rope"], r["multiplier"]): r["metrics"]["tail_ppl"] for r in rows}
@@ -51,8 +56,23 @@ def test_sweep_runs_and_skips_finished_points(tiny, tmp_path):
 
 def test_kill_9_then_resume_loses_nothing_and_counts_nothing_twice(tmp_path):
     out = tmp_path / "sw"
-    cmd = [sys.executable, "-m", "attntemp", "sweep", "--lengths", "256,320", "--rope", "none,yarn",
-           "--multipliers", "0.8:1.2:0.1", "--docs", "1", "--sequential", "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "attntemp",
+        "sweep",
+        "--lengths",
+        "256,320",
+        "--rope",
+        "none,yarn",
+        "--multipliers",
+        "0.8:1.2:0.1",
+        "--docs",
+        "1",
+        "--sequential",
+        "--out",
+        str(out),
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     db = out / "sweep.db"
     deadline = time.time() + 240
@@ -88,17 +108,20 @@ def test_kill_9_then_resume_loses_nothing_and_counts_nothing_twice(tmp_path):
 
 # ----------------------------------------------------------------------------- hostile input (issue 15)
 def _small(tmp_path, **kw):
-    base = dict(out=str(tmp_path / "sw"), lengths=(64,), rope=("none",), multipliers=(1.0,), n_docs=1,
-                progress=False)
+    base = dict(out=str(tmp_path / "sw"), lengths=(64,), rope=("none",), multipliers=(1.0,), n_docs=1, progress=False)
     return SweepConfig(**{**base, **kw})
 
 
 def test_a_resume_with_other_settings_is_refused_naming_them(tiny, tmp_path):
     model, tok = tiny
     run_sweep(_small(tmp_path), model, tok).close()
-    for change, named in (({"n_docs": 2}, "n_docs=1"), ({"seed": 3}, "seed=0"), ({"trials": 7}, "trials=50"),
-                          ({"trained_length": 128}, "trained_length=256"),
-                          ({"text": "gutenberg:melville-moby_dick"}, "text='stdlib'")):
+    for change, named in (
+        ({"n_docs": 2}, "n_docs=1"),
+        ({"seed": 3}, "seed=0"),
+        ({"trials": 7}, "trials=50"),
+        ({"trained_length": 128}, "trained_length=256"),
+        ({"text": "gutenberg:melville-moby_dick"}, "text='stdlib'"),
+    ):
         with pytest.raises(ValueError, match=f"holds points made with {named}; this run has"):
             run_sweep(_small(tmp_path, **change), model, tok)
     store = run_sweep(_small(tmp_path, multipliers=(1.0, 1.1)), model, tok)  # same settings: resumes
@@ -123,8 +146,10 @@ def test_a_second_sweep_on_the_same_folder_is_refused_while_the_first_runs(tiny,
     out = tmp_path / "sw"
     out.mkdir()
     model, tok = tiny
-    hold = (f"import fcntl, os, time; f = open({str(out / LOCK_FILE)!r}, 'a+'); fcntl.flock(f, fcntl.LOCK_EX);"
-            "f.truncate(0); f.write(str(os.getpid())); f.flush(); print('held', flush=True); time.sleep(60)")
+    hold = (
+        f"import fcntl, os, time; f = open({str(out / LOCK_FILE)!r}, 'a+'); fcntl.flock(f, fcntl.LOCK_EX);"
+        "f.truncate(0); f.write(str(os.getpid())); f.flush(); print('held', flush=True); time.sleep(60)"
+    )
     proc = subprocess.Popen([sys.executable, "-c", hold], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "held"
@@ -145,7 +170,7 @@ def test_a_failed_sweep_leaves_no_empty_database_or_folder(tiny, tmp_path, monke
     def broken(*a, **k):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(S, "get_task", broken)
+    monkeypatch.setattr(S, "evaluate_group", broken)
     with pytest.raises(RuntimeError, match="boom"):
         run_sweep(_small(tmp_path, out=str(tmp_path / "a" / "b")), model, tok)
     assert list(tmp_path.iterdir()) == []

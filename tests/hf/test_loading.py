@@ -29,7 +29,11 @@ def test_smollm2_is_the_expected_model(smollm2):
     model, _, _ = smollm2
     cfg = model.config
     assert (cfg.model_type, cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads) == (
-        "llama", 30, 9, 3)
+        "llama",
+        30,
+        9,
+        3,
+    )
     assert cfg.rope_parameters["rope_theta"] == 100000.0 and cfg.max_position_embeddings == 8192
     assert (resolve("smollm2") / "model.safetensors").is_file()
 

@@ -83,8 +83,7 @@ def test_per_head_patch_equals_the_tempered_reference(arch):
         if window:  # transformers' sliding window: key j visible from i when i - window < j <= i
             i, j = torch.arange(30).unsqueeze(1), torch.arange(30).unsqueeze(0)
             mask = (j <= i) & (j > i - window)
-        ref = reference_attention(q, k, v, mult, is_causal=mask is None, attn_mask=mask,
-                                  scale=kw["scaling"])
+        ref = reference_attention(q, k, v, mult, is_causal=mask is None, attn_mask=mask, scale=kw["scaling"])
         assert (out - ref.transpose(1, 2)).abs().max() < 1e-5, (arch, layer)
 
 
@@ -99,8 +98,7 @@ def test_softcap_layers_apply_m_after_the_cap():
         window = kw.get("sliding_window")
         i, j = torch.arange(30).unsqueeze(1), torch.arange(30).unsqueeze(0)
         mask = (j <= i) & ((j > i - window) if window else True)
-        ref = reference_attention(q, k, v, mult, is_causal=False, attn_mask=mask, scale=kw["scaling"],
-                                  softcap=5.0)
+        ref = reference_attention(q, k, v, mult, is_causal=False, attn_mask=mask, scale=kw["scaling"], softcap=5.0)
         assert (out - ref.transpose(1, 2)).abs().max() < 1e-5
 
 
@@ -134,9 +132,15 @@ def test_whole_layer_by_hand_llama():
     assert (hand - seen["out"]).abs().max() < 1e-5
 
 
-@pytest.mark.parametrize("schedule, params", [("logn", {"trained_len": 8}), ("ssmax", {"s": 0.5}),
-                                              ("llama4", {"floor_scale": 4}),
-                                              ("log_length", {"trained_len": 8, "a": 0.1, "b": 0.7})])
+@pytest.mark.parametrize(
+    "schedule, params",
+    [
+        ("logn", {"trained_len": 8}),
+        ("ssmax", {"s": 0.5}),
+        ("llama4", {"floor_scale": 4}),
+        ("log_length", {"trained_len": 8, "a": 0.1, "b": 0.7}),
+    ],
+)
 def test_position_schedules_follow_absolute_positions_through_the_cache(schedule, params):
     m = model("llama")
     x = X[:1, :30]

@@ -19,14 +19,31 @@ CASES = [
     ("ntk", 4.0, {}, {"rope_type": "default", "rope_theta": 10000.0 * 4 ** (16 / 14)}),
     ("dynamic", 4.0, {}, {"rope_type": "dynamic", "factor": 4.0}),
     ("yarn", 4.0, {}, {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}),
-    ("yarn", 8.0, {"beta_fast": 16.0, "beta_slow": 2.0},
-     {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 32, "beta_fast": 16.0,
-      "beta_slow": 2.0}),
-    ("llama3", 4.0, {"low_freq_factor": 1.0, "high_freq_factor": 4.0},
-     {"rope_type": "llama3", "factor": 4.0, "original_max_position_embeddings": 32, "low_freq_factor": 1.0,
-      "high_freq_factor": 4.0}),
-    ("longrope", 4.0, LONG, {"rope_type": "longrope", "factor": 4.0, "original_max_position_embeddings": 32,
-                             **LONG}),
+    (
+        "yarn",
+        8.0,
+        {"beta_fast": 16.0, "beta_slow": 2.0},
+        {
+            "rope_type": "yarn",
+            "factor": 8.0,
+            "original_max_position_embeddings": 32,
+            "beta_fast": 16.0,
+            "beta_slow": 2.0,
+        },
+    ),
+    (
+        "llama3",
+        4.0,
+        {"low_freq_factor": 1.0, "high_freq_factor": 4.0},
+        {
+            "rope_type": "llama3",
+            "factor": 4.0,
+            "original_max_position_embeddings": 32,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+        },
+    ),
+    ("longrope", 4.0, LONG, {"rope_type": "longrope", "factor": 4.0, "original_max_position_embeddings": 32, **LONG}),
 ]
 
 
@@ -49,10 +66,21 @@ def test_logits_equal_model_loaded_with_that_rope(method, s, params, expect):
     ref = reference_model(m, expect, 32)
     with torch.no_grad():
         assert (m(X).logits - ref(X).logits).abs().max() < 1e-5
-    inv, _ = rope.compute_inv_freq(method, 16, 10000.0, factor=s, **(
-        {"max_position_embeddings": l0, "seq_len": X.shape[1]} if method == "dynamic" else
-        {} if method in ("linear", "ntk") else {"original_max_position_embeddings": l0}),
-        **({"seq_len": X.shape[1]} if method == "longrope" else {}), **params)
+    inv, _ = rope.compute_inv_freq(
+        method,
+        16,
+        10000.0,
+        factor=s,
+        **(
+            {"max_position_embeddings": l0, "seq_len": X.shape[1]}
+            if method == "dynamic"
+            else {}
+            if method in ("linear", "ntk")
+            else {"original_max_position_embeddings": l0}
+        ),
+        **({"seq_len": X.shape[1]} if method == "longrope" else {}),
+        **params,
+    )
     assert torch.allclose(m.model.rotary_emb.inv_freq, inv, rtol=1e-6)
     restore_rope(m)
     m.config.max_position_embeddings = 128
@@ -69,8 +97,9 @@ def test_yarn_attention_factor_lands_squared_on_the_logits():
         ours = m(X).logits
     assert (hf_yarn - ours).abs().max() < 1e-5
     for wrong in ("yarn_sqrt",):
-        spec = TemperatureSpec(schedule=wrong, schedule_params={"s": 4.0},
-                               rope=dict(TemperatureSpec.yarn(4.0, 32).rope))
+        spec = TemperatureSpec(
+            schedule=wrong, schedule_params={"s": 4.0}, rope=dict(TemperatureSpec.yarn(4.0, 32).rope)
+        )
         with torch.no_grad(), P.patch(m, spec):
             assert (m(X).logits - hf_yarn).abs().max() > 1e-3
     once = TemperatureSpec(multiplier=1.1386294, rope=dict(TemperatureSpec.yarn(4.0, 32).rope))

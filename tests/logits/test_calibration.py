@@ -130,6 +130,7 @@ def test_same_bins_as_torchmetrics_exactly_when_it_sums_in_float64(n_bins):
         ref = float(ce_compute(conf.double(), pred.eq(y).double(), edges, norm))
         assert abs(calibration_error(p, y, n_bins, norm) - ref) < 1e-12
 
+
 def test_language_model_metrics_agree_with_torchmetrics_ignore_index():
     from torchmetrics.functional.classification import multiclass_calibration_error
 
@@ -176,8 +177,9 @@ def test_reliability_diagram_writes_one_or_two_panels(tmp_path):
 
     z, y = synthetic(2.5, n=2000)
     one = reliability_diagram(torch.softmax(z, -1), y, tmp_path / "one.png", n_bins=10)
-    two = reliability_diagram(torch.softmax(z, -1), y, tmp_path / "two.png", n_bins=10,
-                              after=torch.softmax(z / 2.5, -1))
+    two = reliability_diagram(
+        torch.softmax(z, -1), y, tmp_path / "two.png", n_bins=10, after=torch.softmax(z / 2.5, -1)
+    )
     assert one.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     h1, w1 = imread(one).shape[:2]
     h2, w2 = imread(two).shape[:2]

@@ -13,8 +13,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 def _pair(shape, seed=0, dtype=torch.float64):
     g = torch.Generator().manual_seed(seed)
-    return (torch.randn(*shape, generator=g, dtype=dtype),
-            2.0 * torch.randn(*shape, generator=g, dtype=dtype))
+    return (torch.randn(*shape, generator=g, dtype=dtype), 2.0 * torch.randn(*shape, generator=g, dtype=dtype))
 
 
 def test_gradcheck_float64():
@@ -38,8 +37,9 @@ def test_kl_term_equals_a_manual_sum():
     manual = total / 4
     assert float(soft_kl(s, t, temp)) == pytest.approx(manual, rel=1e-12)
     assert float(kd_loss(s, t, temp)) == pytest.approx(temp**2 * manual, rel=1e-12)
-    torch_kl = F.kl_div(F.log_softmax(s / temp, -1), F.log_softmax(t / temp, -1),
-                        reduction="batchmean", log_target=True)
+    torch_kl = F.kl_div(
+        F.log_softmax(s / temp, -1), F.log_softmax(t / temp, -1), reduction="batchmean", log_target=True
+    )
     assert float(soft_kl(s, t, temp)) == pytest.approx(float(torch_kl), rel=1e-12)
 
 
@@ -60,8 +60,7 @@ def test_sequence_inputs_are_averaged_per_token_and_ignore_index_is_dropped():
     keep = y.reshape(-1) != -100
     flat = kd_loss(s.reshape(-1, 9)[keep], t.reshape(-1, 9)[keep], 2.0, y.reshape(-1)[keep])
     assert float(kd_loss(s, t, 2.0, y)) == pytest.approx(float(flat), rel=1e-12)
-    per_token = torch.stack([soft_kl(s[i, j][None], t[i, j][None], 2.0)
-                             for i in range(3) for j in range(4)])  # [12]
+    per_token = torch.stack([soft_kl(s[i, j][None], t[i, j][None], 2.0) for i in range(3) for j in range(4)])  # [12]
     assert float(kd_loss(s, t, 2.0)) == pytest.approx(4.0 * float(per_token.mean()), rel=1e-12)
     changed = t.clone()
     changed[0, 2:] = 100.0 * torch.randn(2, 9, dtype=torch.float64)  # under ignore_index only

@@ -85,20 +85,25 @@ def test_temperature_zero_is_greedy():
 def test_usable_in_a_logits_processor_list():
     scores = tied_logits(3)
     chain = LogitsProcessorList([TemperatureTopKTopP(1.7, 3, 0.9)])
-    assert torch.equal(chain(torch.zeros(6, 1, dtype=torch.long), scores.clone()),
-                       transformers_chain(1.7, 3, 0.9)(None, scores.clone()))
+    assert torch.equal(
+        chain(torch.zeros(6, 1, dtype=torch.long), scores.clone()),
+        transformers_chain(1.7, 3, 0.9)(None, scores.clone()),
+    )
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    ({"temperature": -0.5}, "temperature"),
-    ({"temperature": float("nan")}, "temperature"),
-    ({"temperature": "hot"}, "temperature"),
-    ({"temperature": 1.0, "top_k": -1}, "top_k"),
-    ({"temperature": 1.0, "top_k": 2.5}, "top_k"),
-    ({"temperature": 1.0, "top_p": 1.5}, "top_p"),
-    ({"temperature": 1.0, "top_p": -0.1}, "top_p"),
-    ({"temperature": 1.0, "min_tokens_to_keep": 0}, "min_tokens_to_keep"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"temperature": -0.5}, "temperature"),
+        ({"temperature": float("nan")}, "temperature"),
+        ({"temperature": "hot"}, "temperature"),
+        ({"temperature": 1.0, "top_k": -1}, "top_k"),
+        ({"temperature": 1.0, "top_k": 2.5}, "top_k"),
+        ({"temperature": 1.0, "top_p": 1.5}, "top_p"),
+        ({"temperature": 1.0, "top_p": -0.1}, "top_p"),
+        ({"temperature": 1.0, "min_tokens_to_keep": 0}, "min_tokens_to_keep"),
+    ],
+)
 def test_bad_settings_are_refused(kwargs, match):
     with pytest.raises(ValueError, match=match):
         TemperatureTopKTopP(**kwargs)

@@ -87,9 +87,11 @@ def test_additive_bias_refused_and_reference_handles_it():
     bias = torch.randn(6, 6)  # ALiBi-like
     with pytest.raises(ValueError, match="additive float bias"):
         tempered_sdpa(q, k, v, 1.5, attn_mask=bias)
-    assert torch.allclose(tempered_sdpa(q, k, v, None, attn_mask=bias, is_causal=False),
-                          reference_attention(q, k, v, None, attn_mask=bias, is_causal=False),
-                          atol=1e-5)
+    assert torch.allclose(
+        tempered_sdpa(q, k, v, None, attn_mask=bias, is_causal=False),
+        reference_attention(q, k, v, None, attn_mask=bias, is_causal=False),
+        atol=1e-5,
+    )
     s = reference_scores(q, k, 1.5, attn_mask=bias, is_causal=False)
     plain = reference_scores(q, k, None, attn_mask=bias, is_causal=False)
     assert torch.allclose(s, 1.5 * plain)  # m multiplies scores + bias

@@ -15,12 +15,23 @@ def qk(b=1, hq=6, hkv=2, lq=150, lk=150, d=16, seed=0):
 @pytest.mark.parametrize("window, softcap", [(None, None), (37, None), (None, 3.0)])
 def test_blockwise_equals_reference(kind, window, softcap):
     q, k = qk()
-    m = {"none": None, "scalar": torch.tensor(1.4),
-         "per_head": torch.linspace(0.5, 2, 6).reshape(1, 6, 1),
-         "per_row": 0.5 + torch.rand(1, 6, 150, generator=torch.Generator().manual_seed(1))}[kind]
+    m = {
+        "none": None,
+        "scalar": torch.tensor(1.4),
+        "per_head": torch.linspace(0.5, 2, 6).reshape(1, 6, 1),
+        "per_row": 0.5 + torch.rand(1, 6, 150, generator=torch.Generator().manual_seed(1)),
+    }[kind]
     # a tiny budget forces many blocks of 16 queries (the fused path keeps one temporary, the plain 4)
-    ours = attention_stats(q, k, m, softcap=softcap, window=window, sink_tokens=3, recent_tokens=10,
-                           budget_bytes=4 * 6 * 150 * 16 * (4 if softcap else 1))
+    ours = attention_stats(
+        q,
+        k,
+        m,
+        softcap=softcap,
+        window=window,
+        sink_tokens=3,
+        recent_tokens=10,
+        budget_bytes=4 * 6 * 150 * 16 * (4 if softcap else 1),
+    )
     ref = reference_stats(q, k, m, softcap=softcap, window=window, sink_tokens=3, recent_tokens=10)
     for name in STATS:
         a, b = ours[name], ref[name]

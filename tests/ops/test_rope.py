@@ -18,7 +18,10 @@ L0S = (256, 2048, 8192)
 
 def hf(rope_type, dim, base, l0, seq_len=None, **params):
     cfg = LlamaConfig(
-        hidden_size=dim * 2, num_attention_heads=2, head_dim=dim, max_position_embeddings=l0,
+        hidden_size=dim * 2,
+        num_attention_heads=2,
+        head_dim=dim,
+        max_position_embeddings=l0,
         rope_parameters={"rope_type": rope_type, "rope_theta": base, **params},
     )
     return ROPE_INIT_FUNCTIONS[rope_type](cfg, None, seq_len=seq_len)
@@ -38,30 +41,27 @@ def test_linear_dynamic_yarn_match_transformers(dim, base, s, l0):
     close(rope.compute_inv_freq("linear", dim, base, factor=s), hf("linear", dim, base, l0, factor=s))
     for seq in (None, l0 * 3):
         close(
-            rope.compute_inv_freq("dynamic", dim, base, factor=s, max_position_embeddings=l0,
-                                  seq_len=seq),
+            rope.compute_inv_freq("dynamic", dim, base, factor=s, max_position_embeddings=l0, seq_len=seq),
             hf("dynamic", dim, base, l0, seq_len=seq, factor=s),
         )
     for truncate in (True, False):
         close(
-            rope.compute_inv_freq("yarn", dim, base, factor=s, original_max_position_embeddings=l0,
-                                  truncate=truncate),
-            hf("yarn", dim, base, l0 * int(s), factor=s, original_max_position_embeddings=l0,
-               truncate=truncate),
+            rope.compute_inv_freq("yarn", dim, base, factor=s, original_max_position_embeddings=l0, truncate=truncate),
+            hf("yarn", dim, base, l0 * int(s), factor=s, original_max_position_embeddings=l0, truncate=truncate),
         )
 
 
 @pytest.mark.parametrize("dim, base, s, l0", GRID[::3])
 def test_yarn_mscale_and_betas_match_transformers(dim, base, s, l0):
-    kw = dict(factor=s, original_max_position_embeddings=l0, beta_fast=16, beta_slow=2,
-              mscale=0.707, mscale_all_dim=1.0)
+    kw = dict(
+        factor=s, original_max_position_embeddings=l0, beta_fast=16, beta_slow=2, mscale=0.707, mscale_all_dim=1.0
+    )
     close(rope.compute_inv_freq("yarn", dim, base, **kw), hf("yarn", dim, base, l0, **kw))
 
 
 @pytest.mark.parametrize("dim, base, s, l0", [g for g in GRID if g[2] > 1][::2])
 def test_llama3_matches_transformers(dim, base, s, l0):
-    kw = dict(factor=s, original_max_position_embeddings=l0, low_freq_factor=1.0,
-              high_freq_factor=4.0)
+    kw = dict(factor=s, original_max_position_embeddings=l0, low_freq_factor=1.0, high_freq_factor=4.0)
     close(rope.compute_inv_freq("llama3", dim, base, **kw), hf("llama3", dim, base, l0, **kw))
 
 
@@ -72,11 +72,14 @@ def test_longrope_matches_transformers(dim, base, l0):
     long = (1 + 10 * torch.rand(dim // 2, generator=g)).tolist()
     for seq in (None, l0 * 4):
         kw = dict(short_factor=short, long_factor=long, original_max_position_embeddings=l0)
-        ours = rope.compute_inv_freq("longrope", dim, base, max_position_embeddings=l0 * 8,
-                                     seq_len=seq, **kw)
-        cfg = LlamaConfig(hidden_size=dim * 2, num_attention_heads=2, head_dim=dim,
-                          max_position_embeddings=l0 * 8,
-                          rope_parameters={"rope_type": "longrope", "rope_theta": base, **kw})
+        ours = rope.compute_inv_freq("longrope", dim, base, max_position_embeddings=l0 * 8, seq_len=seq, **kw)
+        cfg = LlamaConfig(
+            hidden_size=dim * 2,
+            num_attention_heads=2,
+            head_dim=dim,
+            max_position_embeddings=l0 * 8,
+            rope_parameters={"rope_type": "longrope", "rope_theta": base, **kw},
+        )
         close(ours, ROPE_INIT_FUNCTIONS["longrope"](cfg, None, seq_len=seq))
         assert ours[1] == pytest.approx(math.sqrt(1 + math.log(8) / math.log(l0)))
 

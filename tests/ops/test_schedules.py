@@ -29,7 +29,7 @@ def test_yarn_table(capsys):
 
 def test_yarn_schedule_is_squared_factor_not_sqrt():
     m = S.yarn(4)(0, 9, POS, NK)
-    assert float(m.flatten()[0]) == pytest.approx(1.1386294 ** 2, rel=1e-6)  # 1.2965
+    assert float(m.flatten()[0]) == pytest.approx(1.1386294**2, rel=1e-6)  # 1.2965
     assert float(S.yarn_sqrt(4)(0, 9, POS, NK).flatten()[0]) == pytest.approx(1.0670658, rel=1e-6)
     assert S.yarn(1)(0, 1, POS, NK).item() == 1.0
 

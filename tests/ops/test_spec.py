@@ -10,9 +10,14 @@ from attntemp.ops.spec import TemperatureSpec
 
 
 def test_json_round_trip(tmp_path):
-    spec = TemperatureSpec(multiplier=1.1, layers=(1.0, 1.2), heads=((1, 2), (3, 4)), schedule="logn",
-                           schedule_params={"trained_len": 64},
-                           rope={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64})
+    spec = TemperatureSpec(
+        multiplier=1.1,
+        layers=(1.0, 1.2),
+        heads=((1, 2), (3, 4)),
+        schedule="logn",
+        schedule_params={"trained_len": 64},
+        rope={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64},
+    )
     path = spec.save(tmp_path / "s.json")
     back = TemperatureSpec.load(path)
     assert back == spec and json.loads(path.read_text())["format"] == "attntemp.TemperatureSpec/1"

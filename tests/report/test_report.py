@@ -17,12 +17,29 @@ def fake_sweep(folder):
             for m in (0.8, 1.0, 1.2, 1.4):
                 best = 1.3 if rope == "yarn" else 1.0
                 ppl = 4 + (m - best) ** 2 * length / 256
-                store.add("tiny", length, rope, m, "perplexity",
-                          {"ppl": ppl, "tail_ppl": ppl + 1, "tail_start": 256}, 0.1, True)
-                store.add("tiny", length, rope, m, "passkey", {"acc": 1 - abs(m - best), "logp": -abs(m - best)},
-                          0.1, True)
-                store.add("tiny", length, rope, m, "needle", {"acc": 0.5, "logp": -1.0, "depths": [0, 0.5, 1],
-                                                              "acc_by_depth": [0, 0.5, 1]}, 0.1, True)
+                store.add(
+                    "tiny",
+                    length,
+                    rope,
+                    m,
+                    "perplexity",
+                    {"ppl": ppl, "tail_ppl": ppl + 1, "tail_start": 256},
+                    0.1,
+                    True,
+                )
+                store.add(
+                    "tiny", length, rope, m, "passkey", {"acc": 1 - abs(m - best), "logp": -abs(m - best)}, 0.1, True
+                )
+                store.add(
+                    "tiny",
+                    length,
+                    rope,
+                    m,
+                    "needle",
+                    {"acc": 0.5, "logp": -1.0, "depths": [0, 0.5, 1], "acc_by_depth": [0, 0.5, 1]},
+                    0.1,
+                    True,
+                )
     store.close()
 
 
@@ -53,8 +70,16 @@ def test_best_table_shows_intervals_and_the_paired_verdict(tmp_path):
     rows = []
     for m, nll in windows.items():
         ppl = math.exp(sum(nll) / (4 * 256))
-        metrics = {"tail_ppl": ppl, "ppl": ppl, "tail_start": 256, "window_tail_nll": nll, "window_nll": nll,
-                   "tail_tokens": 256, "tokens": 256, "windows_digest": "d"}
+        metrics = {
+            "tail_ppl": ppl,
+            "ppl": ppl,
+            "tail_start": 256,
+            "window_tail_nll": nll,
+            "window_nll": nll,
+            "tail_tokens": 256,
+            "tokens": 256,
+            "windows_digest": "d",
+        }
         rows.append({"task": "perplexity", "length": 512, "rope": "yarn", "multiplier": m, "metrics": metrics})
     table = best_table(rows, 256)
     at1 = perplexity_interval(windows[1.0], [256] * 4).format()
@@ -68,9 +93,15 @@ def test_best_table_names_no_best_m_when_every_m_scores_the_same():
     from attntemp.report.build import best_table
 
     rows = [
-        {"task": "passkey", "length": 1024, "rope": rope, "multiplier": m,
-         "metrics": {"acc": 0.0, "logp": -5.0 - m, "hits": [0] * 10, "logps": [-5.0 - m] * 10}}
-        for rope in ("none", "yarn") for m in (0.8, 1.0, 1.2)
+        {
+            "task": "passkey",
+            "length": 1024,
+            "rope": rope,
+            "multiplier": m,
+            "metrics": {"acc": 0.0, "logp": -5.0 - m, "hits": [0] * 10, "logps": [-5.0 - m] * 10},
+        }
+        for rope in ("none", "yarn")
+        for m in (0.8, 1.0, 1.2)
     ]
     table = best_table(rows, 256)
     none_row = next(line for line in table.splitlines() if "| passkey | acc | 1024 | none |" in line)

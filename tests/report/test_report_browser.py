@@ -32,10 +32,22 @@ def test_report_renders_with_every_image(tmp_path):
     assert "<script" not in report.read_text()  # the product page carries no test hook
     page = report.with_name("report_check.html")  # beside it, so its relative image paths resolve
     page.write_text(report.read_text().replace("</body>", IMAGE_CHECK + "</body>"))
-    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-           f"--user-data-dir={tmp_path / 'profile'}", "--allow-file-access-from-files",
-           "--virtual-time-budget=5000", "--dump-dom", page.resolve().as_uri()]
+    cmd = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--allow-file-access-from-files",
+        "--virtual-time-budget=5000",
+        "--dump-dom",
+        page.resolve().as_uri(),
+    ]
     dom = subprocess.run(cmd, capture_output=True, text=True, timeout=120).stdout
     found = re.search(r'id="attntemp-images"[^>]*>images (\d+)/(\d+)<', dom)
     assert found, dom[-500:]

@@ -13,10 +13,33 @@ def script():
 
 
 def run(script, tmp_path, *extra):
-    argv = ["--model", "tiny", "--text", "stdlib", "--lengths", "512", "--docs", "2", "--needles", "2",
-            "--tuned-spec", "", "--tune-length", "512", "--tune-docs", "2", "--threads", "1",
-            "--out", str(tmp_path / "out"), "--table", str(tmp_path / "table.md"), "--figure", str(tmp_path / "f.png"),
-            *extra]
+    argv = [
+        "--model",
+        "tiny",
+        "--text",
+        "stdlib",
+        "--lengths",
+        "512",
+        "--docs",
+        "2",
+        "--needles",
+        "2",
+        "--tuned-spec",
+        "",
+        "--tune-length",
+        "512",
+        "--tune-docs",
+        "2",
+        "--threads",
+        "1",
+        "--out",
+        str(tmp_path / "out"),
+        "--table",
+        str(tmp_path / "table.md"),
+        "--figure",
+        str(tmp_path / "f.png"),
+        *extra,
+    ]
     script.main(argv)
     return (tmp_path / "table.md").read_text()
 
@@ -41,8 +64,10 @@ def test_two_runs_split_the_specs_and_the_table_holds_both(script, tmp_path, cap
 def test_either_of_two_specs_and_one_task(script, tmp_path):
     table = run(script, tmp_path, "--only", "softer|YaRN's m", "--tasks", "needles")
     rows = {r.split(" | ")[1]: r for r in table.splitlines() if r.startswith("| 512 |")}
-    assert [n for n, r in rows.items() if r.count("not run yet") == 2] == ["no RoPE change, m = 0.9 (softer)",
-                                                                           "YaRN s = 2, YaRN's m = 1.143"]
+    assert [n for n, r in rows.items() if r.count("not run yet") == 2] == [
+        "no RoPE change, m = 0.9 (softer)",
+        "YaRN s = 2, YaRN's m = 1.143",
+    ]
     with pytest.raises(SystemExit, match="--tasks=perplexity is not allowed"):
         run(script, tmp_path, "--tasks", "perplexity")
 

@@ -33,8 +33,7 @@ def logits(m, x=X):
 def per_head_spec(m, seed=2):
     cfg = m.config
     g = torch.Generator().manual_seed(seed)
-    return TemperatureSpec.per_head(0.5 + 1.5 * torch.rand(cfg.num_hidden_layers, cfg.num_attention_heads,
-                                                            generator=g))
+    return TemperatureSpec.per_head(0.5 + 1.5 * torch.rand(cfg.num_hidden_layers, cfg.num_attention_heads, generator=g))
 
 
 def reload(path):
@@ -49,9 +48,15 @@ def patched_and_base(m, spec):
     return want, base
 
 
-CASES = [("llama", "head", "q_proj"), ("mistral", "head", "q_proj"), ("qwen2", "head", "q_proj"),
-         ("phi3", "head", "qkv_proj"), ("gpt_neox", "head", "query_key_value"),
-         ("qwen3", "layer", "q_norm"), ("gemma3_text", "layer", "q_norm")]
+CASES = [
+    ("llama", "head", "q_proj"),
+    ("mistral", "head", "q_proj"),
+    ("qwen2", "head", "q_proj"),
+    ("phi3", "head", "qkv_proj"),
+    ("gpt_neox", "head", "query_key_value"),
+    ("qwen3", "layer", "q_norm"),
+    ("gemma3_text", "layer", "q_norm"),
+]
 
 
 @pytest.mark.parametrize(("arch", "kind", "target"), CASES)
@@ -93,9 +98,14 @@ def test_longrope_spec_reloads_in_plain_transformers_with_equal_logits_past_l0(t
     torch.manual_seed(0)
     m = sharp(AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa").eval())
     pairs = m.config.head_dim // 2
-    rope = {"rope_type": "longrope", "factor": 4.0, "original_max_position_embeddings": 32,
-            "short_factor": [1.0] * pairs, "long_factor": [1.0 + 0.5 * i for i in range(pairs)],
-            "attention_factor": 1.0}
+    rope = {
+        "rope_type": "longrope",
+        "factor": 4.0,
+        "original_max_position_embeddings": 32,
+        "short_factor": [1.0] * pairs,
+        "long_factor": [1.0 + 0.5 * i for i in range(pairs)],
+        "attention_factor": 1.0,
+    }
     spec = TemperatureSpec(heads=per_head_spec(m).heads, rope=rope)
     assert B.tokens_to_check(spec, 8) == 48  # past L0 = 32, where long_factor applies
     want, _ = patched_and_base(m, spec)  # 48 tokens > L0

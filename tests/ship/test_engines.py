@@ -191,9 +191,14 @@ def test_llamacpp_refuses_other_ropes_saying_to_bake_and_convert():
         E.export(dynamic, "llama.cpp")
 
 
-LONGROPE = {"rope_type": "longrope", "factor": 4.0, "original_max_position_embeddings": 256,
-            "short_factor": [1.0] * 8, "long_factor": [1.0, 1.3, 1.7, 2.3, 4.0, 4.5, 5.0, 6.0],
-            "attention_factor": 1.0}
+LONGROPE = {
+    "rope_type": "longrope",
+    "factor": 4.0,
+    "original_max_position_embeddings": 256,
+    "short_factor": [1.0] * 8,
+    "long_factor": [1.0, 1.3, 1.7, 2.3, 4.0, 4.5, 5.0, 6.0],
+    "attention_factor": 1.0,
+}
 
 
 def test_longrope_exports_carry_the_factors_and_sqrt_m():

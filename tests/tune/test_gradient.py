@@ -252,8 +252,19 @@ def test_run_gradient_tuning_writes_its_outputs(tmp_path):
     names = [n for n in (f"doc{i}.py" for i in range(200)) if is_heldout(n)][:4]
     docs = [Document(n, f"# {n}\n" + "def f(x):\n    return x * 2\n" * (8 + i)) for i, n in enumerate(names)]
     rope = {**YARN, "original_max_position_embeddings": 32}
-    spec, ev = G.run_gradient_tuning(m, ByteTokenizer(), 64, 3, tmp_path, rope=rope, docs=docs, n_train=2,
-                                      n_eval=2, progress=False, checkpoint_every=2)
+    spec, ev = G.run_gradient_tuning(
+        m,
+        ByteTokenizer(),
+        64,
+        3,
+        tmp_path,
+        rope=rope,
+        docs=docs,
+        n_train=2,
+        n_eval=2,
+        progress=False,
+        checkpoint_every=2,
+    )
     assert ev["start"] == 32 and ev["steps"] == 3 and ev["train_windows"] != ev["eval_windows"]
     assert TemperatureSpec.load(tmp_path / "learned_spec.json") == spec and dict(spec.rope) == rope
     log = json.loads((tmp_path / "train_log.json").read_text())

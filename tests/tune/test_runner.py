@@ -77,16 +77,35 @@ def test_global_entropy_match_is_a_fixed_point():
     assert all(x == g for row in match.spec.heads for x in row) and g > 1.05
     assert 1 < match.passes <= 6
     with torch.no_grad():  # at m = g every layer's own match averages back to g
-        per_layer = [float(_match_layer(capture_qk(m, ids, TemperatureSpec(multiplier=g), i),
-                                        torch.tensor(match.reference[i], dtype=torch.float32), 32, "layer")[0])
-                     for i in range(len(match.spec.heads))]
+        per_layer = [
+            float(
+                _match_layer(
+                    capture_qk(m, ids, TemperatureSpec(multiplier=g), i),
+                    torch.tensor(match.reference[i], dtype=torch.float32),
+                    32,
+                    "layer",
+                )[0]
+            )
+            for i in range(len(match.spec.heads))
+        ]
     assert sum(per_layer) / len(per_layer) == pytest.approx(g, rel=2e-3)
 
 
 def test_run_tune_global_and_entropy_write_evidence(tiny, tmp_path):
     model, tok = tiny
-    ev = run_tune(TuneConfig(out=str(tmp_path / "g"), length=384, rope="yarn", objective="perplexity",
-                             tasks=("perplexity",), n_docs=2, progress=False), model, tok)
+    ev = run_tune(
+        TuneConfig(
+            out=str(tmp_path / "g"),
+            length=384,
+            rope="yarn",
+            objective="perplexity",
+            tasks=("perplexity",),
+            n_docs=2,
+            progress=False,
+        ),
+        model,
+        tok,
+    )
     assert set(ev["results"]) == {"m=1", "yarn (0.1 ln s + 1)^2", "tuned"}
     curve = ev["info"]["search"]["curve"]
     best = min(v for _, v in curve)
@@ -114,9 +133,21 @@ def test_run_tune_global_and_entropy_write_evidence(tiny, tmp_path):
         assert vs1["verdict"] in ("better", "worse", "not distinguishable")
         assert ("yarn (0.1 ln s + 1)^2", "ppl") in comps
     # the tuner never saw an evaluation document: the search scored the tuning pool
-    ev = run_tune(TuneConfig(out=str(tmp_path / "e"), length=384, granularity="head", objective="entropy",
-                             tasks=("perplexity",), n_docs=2, progress=False, check_lengths=(),
-                             heldout_text="none"), model, tok)
+    ev = run_tune(
+        TuneConfig(
+            out=str(tmp_path / "e"),
+            length=384,
+            granularity="head",
+            objective="entropy",
+            tasks=("perplexity",),
+            n_docs=2,
+            progress=False,
+            check_lengths=(),
+            heldout_text="none",
+        ),
+        model,
+        tok,
+    )
     assert ev["checks"] == {} and "heldout" not in ev
     info = json.loads((tmp_path / "e" / "entropy.json").read_text())
     assert len(info["after"]) == 4 and all(math.isfinite(x) for row in info["after"] for x in row)
@@ -162,8 +193,9 @@ def test_entropy_matching_builds_no_autograd_graph():
     that graph held every activation and ran a 24 GB machine out of memory."""
     m, ids = _peaky()
     grad_seen = []
-    hooks = [layer.register_forward_hook(lambda *a: grad_seen.append(torch.is_grad_enabled()))
-             for layer in m.model.layers]
+    hooks = [
+        layer.register_forward_hook(lambda *a: grad_seen.append(torch.is_grad_enabled())) for layer in m.model.layers
+    ]
     try:
         with torch.enable_grad():
             tune_entropy(m, ids, trained_length=32, granularity="head", progress=False)
@@ -187,9 +219,19 @@ def test_after_entropy_from_the_matching_pass_equals_a_fresh_measure(granularity
 
 def test_gradient_tune_of_a_length_schedule_from_two_lengths_checked_at_a_third(tiny, tmp_path):
     model, tok = tiny
-    cfg = TuneConfig(out=str(tmp_path), length=384, lengths=(512,), method="gradient", granularity="head",
-                     schedule="log_length", steps=3, tasks=("perplexity",), n_docs=2, check_lengths=(768,),
-                     progress=False)
+    cfg = TuneConfig(
+        out=str(tmp_path),
+        length=384,
+        lengths=(512,),
+        method="gradient",
+        granularity="head",
+        schedule="log_length",
+        steps=3,
+        tasks=("perplexity",),
+        n_docs=2,
+        check_lengths=(768,),
+        progress=False,
+    )
     ev = run_tune(cfg, model, tok)
     spec = TemperatureSpec.from_dict(ev["spec"])
     assert spec.schedule == "log_length" and dict(spec.schedule_params)["trained_len"] == 256

@@ -2,7 +2,7 @@
 
 import pytest
 
-from attntemp.evaluate import corpus
+from attntemp.evaluate import corpus, score
 from attntemp.evaluate.tasks import EvalContext, get_task
 from attntemp.tune import search
 
@@ -23,7 +23,7 @@ def counted(monkeypatch):
             calls.append(list(ms))
             return self.task.evaluate(model, tok, length, ms, ctx)
 
-    monkeypatch.setattr(search, "get_task", lambda name: Counted(get_task(name)))
+    monkeypatch.setattr(score, "get_task", lambda name: Counted(get_task(name)))
     return calls
 
 
@@ -37,4 +37,15 @@ def test_a_cache_resumes_the_search_without_scoring_again(tiny, counted):
     assert first["value"] == pytest.approx(min(v for _, v in first["curve"]))  # key-token ppl: lower is better
     counted.clear()
     again = search.tune_global(model, tok, 384, "key_tokens", ctx, grid=3, iters=2, cache=dict(cache))
+    assert counted == [] and again["multiplier"] == first["multiplier"]
+
+
+def test_a_score_store_resumes_the_search_without_scoring_again(tiny, counted, tmp_path):
+    model, tok = tiny
+    ctx = EvalContext(256, corpus.pool(corpus.load_text("stdlib"), "tuning"), n_docs=2, batch_size=4)
+    store = score.ScoreStore(tmp_path / "scores.db")
+    first = search.tune_global(model, tok, 384, "key_tokens", ctx, grid=3, iters=1, store=store, model_id="tiny")
+    assert store.count() == sum(len(ms) for ms in counted) >= 4
+    counted.clear()
+    again = search.tune_global(model, tok, 384, "key_tokens", ctx, grid=3, iters=1, store=store, model_id="tiny")
     assert counted == [] and again["multiplier"] == first["multiplier"]

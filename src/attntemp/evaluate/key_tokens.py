@@ -215,6 +215,11 @@ class KeyTokens(Task):
         ),
     )
     objective = "key_ppl"
+    per_window = ("window_key_tokens", "window_tail", "window_key_nll", "window_tail_nll")
+
+    def finish(self, merged):
+        merged["key_tokens_total"] = int(sum(merged["window_key_tokens"]))
+        return merged
 
     def _kept(self, metrics: dict[str, Any], name: str) -> tuple[list[float], list[float]]:
         """The summed NLL and token count of the windows that hold any of ``name``'s tokens."""
@@ -244,9 +249,9 @@ class KeyTokens(Task):
         return intervals.paired_ratio_interval(nll_a, nll_b, tokens, seed=seed) if len(nll_a) >= 2 else None
 
     def evaluate(self, model, tok, length, multipliers, ctx):
-        ids = heldout_windows(tok, length, n=ctx.n_docs, docs=ctx.docs, n_name="n_docs")  # [n, L]
+        ids = ctx.pick(heldout_windows(tok, length, n=ctx.n_docs, docs=ctx.docs, n_name="n_docs"))  # [n, L]
         mask, rule = key_mask(ids, tok, ctx)  # [n, L-1]
-        if not bool(mask.any()):
+        if not bool(mask.any()) and ctx.window_range is None:  # a block of a race may hold none: it adds nothing
             raise ValueError(_none_found(ids.shape[0], length, rule))
         nll = multiplier_nll(model, ids, multipliers, ctx.batch_size).double()  # [k, n, L-1]
         start = tail_start(length, ctx.trained_length)
@@ -267,7 +272,7 @@ class KeyTokens(Task):
             out.append(
                 {
                     **common,
-                    "key_ppl": math.exp(float(key_nll.sum()) / int(counts.sum())),
+                    "key_ppl": math.exp(float(key_nll.sum()) / int(counts.sum())) if counts.sum() else math.nan,
                     "tail_ppl": math.exp(float(row[:, start:].mean())),
                     "window_key_nll": key_nll.tolist(),
                     "window_tail_nll": row[:, start:].sum(1).tolist(),

@@ -181,6 +181,11 @@ class Needles(Task):
         Metric("logp", True, "nats per answer token", "difference", ("doc_logp",)),
     )
     objective = "logp"
+    per_window = ("doc_acc", "doc_logp", "needle_hits", "needle_logps")
+
+    def finish(self, merged):
+        merged["documents"] = len(merged["doc_acc"])
+        return merged
 
     def interval(self, metrics, name, seed=0):
         (key,) = self.metric(name).values
@@ -196,7 +201,7 @@ class Needles(Task):
         return intervals.paired_difference_interval(a[key], b[key], seed=seed)
 
     def evaluate(self, model, tok, length, multipliers, ctx):
-        docs = documents(tok, length, ctx)
+        docs = list(ctx.pick(documents(tok, length, ctx)))
         scores = score_documents(model, docs, multipliers, ctx.batch_size)  # [k_m, n, k, 2]
         digest = corpus.windows_digest(torch.tensor([d.ids for d in docs]))
         out = []

@@ -17,12 +17,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..hf.patch import patch
 from ..hf.rope_scaling import SCALINGS, rope_for
 from ..ops.spec import TemperatureSpec
 from ..utils import checks, options
 from ..utils.options import option
-from .tasks import TASKS, EvalContext, EvalOptions, get_task
+from .score import score_many
+from .tasks import TASKS, EvalContext, EvalOptions
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -251,9 +251,9 @@ def point_groups(cfg: SweepConfig, store: Store) -> Iterator[tuple[int, str, str
 def evaluate_group(
     model, tok, ctx: EvalContext, length: int, rope: str, task_name: str, group: Sequence[float]
 ) -> tuple[list[dict[str, Any]], float]:
-    """One group's metrics (one dict per multiplier, per-window values kept) and seconds per point."""
-    spec = TemperatureSpec(rope=rope_for(rope, length, ctx.trained_length))
-    t0 = time.perf_counter()
-    with patch(model, spec):
-        results = get_task(task_name).evaluate(model, tok, length, list(group), ctx)
-    return results, (time.perf_counter() - t0) / len(group)
+    """One group's metrics (one dict per multiplier, per-window values kept) and seconds per point,
+    scored in one batched forward (:func:`attntemp.evaluate.score.score_many`)."""
+    base = rope_for(rope, length, ctx.trained_length)
+    specs = [TemperatureSpec(multiplier=m, rope=base) for m in group]
+    results = score_many(model, tok, specs, task_name, length, ctx)
+    return [r.metrics for r in results], results[0].seconds

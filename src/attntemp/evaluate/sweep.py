@@ -16,7 +16,6 @@ Lengths, memory and ``out`` are checked before the model loads (:mod:`.limits`).
 from __future__ import annotations
 
 import sqlite3
-import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -25,14 +24,11 @@ from tqdm.auto import tqdm
 
 from ..hf import devices, introspect, preflight
 from ..hf.loading import load_model
-from ..hf.patch import patch
-from ..hf.rope_scaling import rope_for
-from ..ops.spec import TemperatureSpec
 from ..utils import outputs
 from . import limits
 from .distributed import preflight_ray, run_distributed
-from .store import LOCK_FILE, SETTINGS, Store, SweepConfig, check_exact, groups, mkey
-from .tasks import EvalOptions, eval_context, get_task
+from .store import LOCK_FILE, SETTINGS, Store, SweepConfig, check_exact, evaluate_group, groups, mkey
+from .tasks import EvalOptions, eval_context
 
 __all__ = ["LOCK_FILE", "Store", "SweepConfig", "check_resumable", "preflight_sweep", "run_sweep"]
 
@@ -134,17 +130,12 @@ def _run_here(cfg: SweepConfig, store: Store, model=None, tok=None) -> Store:
     with tqdm(total=total, desc="sweep", disable=not cfg.progress) as bar:  # closed (line ended) on errors too
         for length in cfg.lengths:
             for rope in cfg.rope:
-                spec = TemperatureSpec(rope=rope_for(rope, length, trained))
                 for task_name in cfg.tasks:
                     done = store.done(cfg.model, length, rope, task_name)
                     pending = [m for m in cfg.multipliers if mkey(m) not in done]
                     bar.update(len(cfg.multipliers) - len(pending))
-                    task = get_task(task_name)
                     for group in groups(pending, cfg.batched):
-                        t0 = time.perf_counter()
-                        with patch(model, spec):
-                            results = task.evaluate(model, tok, length, group, ctx)
-                        per_point = (time.perf_counter() - t0) / len(group)
+                        results, per_point = evaluate_group(model, tok, ctx, length, rope, task_name, group)
                         for m, metrics in zip(group, results, strict=True):
                             store.add(cfg.model, length, rope, m, task_name, metrics, per_point, cfg.batched)
                             bar.update(1)

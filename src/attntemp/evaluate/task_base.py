@@ -11,6 +11,7 @@ imported. A task module imports this one, never :mod:`.tasks`.
 from __future__ import annotations
 
 import abc
+import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -83,12 +84,27 @@ class EvalContext:
     key_alpha: float = KEY_ALPHA
     key_beta: float = KEY_BETA
     needles_per_forward: int = NEEDLES_PER_FORWARD  # needles: k keyed facts scored in one forward
+    # score only windows (or trials) [a, b) of the n_docs (trials) drawn: a race scores a block at a time
+    window_range: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         checks.positive_int("trained_length", self.trained_length)
         checks.positive_int("n_docs", self.n_docs)
         checks.positive_int("trials", self.trials)
         check_distant(self)
+        if self.window_range is not None:
+            a, b = self.window_range
+            if not (isinstance(a, int) and isinstance(b, int) and 0 <= a < b):
+                raise ValueError(f"window_range={self.window_range!r} is not allowed; expected (a, b) with 0 <= a < b")
+
+    def pick(self, rows: Sequence[Any]) -> Sequence[Any]:
+        """The rows of :attr:`window_range` (all of them without one); refused past the last row."""
+        if self.window_range is None:
+            return rows
+        a, b = self.window_range
+        if b > len(rows):
+            raise ValueError(f"window_range={self.window_range!r} is not allowed: only {len(rows)} windows were drawn")
+        return rows[a:b]
 
     @property
     def key_span(self) -> int:
@@ -185,6 +201,32 @@ class Task(abc.ABC):
     name: str = ""
     metrics: tuple[Metric, ...] = ()
     objective: str = ""  # the metric tuning optimises
+    per_window: tuple[str, ...] = ()  # the result's keys holding one value per window (or trial), in order
+
+    def merge(self, parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        """Results of consecutive window blocks of one spec as one result: the per-window values
+        concatenated, each ``*_digest`` a digest of the parts' digests (two merges of the same
+        blocks agree, so they pair), every metric recomputed from the merged values."""
+        if not parts:
+            raise ValueError("merge needs at least one result")
+        out = dict(parts[0])
+        for key in self.per_window:
+            out[key] = [v for p in parts for v in p[key]]
+        for key in (k for k in out if k.endswith("_digest")):
+            out[key] = digest_of([str(p[key]) for p in parts]) if len(parts) > 1 else out[key]
+        for m in self.metrics:
+            ci = self.interval(out, m.name)
+            if ci is not None:
+                out[m.name] = ci.value
+        return self.finish(out)
+
+    def finish(self, merged: dict[str, Any]) -> dict[str, Any]:
+        """Recompute a merged result's aggregates that are not metrics (a task's own; none here)."""
+        return merged
+
+    def windows_of(self, result: dict[str, Any]) -> int:
+        """How many windows (or trials) ``result`` holds: forward rows per spec."""
+        return len(result[self.per_window[0]]) if self.per_window else 1
 
     @abc.abstractmethod
     def evaluate(self, model, tok, length: int, multipliers: Sequence[float], ctx: EvalContext) -> list[dict[str, Any]]:
@@ -232,6 +274,11 @@ class Task(abc.ABC):
         """ "better", "worse" or "not distinguishable" (the interval holds "no change"), in words."""
         m = self.metric(name)
         return intervals.verdict(comparison, m.null, lower_is_better=not m.higher_is_better)
+
+
+def digest_of(parts: Sequence[str]) -> str:
+    """sha256 of strings joined: one digest for a sequence of digests."""
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()
 
 
 def tail_start(length: int, trained_length: int) -> int:

@@ -82,6 +82,13 @@ class Perplexity(Task):
         Metric("ppl", False, "perplexity", "ratio", ("window_nll", "tokens")),
     )
     objective = "tail_ppl"
+    per_window = ("window_nll", "window_tail_nll", "bucket_nll")
+
+    def finish(self, merged):
+        sums = [sum(w[i] for w in merged["bucket_nll"]) for i in range(len(merged["bucket_tokens"]))]
+        n = len(merged["bucket_nll"])
+        merged["bucket_ppl"] = [math.exp(s / (t * n)) for s, t in zip(sums, merged["bucket_tokens"], strict=True)]
+        return merged
 
     def interval(self, metrics, name, seed=0):
         nll_key, tok_key = self.metric(name).values
@@ -100,7 +107,7 @@ class Perplexity(Task):
         return intervals.paired_ratio_interval(a[nll_key], b[nll_key], tokens, seed=seed)
 
     def evaluate(self, model, tok, length, multipliers, ctx):
-        ids = heldout_windows(tok, length, n=ctx.n_docs, docs=ctx.docs, n_name="n_docs")
+        ids = ctx.pick(heldout_windows(tok, length, n=ctx.n_docs, docs=ctx.docs, n_name="n_docs"))  # [n, L]
         nll = multiplier_nll(model, ids, multipliers, ctx.batch_size)  # [k, n, L-1]
         start = tail_start(length, ctx.trained_length)
         edges = sorted({round(i * (length - 1) / 8) for i in range(9)})
@@ -184,6 +191,12 @@ class RetrievalTask(Task):
         Metric("logp", True, "nats per answer token", "difference", ("logps",)),
     )
     objective = "logp"
+    per_window = ("hits", "logps")
+
+    def finish(self, merged):
+        for key in ("acc_by_depth", "logp_by_depth"):  # a block's by-depth figures are not the merged ones
+            merged.pop(key, None)
+        return merged
 
     def interval(self, metrics, name, seed=0):
         (key,) = self.metric(name).values
@@ -210,7 +223,7 @@ class Passkey(RetrievalTask):
             _keyed(tok, rng, lambda key: corpus.passkey_prompt(key, length - 10, rng.random(), tok))
             for _ in range(ctx.trials)
         ]
-        return score_prompts(model, tok, prompts, multipliers, ctx.batch_size)
+        return score_prompts(model, tok, list(ctx.pick(prompts)), multipliers, ctx.batch_size)
 
 
 def needle_prompt(tok, haystack: str, key: int, n_tokens: int, depth: float) -> str:
@@ -248,7 +261,7 @@ class Needle(RetrievalTask):
                 )
                 for t in range(ctx.trials)
             ]
-            per_depth.append(score_prompts(model, tok, prompts, multipliers, ctx.batch_size))
+            per_depth.append(score_prompts(model, tok, list(ctx.pick(prompts)), multipliers, ctx.batch_size))
         out = []
         for i in range(len(multipliers)):
             accs = [d[i]["acc"] for d in per_depth]

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from ..evaluate.score import ScoreStore, score
 from ..evaluate.tasks import EvalContext, get_task
-from ..hf.patch import patch
 from ..ops.intervals import Interval
 from ..ops.schedules import yarn_multiplier
 from ..ops.spec import TemperatureSpec
@@ -45,17 +45,19 @@ def evaluate_specs(
     tasks: Any,
     ctx: EvalContext,
     progress: bool = False,
+    store: ScoreStore | None = None,
+    model_id: str = "",
 ) -> dict[str, dict[str, Any]]:
-    """``{spec name: {task: metrics}}`` on the evaluation documents (per-window values kept)."""
+    """``{spec name: {task: metrics}}`` on the evaluation documents (per-window values kept), each
+    scored by :func:`attntemp.evaluate.score.score` (read from ``store`` when it holds it)."""
     result: dict[str, dict[str, Any]] = {}
     with tqdm(total=len(specs) * len(tasks), desc=f"evaluate L={length}", disable=not progress, leave=False) as bar:
         for name, spec in specs.items():
             result[name] = {}
-            with patch(model, spec):
-                for t in tasks:
-                    bar.set_postfix(spec=name, task=t)
-                    result[name][t] = get_task(t).evaluate(model, tok, length, [1.0], ctx)[0]
-                    bar.update(1)
+            for t in tasks:
+                bar.set_postfix(spec=name, task=t)
+                result[name][t] = score(model, tok, spec, t, length, ctx, store, model_id).metrics
+                bar.update(1)
     return result
 
 

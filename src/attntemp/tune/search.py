@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from ..evaluate.score import ScoreStore, score_many
 from ..evaluate.tasks import EvalContext, get_task
-from ..hf.patch import patch
 from ..ops.search import golden_section
 from ..ops.spec import TemperatureSpec
 from ..utils import checks
@@ -31,15 +31,17 @@ def tune_global(
     iters: int = 8,
     progress: bool = False,
     cache: dict[float, float] | None = None,
+    store: ScoreStore | None = None,
+    model_id: str = "",
 ) -> dict[str, Any]:
     """Best global m for ``objective``'s metric: a log-spaced grid (in full batches) brackets
     the optimum, then golden-section search in ln m refines it inside the bracket (at most
     ``grid + iters + 2`` multipliers evaluated; a bar counts them). ``cache`` (m rounded to 6
     places -> the objective, minimised: negated where higher is better) is read before a multiplier
-    is evaluated and written after: pass one that persists itself to resume a long search."""
+    is evaluated and written after; ``store`` keeps every scored multiplier (a rerun with the same
+    store resumes without scoring again)."""
     task = get_task(checks.choice("objective", objective, SEARCH_OBJECTIVES))
     sign = -1.0 if task.higher_is_better(task.objective) else 1.0
-    spec = TemperatureSpec(rope=rope)
     cache = {} if cache is None else cache
 
     bar = tqdm(total=grid + iters + 2, desc=f"search m at L={length}", disable=not progress, leave=False)
@@ -48,9 +50,9 @@ def tune_global(
         todo = [m for m in ms if round(m, 6) not in cache]
         per = max(1, ctx.batch_size // ctx.n_docs)  # multipliers whose windows fill one batch
         for chunk in (todo[i : i + per] for i in range(0, len(todo), per)):
-            with patch(model, spec):
-                for m, r in zip(chunk, task.evaluate(model, tok, length, chunk, ctx), strict=True):
-                    cache[round(m, 6)] = sign * r[task.objective]
+            specs = [TemperatureSpec(multiplier=m, rope=rope) for m in chunk]
+            for m, r in zip(chunk, score_many(model, tok, specs, task.name, length, ctx, store, model_id), strict=True):
+                cache[round(m, 6)] = sign * r.metrics[task.objective]
             bar.update(len(chunk))
             bar.set_postfix(m=f"{chunk[-1]:.4g}", **{task.objective: f"{sign * cache[round(chunk[-1], 6)]:.4g}"})
         return [cache[round(m, 6)] for m in ms]

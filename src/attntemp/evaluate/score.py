@@ -1,0 +1,218 @@
+"""One way to score a spec: :func:`score` / :func:`score_many`, every result kept in a
+:class:`ScoreStore` under a digest of what made it.
+
+``score(model, tok, spec, task, length, ctx)`` patches the model with the spec and runs the
+registered task on the windows of ``ctx`` (all of them, or the block ``ctx.window_range``).
+The key of a result is a digest of
+
+- the spec, whole (per-head tables, schedules, RoPE and LongRoPE factors included),
+- the task and length,
+- the windows: a digest of the text's documents and every context field that picks or scores
+  them (documents, trials, seed, window block, key-token rule, needles per forward, haystack),
+- the weights (a digest the caller computed once: :func:`model_identity`).
+
+So any spec has a key, and a store shared by a sweep, a tune, ``advise`` and the scripts never
+scores the same thing twice. Specs that differ only in their global multiplier run as one
+batched forward (one batch row per m, as the tasks do); each result is written in its own
+transaction, so a run killed at any moment resumes with nothing lost or counted twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..hf import preflight
+from ..hf.patch import patch
+from ..ops.spec import TemperatureSpec
+from .task_base import EvalContext, get_task
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS scores (
+    key TEXT PRIMARY KEY, task TEXT, length INTEGER, spec TEXT, metrics TEXT,
+    seconds REAL, created REAL);
+"""
+# EvalContext fields that are the documents themselves (digested by content instead)
+_DOC_FIELDS = ("docs", "haystack", "tuning_docs")
+_DOC_DIGESTS: dict[int, tuple[Any, str]] = {}  # id(docs) -> (docs, digest): the documents kept alive
+
+
+@dataclass(frozen=True)
+class Result:
+    """A spec's metrics on one task at one length (per-window values kept), and how it was made."""
+
+    spec: TemperatureSpec
+    task: str
+    length: int
+    metrics: dict[str, Any] = field(repr=False)
+    key: str
+    seconds: float
+    cached: bool
+    rows: int  # forward rows this spec needed (windows or trials); 0 when read from the store
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "spec": self.spec.to_dict(),
+            "task": self.task,
+            "length": self.length,
+            "metrics": self.metrics,
+            "key": self.key,
+            "seconds": self.seconds,
+            "cached": self.cached,
+        }
+
+
+def documents_digest(docs: Sequence[Any]) -> str:
+    """sha256 of the documents' names and texts (computed once per documents object)."""
+    hit = _DOC_DIGESTS.get(id(docs))
+    if hit is not None and hit[0] is docs:
+        return hit[1]
+    h = hashlib.sha256()
+    for d in docs:
+        h.update(d.name.encode() + b"\0" + d.text.encode("utf-8", "surrogatepass") + b"\0")
+    if len(_DOC_DIGESTS) > 16:
+        _DOC_DIGESTS.clear()
+    _DOC_DIGESTS[id(docs)] = (docs, h.hexdigest())
+    return h.hexdigest()
+
+
+def context_digest(ctx: EvalContext) -> str:
+    """A digest of everything in ``ctx`` that picks or scores the windows."""
+    plain = {f.name: getattr(ctx, f.name) for f in fields(ctx) if f.name not in _DOC_FIELDS}
+    plain.update({name: documents_digest(getattr(ctx, name)) for name in ("docs", "haystack")})
+    return hashlib.sha256(json.dumps(plain, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def score_key(spec: TemperatureSpec, task: str, length: int, ctx: EvalContext, model_id: str) -> str:
+    """The store's key of ``spec`` on ``task`` at ``length`` on ``ctx``'s windows, with these weights."""
+    what = {"spec": spec.to_dict(), "task": task, "length": int(length), "ctx": context_digest(ctx), "model": model_id}
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
+
+
+def model_identity(model: Any, name: str | None = None) -> str:
+    """What the scores' keys take as the weights: the digest of the named model's weights files
+    when it is local, else a digest of the parameters' bytes (the model in memory)."""
+    found = preflight.weights_digest(name) if name else None
+    if found:
+        return f"files:{found}"
+    h = hashlib.blake2b(digest_size=16)
+    for key, t in model.state_dict().items():
+        h.update(key.encode())
+        h.update(t.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+    return f"params:{h.hexdigest()}"
+
+
+class ScoreStore:
+    """Results by key in SQLite (``scores`` table): one transaction per result, WAL for readers."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.db = sqlite3.connect(self.path, timeout=60)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.executescript(SCHEMA)
+        except sqlite3.Error as exc:
+            raise ValueError(f"{str(self.path)!r} is not a usable score store: {exc}") from None
+
+    def get(self, key: str) -> tuple[dict[str, Any], float] | None:
+        row = self.db.execute("SELECT metrics, seconds FROM scores WHERE key=?", (key,)).fetchone()
+        return None if row is None else (json.loads(row[0]), float(row[1]))
+
+    def put(self, key: str, task: str, length: int, spec: TemperatureSpec, metrics: dict, seconds: float) -> None:
+        with self.db:
+            self.db.execute(
+                "INSERT OR REPLACE INTO scores VALUES (?,?,?,?,?,?,?)",
+                (key, task, int(length), spec.to_json(), json.dumps(metrics), seconds, time.time()),
+            )
+
+    def count(self) -> int:
+        return int(self.db.execute("SELECT COUNT(*) FROM scores").fetchone()[0])
+
+    def close(self) -> None:
+        self.db.close()
+
+
+def base_of(spec: TemperatureSpec) -> TemperatureSpec:
+    """``spec`` with its global multiplier 1: specs with one base run as one batched forward."""
+    return spec if spec.multiplier == 1.0 else TemperatureSpec.from_dict({**spec.to_dict(), "multiplier": 1.0})
+
+
+def score_many(
+    model: Any,
+    tok: Any,
+    specs: Sequence[TemperatureSpec],
+    task: str,
+    length: int,
+    ctx: EvalContext,
+    store: ScoreStore | None = None,
+    model_id: str = "",
+) -> list[Result]:
+    """Each spec scored on ``task`` (read from ``store`` when there): specs that share a base run
+    batched, as many as fill ``ctx.batch_size`` rows with their windows per forward."""
+    keys = [score_key(s, task, length, ctx, model_id) for s in specs]
+    out: dict[int, Result] = {}
+    for i, (s, key) in enumerate(zip(specs, keys, strict=True)):
+        found = store.get(key) if store is not None else None
+        if found is not None:
+            out[i] = Result(s, task, length, found[0], key, found[1], True, 0)
+    by_base: dict[TemperatureSpec, list[int]] = {}
+    for i, s in enumerate(specs):
+        if i not in out and keys[i] not in {keys[j] for j in by_base.get(base_of(s), [])}:
+            by_base.setdefault(base_of(s), []).append(i)
+    per = max(1, ctx.batch_size // _rows_per_spec(ctx))
+    the_task = get_task(task) if by_base else None
+    for base, idx in by_base.items():
+        for chunk in (idx[a : a + per] for a in range(0, len(idx), per)):
+            t0 = time.perf_counter()
+            assert the_task is not None
+            with patch(model, base):
+                results = the_task.evaluate(model, tok, length, [specs[i].multiplier for i in chunk], ctx)
+            seconds = (time.perf_counter() - t0) / len(chunk)
+            for i, metrics in zip(chunk, results, strict=True):
+                if store is not None:
+                    store.put(keys[i], task, length, specs[i], metrics, seconds)
+                out[i] = Result(specs[i], task, length, metrics, keys[i], seconds, False, the_task.windows_of(metrics))
+    for i, key in enumerate(keys):  # a spec given twice: scored once
+        if i not in out:
+            first = next(j for j in out if keys[j] == key)
+            out[i] = Result(specs[i], task, length, out[first].metrics, key, out[first].seconds, True, 0)
+    return [out[i] for i in range(len(specs))]
+
+
+def score(
+    model: Any,
+    tok: Any,
+    spec: TemperatureSpec,
+    task: str,
+    length: int,
+    ctx: EvalContext,
+    store: ScoreStore | None = None,
+    model_id: str = "",
+) -> Result:
+    """``spec`` on ``task`` at ``length`` on ``ctx``'s windows: the one way a spec is scored."""
+    return score_many(model, tok, [spec], task, length, ctx, store, model_id)[0]
+
+
+def _rows_per_spec(ctx: EvalContext) -> int:
+    if ctx.window_range is not None:
+        return ctx.window_range[1] - ctx.window_range[0]
+    return ctx.n_docs
+
+
+def merged(task: str, parts: Sequence[Result]) -> dict[str, Any]:
+    """The metrics of consecutive window blocks of one spec as one result (:meth:`Task.merge`)."""
+    return get_task(task).merge([p.metrics for p in parts])
+
+
+def context_fields(ctx: EvalContext) -> dict[str, Any]:
+    """``ctx``'s plain fields (documents by count): for a record of what was scored."""
+    return {f.name: (len(getattr(ctx, f.name)) if f.name in _DOC_FIELDS else getattr(ctx, f.name)) for f in fields(ctx)}
