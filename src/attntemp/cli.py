@@ -24,6 +24,7 @@ from .utils.errors import ExternalToolError
 # Sub-command modules under attntemp.commands, in the order `attntemp --help` lists them.
 COMMANDS = (
     "demo",
+    "advise",
     "tables",
     "measure",
     "generate",
@@ -42,6 +43,7 @@ DEFAULT_COMMAND = "demo"
 # The top-level listing, without importing the commands (each module's own help says more).
 SUMMARIES = {
     "demo": "the whole story on one model, as report.html (the default command)",
+    "advise": "what to run at a length: diagnose, race candidates on distant context, confirm, recommend per engine",
     "tables": "print the YaRN and temperature tables",
     "measure": "entropy, sink and recency of attention per layer/head/position",
     "generate": "generate text; --monitor watches attention per token against the trained length",

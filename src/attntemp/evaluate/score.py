@@ -56,7 +56,7 @@ class Result:
     key: str
     seconds: float
     cached: bool
-    rows: int  # forward rows this spec needed (windows or trials); 0 when read from the store
+    rows: int  # forward rows this spec's result needs (windows or trials), read from the store or not
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -163,7 +163,7 @@ def score_many(
     for i, (s, key) in enumerate(zip(specs, keys, strict=True)):
         found = store.get(key) if store is not None else None
         if found is not None:
-            out[i] = Result(s, task, length, found[0], key, found[1], True, 0)
+            out[i] = Result(s, task, length, found[0], key, found[1], True, get_task(task).windows_of(found[0]))
     by_base: dict[TemperatureSpec, list[int]] = {}
     for i, s in enumerate(specs):
         if i not in out and keys[i] not in {keys[j] for j in by_base.get(base_of(s), [])}:
@@ -184,7 +184,7 @@ def score_many(
     for i, key in enumerate(keys):  # a spec given twice: scored once
         if i not in out:
             first = next(j for j in out if keys[j] == key)
-            out[i] = Result(specs[i], task, length, out[first].metrics, key, out[first].seconds, True, 0)
+            out[i] = Result(specs[i], task, length, out[first].metrics, key, out[first].seconds, True, out[first].rows)
     return [out[i] for i in range(len(specs))]
 
 

@@ -1,0 +1,1 @@
+"""``attntemp advise``: diagnose, race, confirm, recommend (above report: the demo is advise)."""

@@ -1,0 +1,144 @@
+"""``attntemp advise``'s config and its plan: every fact the run needs, worked out once before
+the model loads (the trained length, the lengths, the needles that fit, the texts) and handed
+to :func:`attntemp.advise.run.run_advise` whole."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..evaluate import corpus, limits, needles
+from ..evaluate.task_base import EvalOptions
+from ..hf import preflight
+from ..ship.export import ENGINES
+from ..utils import checks, outputs
+from ..utils.options import option
+
+OBJECTIVES = ("key_tokens", "needles", "perplexity")  # what the race judges at the serving length
+HELDOUT_FOR_STDLIB = "package:markdown"  # Python code outside the stdlib, on every machine
+RESULTS = ("evidence.json", "report.md", "report.html", "tradeoff.png", "diagnosis.png", "spec.json")
+STORE = "scores.db"  # every scored (spec, task, length, windows): a rerun resumes from it
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdviseConfig(EvalOptions):
+    """``attntemp advise`` and :func:`attntemp.advise.run.run_advise`."""
+
+    length: int = option(help="the length the model will serve, in tokens")
+    engine: str = option("transformers", f"the engine that will serve it: {', '.join(ENGINES)}")
+    objective: str = option(
+        "key_tokens",
+        "what the race judges at --length: key_tokens (perplexity on the tokens only distant context predicts), "
+        "needles (keyed facts hidden in the text) or perplexity (all tokens past the trained length)",
+    )
+    heldout_text: str | None = option(
+        None,
+        f"a second text the survivors are confirmed on, or 'none' (default: {HELDOUT_FOR_STDLIB} when --text is "
+        "stdlib, else stdlib)",
+    )
+    budget: int | None = option(
+        None,
+        "forward rows the race may spend (a row: one window of one spec at one length); default: no limit",
+        parse=int,
+    )
+    max_short_cost: float = option(
+        0.01, "the most a candidate may cost in all-token perplexity below the trained length (0.01: 1%)"
+    )
+    race_windows: int = option(16, "windows of the tuning pool the race may score")
+    block: int = option(2, "windows per round of the race")
+    min_windows: int = option(4, "windows scored before a candidate may leave the race")
+    check_length: int | None = option(
+        None, "a longer held-out length the survivors are confirmed at (default: 1.5 x --length; 0 for none)", parse=int
+    )
+    tune_m: bool = option(True, "no candidate with YaRN's global m tuned first", flag="--no-tune", invert=True)
+    out: str = option("attntemp-advise", "output folder (scores.db: a rerun resumes from it)")
+    overwrite: bool = option(False, "replace an earlier run's results in --out (its scores.db is kept and reused)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        checks.positive_int("length", self.length)
+        checks.choice("engine", self.engine, ENGINES)
+        checks.choice("objective", self.objective, OBJECTIVES)
+        if self.budget is not None:
+            checks.positive_int("budget", self.budget)
+        checks.within("max_short_cost", self.max_short_cost, 0.0, 0.999)
+        for name in ("race_windows", "block", "min_windows"):
+            checks.positive_int(name, getattr(self, name))
+        if self.race_windows < 2:
+            raise ValueError(f"race_windows={self.race_windows} is not allowed; a paired interval needs at least 2")
+        if self.check_length is not None and self.check_length != 0:
+            checks.positive_int("check_length", self.check_length)
+        if self.heldout_text == "":
+            raise ValueError(
+                "heldout_text='' is not allowed; expected a text (stdlib, gutenberg:<book>, ...) or 'none'"
+            )
+
+    def second_text(self) -> str | None:
+        """The second text, its default filled in; None for 'none'."""
+        if self.heldout_text is None:
+            return HELDOUT_FOR_STDLIB if self.text == "stdlib" else "stdlib"
+        return None if self.heldout_text == "none" else self.heldout_text
+
+
+@dataclass(frozen=True)
+class AdvisePlan:
+    """What the run consumes: worked out once by :func:`preflight_advise`."""
+
+    cfg: AdviseConfig
+    trained: int  # L0
+    model_type: str | None
+    short_lengths: tuple[int, ...]  # below L0 (and below N): where a candidate's cost is measured
+    check_length: int | None  # a longer length the survivors are confirmed at
+    needles: int  # needles per forward that fit the shortest length they are scored at (0: none fit)
+    second_text: str | None
+    tok: Any
+    spare: int = 2  # windows past the race's own that the tuned m is searched on
+
+    @property
+    def extends(self) -> bool:
+        return self.cfg.length > self.trained
+
+
+def short_lengths(length: int, trained: int) -> tuple[int, ...]:
+    """L0 / 4, L0 / 2 and L0, those below ``length`` (at least 32 tokens each)."""
+    return tuple(n for n in sorted({trained // 4, trained // 2, trained}) if 32 <= n < length)
+
+
+def fitting_needles(tok: Any, length: int, wanted: int) -> int:
+    """As many needles as fit ``length`` tokens, up to ``wanted`` (0 when not even one fits)."""
+    k = wanted
+    while k > 0 and needles.min_tokens(tok, k) > length:
+        k -= 1
+    return k
+
+
+def preflight_advise(cfg: AdviseConfig, model: Any = None, tok: Any = None) -> AdvisePlan:
+    """Everything checked before the model loads (each refusal names its flag): ``out``, the texts,
+    the trained length, every length long enough for its tasks and within memory."""
+    outputs.check_out(cfg.out, RESULTS, overwrite=cfg.overwrite)
+    config = model.config.to_dict() if model is not None else preflight.source_config(cfg.model)
+    tok = tok if tok is not None else preflight.load_tokenizer(cfg.model)
+    corpus.source_files(cfg.text, name="text")
+    if cfg.second_text():
+        corpus.source_files(cfg.second_text() or "", name="heldout_text")
+    trained = preflight.trained_length(config or {}) or cfg.length
+    check = _check_length(cfg, trained)
+    limits.check_lengths("length", [cfg.length], [cfg.objective], tok, indexed=False, opts=cfg, trained=trained)
+    text = config and preflight.text_part(config)
+    rows = max(cfg.batch_size, 1)
+    limits.check_memory("length", [cfg.length], text, rows, indexed=False)
+    if check:
+        limits.check_memory("check_length", [check], text, rows, indexed=False)
+    limits.check_evaluator(cfg, tok)
+    k = fitting_needles(tok, min(trained, cfg.length), cfg.needles_per_forward)
+    model_type = (config or {}).get("model_type")
+    return AdvisePlan(cfg, trained, model_type, short_lengths(cfg.length, trained), check, k, cfg.second_text(), tok)
+
+
+def _check_length(cfg: AdviseConfig, trained: int) -> int | None:
+    if cfg.check_length == 0:
+        return None
+    n = cfg.check_length or round(1.5 * cfg.length)
+    if n <= cfg.length:
+        raise ValueError(f"check_length={n} is not allowed; expected a length above --length={cfg.length}, or 0")
+    return n

@@ -1,0 +1,89 @@
+"""Where the model breaks without a RoPE change, and how its attention moves, head by head.
+
+At the trained length L0 and at the serving length N, with no change: the objective (key-token
+perplexity by default) and the needles on the race's first windows (the same results the race
+reads, so scored once), and the attention statistics of one window per length
+(:func:`attntemp.analysis.measure.measure`). A head *collapses* when its attention mass on the
+last ``recent_tokens`` keys, over the queries past L0 at N, is more than 0.1 above its mass at
+L0, and *diffuses* when its entropy over ln(n) is more than 0.05 above (without collapsing): the
+thresholds of :meth:`AttentionStats.compare`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..analysis.measure import AttentionStats, measure
+from ..evaluate.corpus import heldout_windows
+from ..evaluate.score import Result
+from ..evaluate.task_base import EvalContext, get_task
+from ..ops.spec import TemperatureSpec
+
+Merge = Callable[[str, int], tuple[dict[str, Any], int] | None]  # (task, length) -> merged metrics, windows
+
+
+def describe(task: str, metrics: dict[str, Any]) -> dict[str, str]:
+    """Each metric of ``task`` with its 95% interval, in words."""
+    t = get_task(task)
+    return {m.name: t.describe(metrics, m.name) for m in t.metrics}
+
+
+def attention_stats(
+    model: Any, tok: Any, ctx: EvalContext, length: int, folder: Path, progress: bool
+) -> AttentionStats:
+    """One window's attention statistics at ``length`` (no change), kept in ``folder`` for a rerun."""
+    path = folder / f"attention_{length}.json"
+    if path.is_file():
+        return AttentionStats.load(path)
+    ids = heldout_windows(tok, length, n=1, docs=ctx.docs)  # [1, L]
+    with torch.no_grad():
+        stats = measure(model, ids.to(model.device), TemperatureSpec(), progress=progress)
+    stats.save(path)
+    return stats
+
+
+def head_shift(long: AttentionStats, short: AttentionStats, trained: int) -> dict[str, Any]:
+    """Per head, how attention past L0 at N (queries from position ``trained`` on) differs from
+    attention at L0: the shifts of entropy / ln n and of recent-token mass, and the heads that
+    collapse (recent mass up by more than 0.1) or diffuse (entropy / ln n up by more than 0.05)."""
+    start = trained if long.length > trained else 0
+    d_ent = long.by_head("norm_entropy", start) - short.by_head("norm_entropy")  # [layers, heads]
+    d_recent = long.by_head("recent_mass", start) - short.by_head("recent_mass")  # [layers, heads]
+    collapse = d_recent > 0.1
+    diffuse = (d_ent > 0.05) & ~collapse
+    return {
+        "collapsed": [(int(a), int(b)) for a, b in np.argwhere(collapse)],
+        "diffused": [(int(a), int(b)) for a, b in np.argwhere(diffuse)],
+        "heads": int(d_ent.size),
+        "norm_entropy_shift": np.round(d_ent, 4).tolist(),
+        "recent_mass_shift": np.round(d_recent, 4).tolist(),
+    }
+
+
+def scores_at(results: dict[tuple[str, int], list[Result]], merge: Callable, task: str, n: int) -> dict[str, Any]:
+    parts = results.get((task, n))
+    if not parts:
+        return {}
+    metrics = merge(task, parts)
+    return {"windows": get_task(task).windows_of(metrics), **describe(task, metrics), "_metrics": metrics}
+
+
+def summary(trained: int, length: int, objective: str, at: dict[int, dict[str, dict[str, Any]]], heads: dict) -> str:
+    """One paragraph in words: how the objective moves from L0 to N, and what the heads do."""
+    metric = get_task(objective).objective
+    lo, hi = at[trained].get(objective, {}), at[length].get(objective, {})
+    moved = (
+        f"{objective} {metric} is {lo.get(metric, 'not scored')} at the trained length {trained} and "
+        f"{hi.get(metric, 'not scored')} at {length} without a RoPE change"
+    )
+    n_c, n_d = len(heads["collapsed"]), len(heads["diffused"])
+    return (
+        f"{moved}. From {trained} to {length} tokens, {n_c} of {heads['heads']} heads collapse onto recent tokens "
+        f"(recent-token mass +0.1 or more) and {n_d} diffuse (entropy / ln n +0.05 or more); the other "
+        f"{heads['heads'] - n_c - n_d} hold."
+    )

@@ -1,0 +1,190 @@
+"""Racing candidates to a verdict, window block by window block (Maron & Moore 1994's Hoeffding
+races, with paired bootstrap intervals instead of Hoeffding bounds).
+
+Every round scores each candidate still in the race on the next block of windows of the tuning
+pool, on the objective at the serving length N and on all-token perplexity at the short lengths
+(below the trained length L0). After at least ``min_windows`` windows a candidate leaves when
+
+- its paired interval against the leader (the best point estimate) on the objective at N is
+  worse, or
+- its paired interval against "no change" at a short length lies wholly above ``1 +
+  max_short_cost`` (it costs more than that below L0, for certain).
+
+A candidate whose short-length interval lies wholly within the cost is no longer scored there.
+The race ends with one candidate ("decided"), with the windows spent ("tied": the survivors are
+not told apart by every window), or with the budget spent first ("undecided": more windows could
+still separate them). The intervals are 95% at every look, so with many looks a candidate can
+leave by chance more often than 5% of the time; ``confirm`` scores the survivors again on windows
+the race never saw.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..evaluate.score import Result
+from ..evaluate.task_base import get_task
+from ..ops.intervals import Interval
+from ..ops.spec import TemperatureSpec
+from .candidates import BASELINE, Candidate
+
+# scorer(specs, task, length, (first window, end)) -> one Result per spec, in order
+Scorer = Callable[[Sequence[TemperatureSpec], str, int, tuple[int, int]], list[Result]]
+SHORT_TASK, SHORT_METRIC = "perplexity", "ppl"
+
+
+@dataclass(frozen=True)
+class RaceSettings:
+    """What a race is run on: the objective task at ``length``, the short lengths, the windows."""
+
+    task: str
+    length: int
+    short_lengths: tuple[int, ...]
+    windows: int  # windows of the tuning pool the race may score
+    block: int = 2  # windows per round
+    min_windows: int = 4  # windows scored before anyone may leave
+    max_short_cost: float = 0.01  # ratio - 1 of all-token perplexity below L0
+    budget: int | None = None  # forward rows (one window of one spec at one length)
+
+    @property
+    def metric(self) -> str:
+        return get_task(self.task).objective
+
+
+@dataclass
+class Entry:
+    """A candidate's state in the race: its results per (task, length), and why it left."""
+
+    candidate: Candidate
+    parts: dict[tuple[str, int], list[Result]] = field(default_factory=dict)
+    short_ok: set[int] = field(default_factory=set)  # short lengths where its cost is decided within bounds
+    reason: str | None = None
+    left_after: int | None = None  # windows scored when it left
+    comparisons: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.candidate.name
+
+
+@dataclass
+class RaceResult:
+    entries: list[Entry]
+    status: str  # decided, tied, undecided
+    rows: int
+    windows: int  # windows scored by the candidates that stayed
+    leader: str
+
+    @property
+    def survivors(self) -> list[Entry]:
+        return [e for e in self.entries if e.reason is None]
+
+
+def merged(task: str, parts: Sequence[Result]) -> dict[str, Any]:
+    return get_task(task).merge([p.metrics for p in parts])
+
+
+def _interval_dict(ci: Interval | None, verdict: str | None) -> dict[str, Any] | None:
+    return None if ci is None else {**ci.to_dict(), "verdict": verdict}
+
+
+def _leader(settings: RaceSettings, alive: list[Entry]) -> Entry:
+    task = get_task(settings.task)
+    sign = 1.0 if task.higher_is_better(settings.metric) else -1.0
+    key = (settings.task, settings.length)
+    return max(alive, key=lambda e: sign * merged(settings.task, e.parts[key])[settings.metric])
+
+
+def _objective_cut(settings: RaceSettings, alive: list[Entry], windows: int) -> Entry:
+    """Compare every candidate with the leader at N; those worse leave."""
+    task, key = get_task(settings.task), (settings.task, settings.length)
+    lead = _leader(settings, alive)
+    lead_res = merged(settings.task, lead.parts[key])
+    for e in alive:
+        if e is lead:
+            continue
+        ci = task.paired(merged(settings.task, e.parts[key]), lead_res, settings.metric)
+        verdict = None if ci is None else task.verdict(ci, settings.metric)
+        e.comparisons["objective_vs_leader"] = {"leader": lead.name, **(_interval_dict(ci, verdict) or {})}
+        if verdict == "worse":
+            e.reason = (
+                f"worse than {lead.name!r} at {settings.length} tokens on {settings.task} {settings.metric}: "
+                f"{ci.fixed() if ci else ''} after {windows} windows"
+            )
+            e.left_after = windows
+    return lead
+
+
+def _short_cut(settings: RaceSettings, alive: list[Entry], base: Entry, windows: int) -> None:
+    """Compare every candidate with "no change" below L0; those that cost too much leave."""
+    task, bound = get_task(SHORT_TASK), 1.0 + settings.max_short_cost
+    for e in (x for x in alive if x is not base and x.reason is None):
+        for n in settings.short_lengths:
+            mine = e.parts[(SHORT_TASK, n)]
+            ci = task.paired(
+                merged(SHORT_TASK, mine), merged(SHORT_TASK, base.parts[(SHORT_TASK, n)][: len(mine)]), "ppl"
+            )
+            if ci is None:
+                continue
+            e.comparisons.setdefault("short_cost", {})[str(n)] = _interval_dict(ci, task.verdict(ci, SHORT_METRIC))
+            if ci.low > bound:
+                e.reason = (
+                    f"costs {ci.fixed()} all-token perplexity at {n} tokens (below the trained length) against "
+                    f"no change, more than {settings.max_short_cost:.0%} after {windows} windows"
+                )
+                e.left_after = windows
+                return
+            if ci.high <= bound:
+                e.short_ok.add(n)
+
+
+def _jobs(settings: RaceSettings, entries: list[Entry]) -> list[tuple[str, int, list[Entry]]]:
+    """What a round scores: the candidates in the race at N, and at each short length those whose
+    cost is not decided yet, with "no change" (what they pair with) first."""
+    racing = [e for e in entries if e.reason is None]
+    base = next(e for e in entries if e.name == BASELINE)
+    jobs = [(settings.task, settings.length, racing)]
+    for n in settings.short_lengths:
+        needy = [e for e in racing if e is not base and n not in e.short_ok]
+        if needy:
+            jobs.append((SHORT_TASK, n, [base, *needy]))
+    return jobs
+
+
+def _score_round(scorer: Scorer, jobs: list[tuple[str, int, list[Entry]]], block: tuple[int, int]) -> int:
+    """Score ``jobs`` on ``block``; returns the forward rows it took."""
+    rows = 0
+    for task, length, entries in jobs:
+        results = scorer([e.candidate.spec for e in entries], task, length, block)
+        for e, r in zip(entries, results, strict=True):
+            e.parts.setdefault((task, length), []).append(r)
+            rows += r.rows
+    return rows
+
+
+def race(candidates: Sequence[Candidate], scorer: Scorer, settings: RaceSettings, progress: Any = None) -> RaceResult:
+    """Race ``candidates`` (one named "no change": the baseline of the short-length cost)."""
+    entries = [Entry(c) for c in candidates]
+    base = next(e for e in entries if e.name == BASELINE)
+    rows, windows, status = 0, 0, "tied"
+    while windows < settings.windows and sum(e.reason is None for e in entries) > 1:
+        block = (windows, min(windows + settings.block, settings.windows))
+        jobs = _jobs(settings, entries)
+        need = (block[1] - block[0]) * sum(len(j[2]) for j in jobs)
+        if settings.budget is not None and rows + need > settings.budget:
+            status = "undecided"
+            break
+        rows += _score_round(scorer, jobs, block)
+        windows = block[1]
+        if progress is not None:
+            progress(windows, rows, sum(e.reason is None for e in entries))
+        if windows >= settings.min_windows:
+            _objective_cut(settings, [e for e in entries if e.reason is None], windows)
+            _short_cut(settings, [e for e in entries if e.reason is None], base, windows)
+    still = [e for e in entries if e.reason is None]
+    if len(still) == 1:
+        status = "decided"
+    lead = _leader(settings, still) if windows else still[0]
+    return RaceResult(entries, status, rows, windows, lead.name)

@@ -1,0 +1,181 @@
+"""``attntemp advise``'s report: the story in words and tables (``report.md``, ``report.html``)
+and two figures: the short-context cost against the long-context gain of every candidate
+confirmed (``tradeoff.png``: 95% intervals as bars, the recommendation marked) and the per-head
+attention shift from the trained length to the serving length (``diagnosis.png``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..analysis.style import DPI, NULL, plt
+from .candidates import BASELINE
+
+
+def _row(*cells: Any) -> str:
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def race_table(ev: dict[str, Any]) -> list[str]:
+    engine = ev["question"]["engine"]
+    lines = [
+        _row("candidate", "changes below L0", "kept", "why it left", f"{engine} carries it by"),
+        "|---|---|---|---|---|",
+    ]
+    for c in ev["candidates"]:
+        how = c["engines"][engine]
+        lines.append(
+            _row(c["name"], "no" if c["gated"] else "yes", "yes" if c["kept"] else "no", c["reason"] or "-", how["how"])
+        )
+    return lines
+
+
+def confirm_table(ev: dict[str, Any]) -> list[str]:
+    checks = list(ev["confirmation"])
+    names = list(next(iter(ev["confirmation"].values()), {}))
+    if not checks or not names:
+        return ["(nothing confirmed)"]
+    lines = [_row("spec", *checks), "|---|" + "---|" * len(checks)]
+    for n in names:
+        cells = []
+        for c in checks:
+            cell = ev["confirmation"][c].get(n) if "error" not in ev["confirmation"][c] else None
+            if cell is None:
+                cells.append(ev["confirmation"][c].get("error", "-")[:60])
+                continue
+            vs = cell["vs_no_change"]
+            cells.append(
+                cell["value"]
+                if vs is None
+                else f"{vs['value']:.4f} [{vs['low']:.4f}, {vs['high']:.4f}] {vs['verdict']}"
+            )
+        lines.append(_row(n, *cells))
+    return lines
+
+
+def recommendation_lines(ev: dict[str, Any]) -> list[str]:
+    rec, engine = ev["recommendation"], ev["question"]["engine"]
+    if rec["name"] is None:
+        return [
+            f"**Undecided**: {rec['why']}. Still in the race: {', '.join(rec['still_in'])}. Give a larger --budget."
+        ]
+    how = rec["engines"][engine]
+    said = "**Recommended**" if rec["status"] == "recommended" else "**Nothing beats the baseline**"
+    lines = [f"{said}: {rec['name']} ({rec['why']}). {rec['evidence']}.", "", f"For {engine}: {how['how']}."]
+    body = how.get("settings") or how.get("command")
+    if body:
+        lines += ["", "```", body, "```"]
+    if how.get("why") and how["how"] != "settings":
+        lines += ["", f"(why not settings: {how['why']})"]
+    return lines
+
+
+def markdown(ev: dict[str, Any]) -> str:
+    q, d = ev["question"], ev["diagnosis"]
+    lines = [
+        f"# attntemp advise: {q['model']} at {q['length']} tokens (trained to {q['trained_length']})",
+        "",
+        f"Engine: {q['engine']}. The race judges {q['objective']} at {q['length']} tokens on the tuning pool of "
+        f"{q['text']}, window block by window block, and all-token perplexity below the trained length "
+        f"(a candidate leaves when it costs more than {q['max_short_cost']:.0%} there, for certain). Every figure "
+        "is paired on the same windows with its 95% interval.",
+        "",
+        "## Where the model breaks",
+        "",
+        d["summary"],
+        "",
+        "![per-head attention shift](diagnosis.png)",
+        "",
+        "## The race",
+        "",
+        f"Status: **{ev['race']['status']}** after {ev['race']['windows']} windows, {ev['race']['rows']} forward rows.",
+        "",
+        *race_table(ev),
+        "",
+        "## Confirmed on windows the race never saw",
+        "",
+        "Each cell: the spec against no change on the same windows (ratio for perplexities, difference for "
+        "needles), 95% paired interval, verdict.",
+        "",
+        *confirm_table(ev),
+        "",
+        "![short-context cost against long-context gain](tradeoff.png)",
+        "",
+        "## Recommendation",
+        "",
+        *recommendation_lines(ev),
+        "",
+        f"Forward rows in all: {ev['forwards']} (race {ev['race']['rows']}, tuning {ev['tuning_rows']}, "
+        f"diagnosis and confirmation the rest); {ev['seconds']:.0f} s.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _gain_and_cost(ev: dict[str, Any]) -> list[tuple[str, dict | None, dict | None]]:
+    """Per confirmed spec: its objective ratio at N and its worst short-length cost against no change."""
+    conf = ev["confirmation"]
+    first = next(iter(conf), None)
+    if first is None or "error" in conf[first]:
+        return []
+    shorts = [c for c in conf if c.startswith("cost at") and "error" not in conf[c]]
+    out = []
+    for name, cell in conf[first].items():
+        costs = [conf[c][name]["vs_no_change"] for c in shorts if conf[c][name]["vs_no_change"]]
+        worst = max(costs, key=lambda v: v["value"]) if costs else None
+        out.append((name, cell["vs_no_change"], worst))
+    return out
+
+
+def tradeoff_figure(ev: dict[str, Any], path: Path) -> Path:
+    """x: cost below L0 (worst short length, ratio to no change); y: the objective at N against
+    no change; 95% intervals as bars; no change at (1, 1); the recommendation ringed."""
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    rec = ev["recommendation"]["name"]
+    for i, (name, gain, cost) in enumerate(_gain_and_cost(ev)):
+        x = cost or {"value": 1.0, "low": 1.0, "high": 1.0}
+        y = gain or {"value": 1.0, "low": 1.0, "high": 1.0}
+        xerr = [[x["value"] - x["low"]], [x["high"] - x["value"]]]
+        yerr = [[y["value"] - y["low"]], [y["high"] - y["value"]]]
+        ax.errorbar(x["value"], y["value"], xerr=xerr, yerr=yerr, fmt="o", color=f"C{i % 10}", capsize=3, label=name)
+        if name == rec:
+            ax.plot(x["value"], y["value"], "o", ms=16, mfc="none", mec="black", mew=1.5)
+    ax.axhline(1.0, **NULL)
+    ax.axvline(1.0, **NULL)
+    q = ev["question"]
+    ax.set_xlabel(f"cost below the trained length: worst all-token ppl ratio to no change (L0 = {q['trained_length']})")
+    ax.set_ylabel(f"{q['objective']} at {q['length']}: ratio (or difference) to no change")
+    ax.set_title(f"{q['model']}: long-context gain vs short-context cost (ringed: the recommendation)", fontsize=10)
+    ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
+def diagnosis_figure(ev: dict[str, Any], path: Path) -> Path:
+    """Per (layer, head): the shift of entropy / ln n and of recent-token mass from L0 to N."""
+    heads = ev["diagnosis"]["heads"]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for ax, key, title in (
+        (axes[0], "norm_entropy_shift", "entropy / ln n: N minus L0 (up: diffuses)"),
+        (axes[1], "recent_mass_shift", "recent-token mass: N minus L0 (up: collapses)"),
+    ):
+        v = np.asarray(heads[key], dtype=float)
+        lim = max(float(np.nanmax(np.abs(v))), 1e-6)
+        im = ax.imshow(v, cmap="RdBu_r", vmin=-lim, vmax=lim, aspect="auto")
+        ax.set_xlabel("head")
+        ax.set_ylabel("layer")
+        ax.set_title(title, fontsize=9)
+        fig.colorbar(im, ax=ax)
+    q = ev["question"]
+    fig.suptitle(f"{q['model']}: attention without a RoPE change, {q['trained_length']} -> {q['length']} tokens")
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
+def baseline_first(names: list[str]) -> list[str]:
+    return [BASELINE] + [n for n in names if n != BASELINE]

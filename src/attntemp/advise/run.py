@@ -1,0 +1,232 @@
+"""``attntemp advise``: what should this model run with at this length, and what does it cost
+below the trained length? Diagnose, race the candidates, confirm the survivors, recommend what
+the engine carries (:mod:`.candidates`, :mod:`.race`, :mod:`.confirm`).
+
+Every score goes through :func:`attntemp.evaluate.score.score_many` into ``out/scores.db``, so a
+run killed at any moment (``kill -9``) resumes from its scores and ends with the same result.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from ..evaluate.corpus import load_text
+from ..evaluate.score import ScoreStore, merged, model_identity, score_many
+from ..evaluate.task_base import EvalContext, eval_context, tuning_context
+from ..hf.loading import load_model
+from ..hf.rope_scaling import rope_for
+from ..ops.spec import TemperatureSpec
+from ..report.html import markdown_to_html
+from ..tune.search import tune_global
+from ..utils import outputs
+from . import diagnose, report
+from .candidates import BASELINE, Candidate, candidates, tuned_yarn, with_engines
+from .config import STORE, AdviseConfig, AdvisePlan, preflight_advise
+from .confirm import checks_for, confirm, recommendation, to_confirm
+from .race import RaceResult, RaceSettings, race
+
+
+@dataclass(frozen=True)
+class AdviseResult:
+    """What advise found: the evidence (``to_dict()``) and the report (``markdown()``)."""
+
+    evidence: dict[str, Any]
+    folder: Path
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``--json`` document: diagnosis, candidates, recommendation, forwards."""
+        ev = self.evidence
+        keep = ("question", "diagnosis", "candidates", "recommendation", "forwards", "race")
+        return {k: ev[k] for k in keep} | {"report": str(self.folder / "report.html")}
+
+    def markdown(self) -> str:
+        return report.markdown(self.evidence)
+
+
+class Counter:
+    """Forward rows per stage, read from each result (the same on a resumed run)."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, int] = {}
+
+    def add(self, stage: str, results: list) -> list:
+        self.rows[stage] = self.rows.get(stage, 0) + sum(r.rows for r in results)
+        return results
+
+
+def run_advise(cfg: AdviseConfig, model: Any = None, tok: Any = None) -> AdviseResult:
+    """Check everything (:func:`preflight_advise`), then diagnose, race, confirm and recommend."""
+    plan = preflight_advise(cfg, model, tok)
+    with outputs.output_folder(cfg.out) as out:
+        return _run(plan, out, model)
+
+
+def _say(cfg: AdviseConfig, text: str) -> None:
+    if cfg.progress:
+        print(f"advise: {text}", file=sys.stderr, flush=True)
+
+
+def _contexts(plan: AdvisePlan) -> tuple[EvalContext, EvalContext]:
+    """The evaluation pool's context and the race's (tuning pool, race windows + spare ones)."""
+    cfg = plan.cfg
+    ctx = replace(eval_context(cfg, plan.trained, tuning=True), needles_per_forward=max(1, plan.needles))
+    return ctx, replace(tuning_context(ctx), n_docs=cfg.race_windows + plan.spare)
+
+
+def _run(plan: AdvisePlan, out: Path, model: Any = None) -> AdviseResult:
+    cfg, t0 = plan.cfg, time.perf_counter()
+    tok = plan.tok
+    if model is None:
+        model, tok = load_model(cfg.model, **cfg.load_args())
+    store, count = ScoreStore(out / STORE), Counter()
+    model_id = model_identity(model, cfg.model)
+    ctx, tctx = _contexts(plan)
+
+    def on_tuning_pool(specs, task, length, block, stage="race"):
+        pool = replace(tctx, window_range=block)
+        return count.add(stage, score_many(model, tok, list(specs), task, length, pool, store, model_id))
+
+    cands = candidates(cfg.length, plan.trained)
+    if plan.extends and cfg.tune_m:
+        _say(cfg, "searching YaRN's global m on the tuning pool's spare windows")
+        cands.append(_tuned(plan, model, tok, tctx, store, model_id, count))
+    cands = [with_engines(c, plan.trained, plan.model_type) for c in cands]
+    _say(cfg, f"diagnosing without a RoPE change at {plan.trained} and {cfg.length} tokens")
+    diagnosis = _diagnose(plan, model, tok, tctx, on_tuning_pool, out)
+    _say(cfg, f"racing {len(cands)} candidates")
+    settings = RaceSettings(
+        cfg.objective, cfg.length, plan.short_lengths, cfg.race_windows, cfg.block, cfg.min_windows,
+        cfg.max_short_cost, cfg.budget,
+    )  # fmt: skip
+    result = race(cands, on_tuning_pool, settings, _progress(cfg))
+    _say(cfg, f"race {result.status}; confirming on the evaluation pool")
+    confirmed, first = _confirm(plan, result, model, tok, ctx, store, model_id, count)
+    rec = recommendation(result, confirmed, first, cfg.engine)
+    ev = _evidence(plan, result, diagnosis, confirmed, rec, count, time.perf_counter() - t0)
+    return _write(ev, out)
+
+
+def _progress(cfg: AdviseConfig):
+    def show(windows: int, rows: int, left: int) -> None:
+        _say(cfg, f"race: {windows} windows, {rows} rows, {left} candidates left")
+
+    return show
+
+
+def _tuned(plan: AdvisePlan, model, tok, tctx: EvalContext, store, model_id: str, count: Counter) -> Candidate:
+    """YaRN's global m searched on the spare windows past the race's (never raced on)."""
+    cfg = plan.cfg
+    spare = replace(tctx, window_range=(cfg.race_windows, cfg.race_windows + plan.spare))
+    yarn = rope_for("yarn", cfg.length, plan.trained)
+    found = tune_global(
+        model, tok, cfg.length, cfg.objective, spare, yarn, (0.8, 1.6), 5, 3, False, None, store, model_id
+    )
+    count.rows["tuning"] = len(found["curve"]) * plan.spare
+    return tuned_yarn(cfg.length, plan.trained, float(found["multiplier"]))
+
+
+def _diagnose(plan: AdvisePlan, model, tok, tctx: EvalContext, on_pool, out: Path) -> dict[str, Any]:
+    """No change at L0 and N on the race's first windows (the race reads the same scores), and
+    the attention statistics per head."""
+    cfg = plan.cfg
+    blocks = [(a, min(a + cfg.block, cfg.race_windows)) for a in range(0, cfg.min_windows, cfg.block)]
+    tasks = [cfg.objective] + (["needles"] if plan.needles and cfg.objective != "needles" else [])
+    at: dict[int, dict[str, dict[str, Any]]] = {}
+    for n in sorted({min(plan.trained, cfg.length), cfg.length}):
+        at[n] = {}
+        for task in tasks:
+            try:
+                parts = [on_pool([TemperatureSpec()], task, n, b, "diagnosis")[0] for b in blocks]
+            except ValueError as exc:  # e.g. no key tokens at the shorter length
+                at[n][task] = {"error": str(exc)}
+                continue
+            at[n][task] = diagnose.describe(task, merged(task, parts))
+    short = diagnose.attention_stats(model, tok, tctx, min(plan.trained, cfg.length), out, False)
+    long = diagnose.attention_stats(model, tok, tctx, cfg.length, out, False)
+    heads = diagnose.head_shift(long, short, plan.trained)
+    text = diagnose.summary(min(plan.trained, cfg.length), cfg.length, cfg.objective, at, heads)
+    return {"scores": {str(n): v for n, v in at.items()}, "heads": heads, "summary": text}
+
+
+def _confirm(plan: AdvisePlan, result: RaceResult, model, tok, ctx: EvalContext, store, model_id, count: Counter):
+    cfg = plan.cfg
+    second = (
+        replace(ctx, docs=load_text(plan.second_text, name="heldout_text"), tuning_docs=())
+        if plan.second_text
+        else None
+    )
+    refs = [c.name for c in candidates(cfg.length, plan.trained) if c.family == "rope"][1:2]  # YaRN s, m = 1
+    entries = to_confirm(result, refs)
+    checks = checks_for(
+        cfg.objective, cfg.length, plan.check_length, plan.short_lengths, plan.needles > 0, bool(second)
+    )
+
+    def scorer(specs, task, length, text):
+        where = ctx if text == "evaluation" else second
+        assert where is not None
+        return [
+            r.metrics
+            for r in count.add(
+                "confirmation", score_many(model, tok, list(specs), task, length, where, store, model_id)
+            )
+        ]
+
+    return confirm({e.name: e.candidate.spec for e in entries}, checks, scorer), checks[0]
+
+
+def _evidence(plan, result: RaceResult, diagnosis, confirmed, rec, count: Counter, seconds: float) -> dict[str, Any]:
+    cfg = plan.cfg
+    return {
+        "question": {
+            "model": cfg.model,
+            "length": cfg.length,
+            "trained_length": plan.trained,
+            "engine": cfg.engine,
+            "objective": cfg.objective,
+            "text": cfg.text,
+            "second_text": plan.second_text,
+            "short_lengths": list(plan.short_lengths),
+            "check_length": plan.check_length,
+            "max_short_cost": cfg.max_short_cost,
+            "needles_per_forward": plan.needles,
+        },
+        "diagnosis": diagnosis,
+        "candidates": [
+            {
+                **e.candidate.to_dict(),
+                "kept": e.reason is None,
+                "reason": e.reason,
+                "left_after": e.left_after,
+                "comparisons": e.comparisons,
+            }
+            for e in result.entries
+        ],
+        "race": {"status": result.status, "windows": result.windows, "rows": result.rows, "leader": result.leader},
+        "confirmation": confirmed,
+        "recommendation": rec,
+        "forwards": sum(count.rows.values()),
+        "tuning_rows": count.rows.get("tuning", 0),
+        "rows_by_stage": count.rows,
+        "seconds": seconds,
+    }
+
+
+def _write(ev: dict[str, Any], out: Path) -> AdviseResult:
+    result = AdviseResult(ev, out)
+    if ev["recommendation"]["name"] is not None:
+        TemperatureSpec.from_dict(ev["recommendation"]["spec"]).save(out / "spec.json")
+    (out / "evidence.json").write_text(json.dumps(ev, indent=1, default=float))
+    report.tradeoff_figure(ev, out / "tradeoff.png")
+    report.diagnosis_figure(ev, out / "diagnosis.png")
+    md = result.markdown()
+    (out / "report.md").write_text(md)
+    (out / "report.html").write_text(markdown_to_html(md, f"attntemp advise: {ev['question']['model']}"))
+    return result
+
+
+__all__ = ["BASELINE", "AdviseConfig", "AdviseResult", "run_advise"]

@@ -1,0 +1,27 @@
+"""``attntemp advise``: what should this model run with at this length, judged on distant context."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..advise.config import AdviseConfig
+from ..advise.run import run_advise
+from ..utils.options import add_options, from_args
+from .output import emit
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "advise",
+        help="what should this model run with at --length: diagnose, race the candidates on distant context and "
+        "the cost below the trained length, confirm, and recommend what --engine carries",
+    )
+    add_options(p, AdviseConfig)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = from_args(AdviseConfig, args)
+    result = run_advise(cfg)
+    emit(args, result.markdown() + f"\nreport: {result.folder.resolve() / 'report.html'}", result.to_dict())
+    return 0
