@@ -111,14 +111,13 @@ def model_identity(model: Any, name: str | None = None) -> str:
 
 
 class ScoreStore:
-    """Results by key in SQLite (``scores`` table): one transaction per result, WAL for readers."""
+    """Results by key in SQLite (``scores`` table): one transaction per result."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.db = sqlite3.connect(self.path, timeout=60)
-            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db = sqlite3.connect(self.path, timeout=60)  # one file (no WAL): a copy or commit of it is whole
             self.db.executescript(SCHEMA)
         except sqlite3.Error as exc:
             raise ValueError(f"{str(self.path)!r} is not a usable score store: {exc}") from None
