@@ -180,9 +180,9 @@ def race(candidates: Sequence[Candidate], scorer: Scorer, settings: RaceSettings
         windows = block[1]
         if progress is not None:
             progress(windows, rows, sum(e.reason is None for e in entries))
-        if windows >= settings.min_windows:
-            _objective_cut(settings, [e for e in entries if e.reason is None], windows)
+        if windows >= settings.min_windows:  # the cost first: the leader at N is one that may stay
             _short_cut(settings, [e for e in entries if e.reason is None], base, windows)
+            _objective_cut(settings, [e for e in entries if e.reason is None], windows)
     still = [e for e in entries if e.reason is None]
     if len(still) == 1:
         status = "decided"

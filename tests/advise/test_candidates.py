@@ -1,0 +1,71 @@
+"""The candidates past and within the trained length, and how each engine carries each one."""
+
+import math
+
+import pytest
+
+from attntemp.advise.candidates import BASELINE, candidates, carry
+from attntemp.ops.schedules import yarn_multiplier
+from attntemp.ops.spec import TemperatureSpec
+
+
+def test_past_the_trained_length_every_family_is_raced_and_gated_ones_change_nothing_up_to_l0():
+    cs = {c.name: c for c in candidates(1024, 256)}
+    assert next(iter(cs)) == BASELINE
+    assert {c.family for c in cs.values()} >= {"baseline", "softening", "sharpening", "rope", "rope + temperature"}
+    yarn_m = cs["YaRN s = 4, YaRN's m = 1.296"].spec
+    assert yarn_m.multiplier == pytest.approx(yarn_multiplier(4.0)) == pytest.approx((0.1 * math.log(4) + 1) ** 2)
+    soft = cs["softer past L0 (m = 0.9 at N)"].spec
+    # m = (n / L0)^b: 1 up to L0, 0.9 at N
+    import torch
+
+    m = soft.multipliers(0, 1, torch.tensor([100, 255, 1023]), torch.tensor([101, 256, 1024]))
+    assert m[0].tolist() == pytest.approx([1.0, 1.0, 0.9], rel=1e-5)
+    assert all(c.gated == (c.name in (BASELINE, "softer past L0 (m = 0.9 at N)", "sharper past L0 (log-n)",
+                                      "dynamic NTK s = 4")) for c in cs.values())  # fmt: skip
+
+
+def test_within_the_trained_length_only_the_temperature_is_checked():
+    cs = candidates(256, 256)
+    assert [c.spec.rope for c in cs] == [(), (), ()]
+    assert [c.spec.multiplier for c in cs] == [1.0, 0.9, 1.1]
+
+
+@pytest.mark.parametrize(
+    "spec, engine, how",
+    [
+        (TemperatureSpec(), "transformers", "nothing"),
+        (TemperatureSpec.yarn(4.0, 256), "transformers", "settings"),
+        (
+            TemperatureSpec(
+                rope={
+                    "rope_type": "yarn",
+                    "factor": 4.0,
+                    "original_max_position_embeddings": 256,
+                    "attention_factor": 1.0,
+                }
+            ),
+            "vllm",
+            "settings",
+        ),
+        (TemperatureSpec(multiplier=0.9), "llama.cpp", "settings"),  # --override-kv attn_factor = sqrt(m)
+        (TemperatureSpec(multiplier=0.9), "transformers", "bake"),  # no knob without YaRN: into q_proj
+        (TemperatureSpec(multiplier=0.9), "vllm", "bake"),
+        (TemperatureSpec(schedule="logn", schedule_params={"trained_len": 256}), "transformers", "remote code"),
+        (TemperatureSpec(schedule="logn", schedule_params={"trained_len": 256}), "vllm", "not carried"),
+        (TemperatureSpec(schedule="logn", schedule_params={"trained_len": 256}), "llama.cpp", "not carried"),
+        (TemperatureSpec(heads=[[1.0, 1.1]] * 2), "llama.cpp", "bake"),
+    ],
+)
+def test_each_engine_carries_what_it_can_and_says_why_not(spec, engine, how):
+    got = carry(spec, engine, 256, "llama")
+    assert got["how"] == how
+    if how == "settings":
+        assert "logit multiplier m" in got["settings"]
+    if how in ("bake", "remote code", "not carried"):
+        assert got["why"]
+
+
+def test_a_schedule_on_a_model_without_remote_code_is_not_carried_by_transformers():
+    spec = TemperatureSpec(schedule="logn", schedule_params={"trained_len": 256})
+    assert carry(spec, "transformers", 256, "gemma3_text")["how"] == "not carried"

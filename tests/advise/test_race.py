@@ -1,0 +1,103 @@
+"""The race on a scorer with known effects: a clear winner is found with fewer rows than scoring
+everything, a candidate that costs too much below L0 leaves, a small budget ends undecided, and
+candidates no window tells apart end tied."""
+
+import numpy as np
+import pytest
+
+from attntemp.advise.candidates import BASELINE, Candidate
+from attntemp.advise.race import RaceSettings, race
+from attntemp.evaluate.score import Result
+from attntemp.ops.spec import TemperatureSpec
+
+TOKENS = 100
+
+
+def _metrics(nll: np.ndarray) -> dict:
+    """A perplexity result of windows with these mean NLLs (per token) over every position."""
+    sums = (nll * TOKENS).tolist()
+    return {
+        "ppl": float(np.exp(nll.mean())), "tail_ppl": float(np.exp(nll.mean())), "window_nll": sums,
+        "window_tail_nll": sums, "tokens": TOKENS, "tail_tokens": TOKENS, "bucket_nll": [[s] for s in sums],
+        "bucket_tokens": [TOKENS], "bucket_ppl": [1.0], "bucket_edges": [0, TOKENS], "tail_start": 0,
+        "windows_digest": "w",
+    }  # fmt: skip
+
+
+def fake_scorer(long_effect: dict, short_effect: dict, calls: list):
+    """Window i's mean NLL: 2 + noise(i) + the spec's effect (at N, or below L0)."""
+    noise = np.random.default_rng(0).normal(0, 0.3, 64)
+
+    def scorer(specs, task, length, block):
+        calls.append((len(specs), block))
+        out = []
+        for s in specs:
+            effect = (long_effect if length == 1024 else short_effect).get(s.multiplier, 0.0)
+            own = np.random.default_rng(int(s.multiplier * 1000)).normal(0, 0.005, 64)  # the spec's own noise
+            nll = 2.0 + noise[block[0] : block[1]] + effect + own[block[0] : block[1]]
+            out.append(Result(s, task, length, _metrics(nll), "k", 0.0, False, block[1] - block[0]))
+        return out
+
+    return scorer
+
+
+def cands(*ms: float) -> list[Candidate]:
+    return [Candidate(BASELINE if m == 1.0 else f"m = {m}", TemperatureSpec(multiplier=m), "x", m == 1.0) for m in ms]
+
+
+SETTINGS = RaceSettings("perplexity", 1024, (128,), windows=32, block=2, min_windows=4)
+
+
+def test_a_clear_winner_is_found_with_far_fewer_rows_than_scoring_everything():
+    calls: list = []
+    scorer = fake_scorer({1.1: -0.2, 1.2: -0.05, 0.9: 0.1}, {}, calls)
+    res = race(cands(1.0, 0.9, 1.1, 1.2), scorer, SETTINGS)
+    assert res.status == "decided" and [e.name for e in res.survivors] == ["m = 1.1"]
+    exhaustive = 4 * 32 * 2  # every candidate, every window, at N and at the short length
+    assert res.rows <= exhaustive / 3
+    left = {e.name: e.reason for e in res.entries}
+    assert "worse than 'm = 1.1'" in left["m = 0.9"] and "worse than 'm = 1.1'" in left[BASELINE]
+
+
+def test_a_candidate_that_costs_too_much_below_the_trained_length_leaves():
+    calls: list = []
+    scorer = fake_scorer({1.1: -0.2, 1.2: -0.19}, {1.1: 0.05}, calls)  # 1.1 is best at N but costs 5% at 128
+    res = race(cands(1.0, 1.1, 1.2), scorer, SETTINGS)
+    by = {e.name: e for e in res.entries}
+    assert "costs" in by["m = 1.1"].reason and "at 128 tokens" in by["m = 1.1"].reason
+    assert by["m = 1.2"].reason is None
+
+
+def test_a_budget_too_small_to_separate_the_leaders_ends_undecided():
+    calls: list = []
+    scorer = fake_scorer({1.1: -0.2, 1.2: -0.199}, {}, calls)
+    res = race(cands(1.0, 1.1, 1.2), scorer, RaceSettings("perplexity", 1024, (128,), 32, 2, 4, budget=40))
+    assert res.status == "undecided" and {e.name for e in res.survivors} >= {"m = 1.1", "m = 1.2"}
+    assert res.rows <= 40
+
+
+def test_candidates_no_window_tells_apart_end_tied():
+    calls: list = []
+    scorer = fake_scorer({1.1: -0.2, 1.2: -0.2}, {}, calls)
+    res = race(cands(1.0, 1.1, 1.2), scorer, RaceSettings("perplexity", 1024, (), 8, 2, 4))
+    assert res.status == "tied" and res.windows == 8
+    assert {e.name for e in res.survivors} == {"m = 1.1", "m = 1.2"}
+
+
+def test_nobody_leaves_before_min_windows():
+    calls: list = []
+    scorer = fake_scorer({1.1: -2.0}, {}, calls)
+    res = race(cands(1.0, 1.1), scorer, RaceSettings("perplexity", 1024, (), 32, 1, 5))
+    assert res.windows == 5 and res.status == "decided"
+
+
+@pytest.mark.parametrize("block", [1, 3])
+def test_a_candidate_left_is_never_scored_again(block):
+    calls: list = []
+    scorer = fake_scorer({1.1: -0.3, 1.2: -0.2995, 0.9: 0.5}, {}, calls)
+    res = race(cands(1.0, 0.9, 1.1, 1.2), scorer, RaceSettings("perplexity", 1024, (), 30, block, 4))
+    sizes = [n for n, _ in calls]
+    assert sizes == sorted(sizes, reverse=True) and sizes[0] == 4 and sizes[-1] < 4
+    for e in res.entries:  # each scored on exactly the windows it raced on
+        scored = sum(r.rows for r in e.parts[("perplexity", 1024)])
+        assert scored == (e.left_after or res.windows)

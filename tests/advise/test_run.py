@@ -1,0 +1,92 @@
+"""``attntemp advise`` end to end on the tiny model at 2x its trained length: the --json document
+holds the diagnosis, every candidate with why it left, and a recommendation with its engine
+settings; a run killed with SIGKILL resumes from its scores and ends with the same result."""
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from attntemp.cli import main
+
+SMALL = ["advise", "--length", "512", "--race-windows", "4", "--block", "2", "--min-windows", "2", "--docs", "3",
+         "--no-tune", "--check-length", "0", "--heldout-text", "none", "--threads", "1", "--quiet"]  # fmt: skip
+
+
+def _advise(out: Path, capsys, *extra: str) -> dict:
+    capsys.readouterr()
+    assert main([*SMALL, "--out", str(out), "--json", *extra]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.fixture(scope="module")
+def first(tmp_path_factory):
+    """One small run, shared by the checks below (each test reads it)."""
+    out = tmp_path_factory.mktemp("advise")
+    proc = subprocess.run(
+        [sys.executable, "-m", "attntemp", *SMALL, "--out", str(out), "--json"], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    return out, json.loads(proc.stdout)
+
+
+def test_json_has_the_diagnosis_every_candidate_and_a_recommendation(first):
+    out, doc = first
+    assert set(doc) >= {"diagnosis", "candidates", "recommendation", "forwards"}
+    assert doc["diagnosis"]["heads"]["heads"] == 32 and "key_tokens" in doc["diagnosis"]["summary"]
+    names = [c["name"] for c in doc["candidates"]]
+    assert names[0] == "no change" and any(n.startswith("YaRN s = 2") for n in names)
+    for c in doc["candidates"]:
+        assert c["kept"] == (c["reason"] is None) and set(c["engines"]) == {"transformers", "vllm", "llama.cpp"}
+    left = [c for c in doc["candidates"] if not c["kept"]]
+    assert left and all(("worse than" in c["reason"]) or ("costs" in c["reason"]) for c in left)
+    rec = doc["recommendation"]
+    chosen = next(c for c in doc["candidates"] if c["name"] == rec["name"])
+    assert rec["engines"] == chosen["engines"] and rec["engines"]["transformers"]["how"] != "not carried"
+    assert rec["status"] in ("recommended", "nothing beats the baseline")
+    assert doc["forwards"] > 0 and doc["race"]["status"] in ("decided", "tied", "undecided")
+    for name in ("report.md", "report.html", "tradeoff.png", "diagnosis.png", "evidence.json", "scores.db"):
+        assert (out / name).is_file(), name
+
+
+def test_a_rerun_reads_every_score_and_a_second_run_is_refused_without_overwrite(first, capsys):
+    out, doc = first
+    rows = sqlite3.connect(out / "scores.db").execute("SELECT COUNT(*) FROM scores").fetchone()[0]
+    code = main([*SMALL, "--out", str(out)])
+    assert code == 2 and "already holds results" in capsys.readouterr().err
+    again = _advise(out, capsys, "--overwrite")
+    assert sqlite3.connect(out / "scores.db").execute("SELECT COUNT(*) FROM scores").fetchone()[0] == rows
+    assert again["recommendation"]["name"] == doc["recommendation"]["name"]
+    assert [c["reason"] for c in again["candidates"]] == [c["reason"] for c in doc["candidates"]]
+
+
+def test_sigkill_then_rerun_finishes_with_the_same_result(first, tmp_path):
+    _, doc = first
+    out = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "attntemp", *SMALL, "--out", str(out), "--json"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    db, t0 = out / "scores.db", time.time()
+    while time.time() - t0 < 300:  # kill it once some, not all, scores are in
+        try:
+            if sqlite3.connect(db).execute("SELECT COUNT(*) FROM scores").fetchone()[0] >= 6:
+                break
+        except sqlite3.Error:
+            pass
+        time.sleep(0.2)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (out / "evidence.json").exists()
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    again = json.loads(done.stdout)
+    assert again["recommendation"]["name"] == doc["recommendation"]["name"]
+    assert [(c["kept"], c["reason"]) for c in again["candidates"]] == [
+        (c["kept"], c["reason"]) for c in doc["candidates"]
+    ]
+    assert again["forwards"] == doc["forwards"]
