@@ -81,7 +81,7 @@ MOVED = {
     "calibration": "logits.calibration",
     "distill": "logits.distill",
     "sampling": "logits.sampling",
-    "demo": "report.demo",
+    "demo": "advise.demo",
     "tables": "report.tables",
 }
 

@@ -3,19 +3,25 @@
 from attntemp import cli
 from attntemp.cli import main
 
+SMALL = ["--race-windows", "4", "--min-windows", "2", "--docs", "3", "--trials", "4", "--no-tune", "--check-length",
+         "0", "--heldout-text", "none", "--threads", "1", "--quiet"]  # fmt: skip
 
-def test_demo_writes_the_report(tmp_path, capsys):
+
+def test_demo_is_advise_with_retrieval_and_bakes_only_what_held(tmp_path, capsys):
     out = tmp_path / "demo"
-    assert main(["demo", "--out", str(out), "--scales", "2", "--docs", "1", "--trials", "2"]) == 0
+    assert main(["demo", "--out", str(out), *SMALL]) == 0
     printed = capsys.readouterr().out
-    assert "## 1. Attention entropy past the trained length" in printed and "report: " in printed
-    page = (out / "report.html").read_text()
-    for png in ("entropy_by_position.png", "ppl_vs_multiplier.png", "entropy_shift.png"):
-        assert (out / png).stat().st_size > 2000 and png in page
-    assert (out / "baked" / "model.safetensors").is_file()
+    assert "# attntemp advise: tiny at 512 tokens (trained to 256)" in printed and "report: " in printed
     report = (out / "report.md").read_text()
-    assert "Reloaded without attntemp" in report and "## 4. Retrieval at 2x = 512 tokens" in report
-    assert "passkey accuracy" in report and not (out / ".sweep.lock").exists()
+    for section in ("## Where the model breaks", "## The race", "## Confirmed on windows", "## Recommendation",
+                    "## Retrieval at 512 tokens", "## Shipped"):  # fmt: skip
+        assert section in report, section
+    page = (out / "report.html").read_text()
+    for png in ("tradeoff.png", "diagnosis.png"):
+        assert (out / png).stat().st_size > 2000 and png in page
+    held = "**Recommended**" in report
+    assert (out / "baked").is_dir() == held  # baked only when the recommendation held on the evaluation pool
+    assert ("Reloaded without attntemp" in report) == held and ("Nothing baked" in report) != held
 
 
 def test_no_arguments_runs_the_demo(monkeypatch, tmp_path):
@@ -34,39 +40,35 @@ def test_model_defaults_then_flags(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)  # the default --out is relative: never the checkout's own attntemp-demo/
     seen = []
     monkeypatch.setattr("attntemp.commands.demo.run_demo", lambda cfg: seen.append(cfg) or 1 / 0)
-    for argv in (
-        ["demo", "--model", "smollm2"],
-        ["demo", "--model", "smollm2", "--trials", "7", "--scales", "3"],
-        ["demo"],
-    ):
+    for argv in (["demo", "--model", "smollm2"], ["demo", "--model", "smollm2", "--trials", "7", "--length", "16384"],
+                 ["demo"]):  # fmt: skip
         try:
             main(argv)
         except ZeroDivisionError:
             pass
     small, flagged, tiny = seen
-    assert (small.scales, small.n_docs, small.trials) == ((1.5, 2.0), 1, 3)
-    assert (flagged.scales, flagged.trials, flagged.n_docs) == ((3.0,), 7, 1)
-    assert (tiny.scales, tiny.n_docs, tiny.trials) == ((4, 8), 16, 50) and len(tiny.multipliers) == 9
+    assert (small.length, small.n_docs, small.trials, small.key_ngram) == (12288, 2, 4, 4)
+    assert (flagged.length, flagged.trials, flagged.n_docs) == (16384, 7, 2)
+    assert (tiny.length, tiny.n_docs, tiny.race_windows) == (512, 8, 8)  # 2x the tiny model's trained 256
 
 
 def test_each_model_has_its_own_default_folder_and_a_refusal_leaves_none(tmp_path, monkeypatch, capsys):
-    from attntemp.report.demo import demo_config
+    from attntemp.advise.demo import demo_config
 
     monkeypatch.chdir(tmp_path)
     assert demo_config("tiny").out == "attntemp-demo"
     assert demo_config("smollm2").out == "attntemp-demo-smollm2"
-    assert demo_config(str(tmp_path / "my-model") + "/").out == "attntemp-demo-my-model"
     assert demo_config("smollm2", out="elsewhere").out == "elsewhere"
-    assert main(["demo", "--out", "refused", "--retrieval-scale", "0.5"]) == 2
-    assert "--retrieval-scale=0.5" in capsys.readouterr().err and not (tmp_path / "refused").exists()
+    assert main(["demo", "--out", "refused", "--engine", "tgi"]) == 2
+    assert "--engine='tgi'" in capsys.readouterr().err and not (tmp_path / "refused").exists()
 
 
 def test_a_refusal_after_the_folder_is_made_leaves_none(tmp_path, monkeypatch, capsys):
-    """A step that refuses (a later length or memory check) removes the --out folder the run made."""
+    """A step that refuses (a later check) removes the --out folder the run made."""
 
     def refuse(*args, **kwargs):
         raise ValueError("n_docs=16 is not allowed here (a step's own check)")
 
-    monkeypatch.setattr("attntemp.report.demo.step_entropy", refuse)
+    monkeypatch.setattr("attntemp.advise.demo.advise", refuse)
     assert main(["demo", "--out", str(tmp_path / "late" / "demo")]) == 2
     assert "--docs=16" in capsys.readouterr().err and not (tmp_path / "late").exists()

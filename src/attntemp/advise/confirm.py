@@ -48,8 +48,18 @@ def checks_for(objective: str, length: int, check: int | None, shorts: Sequence[
     return out
 
 
-def confirm(specs: dict[str, TemperatureSpec], checks: Sequence[Check], scorer: Confirmer) -> dict[str, Any]:
-    """``{check label: {spec name: {"value", "vs_no_change"}}}``, paired against "no change"."""
+def _paired(task: Any, a: dict, b: dict, metric: str) -> dict[str, Any] | None:
+    ci = task.paired(a, b, metric)
+    return None if ci is None else {**ci.to_dict(), "verdict": task.verdict(ci, metric)}
+
+
+def confirm(
+    specs: dict[str, TemperatureSpec], checks: Sequence[Check], scorer: Confirmer, against: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """``{check label: {spec name: {"value", "vs_no_change", "vs_reference"}}}``: each spec paired
+    against "no change", and those named in ``against`` also against their reference (YaRN with
+    a temperature against YaRN at m = 1: what the temperature adds)."""
+    against = against or {}
     names = list(specs)
     out: dict[str, Any] = {}
     for c in checks:
@@ -62,17 +72,22 @@ def confirm(specs: dict[str, TemperatureSpec], checks: Sequence[Check], scorer: 
         base = results[BASELINE]
         row: dict[str, Any] = {}
         for n in names:
-            ci = None if n == BASELINE else task.paired(results[n], base, c.metric)
             row[n] = {
                 "value": task.describe(results[n], c.metric),
-                "vs_no_change": None if ci is None else {**ci.to_dict(), "verdict": task.verdict(ci, c.metric)},
+                "vs_no_change": None if n == BASELINE else _paired(task, results[n], base, c.metric),
             }
+            if n in against and against[n] in results:
+                row[n]["vs_reference"] = {
+                    "against": against[n],
+                    **(_paired(task, results[n], results[against[n]], c.metric) or {}),
+                }
         out[c.label] = row
     return out
 
 
 def to_confirm(race: RaceResult, extra: Sequence[str], most: int = 4) -> list[Entry]:
-    """The survivors (at most ``most``, the race's order) and the named references, "no change" first."""
+    """The survivors (at most ``most``, the race's order) and the named references (YaRN with and
+    without a temperature: what the temperature adds), "no change" first."""
     by_name = {e.name: e for e in race.entries}
     picked = [by_name[BASELINE], *[e for e in race.survivors if e.name != BASELINE][:most]]
     return picked + [by_name[n] for n in extra if n in by_name and by_name[n] not in picked]
@@ -112,9 +127,14 @@ def holds(confirmed: dict[str, Any], first: Check, name: str) -> tuple[bool, str
 def recommendation(race: RaceResult, confirmed: dict[str, Any], first: Check, engine: str) -> dict[str, Any]:
     """What to run: the pick when it holds on the evaluation pool; no change said plainly otherwise."""
     chosen, why = pick(race, engine)
+    alternative = if_cost_allowed(confirmed, first, None if chosen is None else chosen.name)
     if chosen is None:
         still = [e.name for e in race.survivors]
-        return {"name": None, "status": "undecided", "why": why, "still_in": still}
+        return {"name": None, "status": "undecided", "why": why, "still_in": still, "if_cost_allowed": alternative}
+    return {**_recommend(race, confirmed, first, chosen, why), "if_cost_allowed": alternative}
+
+
+def _recommend(race: RaceResult, confirmed: dict[str, Any], first: Check, chosen: Entry, why: str) -> dict[str, Any]:
     ok, evidence = holds(confirmed, first, chosen.name)
     if chosen.name == BASELINE:
         return _rec(chosen.candidate, "nothing beats the baseline", why, evidence)
@@ -124,6 +144,26 @@ def recommendation(race: RaceResult, confirmed: dict[str, Any], first: Check, en
             base, "nothing beats the baseline", f"{chosen.name!r} won the race ({why}) but did not hold", evidence
         )
     return _rec(chosen.candidate, "recommended", why, evidence)
+
+
+def if_cost_allowed(confirmed: dict[str, Any], first: Check, chosen: str | None) -> dict[str, Any] | None:
+    """The confirmed spec best on the objective at N against no change, when it is not the one
+    chosen: what the short-cost limit gave up, with its worst cost below L0."""
+    row = confirmed.get(first.label, {})
+    if "error" in row:
+        return None
+    sign = 1.0 if get_task(first.task).higher_is_better(first.metric) else -1.0
+    scored = [
+        (n, c["vs_no_change"]) for n, c in row.items() if c["vs_no_change"] and c["vs_no_change"]["verdict"] == "better"
+    ]
+    if not scored:
+        return None
+    name, gain = max(scored, key=lambda x: sign * x[1]["value"])
+    if name == chosen:
+        return None
+    costs = [v[name]["vs_no_change"] for k, v in confirmed.items() if k.startswith("cost at") and "error" not in v]
+    worst = max((c for c in costs if c), key=lambda c: c["value"], default=None)
+    return {"name": name, "gain": gain, "worst_cost": worst}
 
 
 def _rec(c: Candidate, status: str, why: str, evidence: str) -> dict[str, Any]:

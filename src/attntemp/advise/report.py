@@ -55,6 +55,26 @@ def confirm_table(ev: dict[str, Any]) -> list[str]:
     return lines
 
 
+def temperature_table(ev: dict[str, Any]) -> list[str]:
+    """YaRN with a temperature against YaRN at m = 1, per check: what the temperature adds."""
+    conf = {k: v for k, v in ev["confirmation"].items() if "error" not in v}
+    rows = sorted({n for v in conf.values() for n, c in v.items() if c.get("vs_reference")})
+    if not rows:
+        return []
+    checks = list(conf)
+    lines = ["## What a temperature adds on YaRN", "", _row("spec, against YaRN at m = 1", *checks)]
+    lines.append("|---|" + "---|" * len(checks))
+    for n in rows:
+        cells = []
+        for c in checks:
+            vs = conf[c].get(n, {}).get("vs_reference") or {}
+            cells.append(
+                f"{vs['value']:.4f} [{vs['low']:.4f}, {vs['high']:.4f}] {vs['verdict']}" if "value" in vs else "-"
+            )
+        lines.append(_row(n, *cells))
+    return [*lines, ""]
+
+
 def recommendation_lines(ev: dict[str, Any]) -> list[str]:
     rec, engine = ev["recommendation"], ev["question"]["engine"]
     if rec["name"] is None:
@@ -69,7 +89,21 @@ def recommendation_lines(ev: dict[str, Any]) -> list[str]:
         lines += ["", "```", body, "```"]
     if how.get("why") and how["how"] != "settings":
         lines += ["", f"(why not settings: {how['why']})"]
-    return lines
+    return lines + _alternative(ev)
+
+
+def _alternative(ev: dict[str, Any]) -> list[str]:
+    alt = ev["recommendation"].get("if_cost_allowed")
+    if not alt:
+        return []
+    g, c = alt["gain"], alt["worst_cost"]
+    cost = "no cost measured" if c is None else f"{c['value']:.4f} [{c['low']:.4f}, {c['high']:.4f}]"
+    return [
+        "",
+        f"Best on {ev['question']['objective']} at {ev['question']['length']} without the short-cost limit: "
+        f"{alt['name']}, {g['value']:.4f} [{g['low']:.4f}, {g['high']:.4f}] against no change, at a worst cost "
+        f"below the trained length of {cost} (all-token perplexity ratio).",
+    ]
 
 
 def markdown(ev: dict[str, Any]) -> str:
@@ -103,6 +137,7 @@ def markdown(ev: dict[str, Any]) -> str:
         "",
         "![short-context cost against long-context gain](tradeoff.png)",
         "",
+        *temperature_table(ev),
         "## Recommendation",
         "",
         *recommendation_lines(ev),

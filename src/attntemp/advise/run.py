@@ -31,23 +31,6 @@ from .confirm import checks_for, confirm, recommendation, to_confirm
 from .race import RaceResult, RaceSettings, race
 
 
-@dataclass(frozen=True)
-class AdviseResult:
-    """What advise found: the evidence (``to_dict()``) and the report (``markdown()``)."""
-
-    evidence: dict[str, Any]
-    folder: Path
-
-    def to_dict(self) -> dict[str, Any]:
-        """The ``--json`` document: diagnosis, candidates, recommendation, forwards."""
-        ev = self.evidence
-        keep = ("question", "diagnosis", "candidates", "recommendation", "forwards", "race")
-        return {k: ev[k] for k in keep} | {"report": str(self.folder / "report.html")}
-
-    def markdown(self) -> str:
-        return report.markdown(self.evidence)
-
-
 class Counter:
     """Forward rows per stage, read from each result (the same on a resumed run)."""
 
@@ -59,11 +42,34 @@ class Counter:
         return results
 
 
+@dataclass(frozen=True)
+class AdviseResult:
+    """What advise found: the evidence (``to_dict()``) and the report (``markdown()``)."""
+
+    evidence: dict[str, Any]
+    folder: Path
+    store: ScoreStore | None = None  # the scores, for a caller that scores more (the demo)
+    model_id: str = ""
+    count: Counter | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``--json`` document: diagnosis, candidates, recommendation, forwards."""
+        ev = self.evidence
+        keep = ("question", "diagnosis", "candidates", "recommendation", "forwards", "race")
+        return {k: ev[k] for k in keep} | {"report": str(self.folder / "report.html")}
+
+    def markdown(self) -> str:
+        return report.markdown(self.evidence)
+
+
 def run_advise(cfg: AdviseConfig, model: Any = None, tok: Any = None) -> AdviseResult:
-    """Check everything (:func:`preflight_advise`), then diagnose, race, confirm and recommend."""
+    """Check everything (:func:`preflight_advise`), then diagnose, race, confirm and recommend;
+    the evidence, the report and the recommended spec written to ``cfg.out``."""
     plan = preflight_advise(cfg, model, tok)
     with outputs.output_folder(cfg.out) as out:
-        return _run(plan, out, model)
+        if model is None:
+            model, _ = load_model(cfg.model, **cfg.load_args())
+        return write(advise(plan, model, out), out)
 
 
 def _say(cfg: AdviseConfig, text: str) -> None:
@@ -78,11 +84,9 @@ def _contexts(plan: AdvisePlan) -> tuple[EvalContext, EvalContext]:
     return ctx, replace(tuning_context(ctx), n_docs=cfg.race_windows + plan.spare)
 
 
-def _run(plan: AdvisePlan, out: Path, model: Any = None) -> AdviseResult:
-    cfg, t0 = plan.cfg, time.perf_counter()
-    tok = plan.tok
-    if model is None:
-        model, tok = load_model(cfg.model, **cfg.load_args())
+def advise(plan: AdvisePlan, model: Any, out: Path) -> AdviseResult:
+    """The advice for ``plan`` on the loaded ``model``, every score kept in ``out/scores.db``."""
+    cfg, t0, tok = plan.cfg, time.perf_counter(), plan.tok
     store, count = ScoreStore(out / STORE), Counter()
     model_id = model_identity(model, cfg.model)
     ctx, tctx = _contexts(plan)
@@ -108,7 +112,7 @@ def _run(plan: AdvisePlan, out: Path, model: Any = None) -> AdviseResult:
     confirmed, first = _confirm(plan, result, model, tok, ctx, store, model_id, count)
     rec = recommendation(result, confirmed, first, cfg.engine)
     ev = _evidence(plan, result, diagnosis, confirmed, rec, count, time.perf_counter() - t0)
-    return _write(ev, out)
+    return AdviseResult(ev, out, store, model_id, count)
 
 
 def _progress(cfg: AdviseConfig):
@@ -160,8 +164,8 @@ def _confirm(plan: AdvisePlan, result: RaceResult, model, tok, ctx: EvalContext,
         if plan.second_text
         else None
     )
-    refs = [c.name for c in candidates(cfg.length, plan.trained) if c.family == "rope"][1:2]  # YaRN s, m = 1
-    entries = to_confirm(result, refs)
+    yarn = f"YaRN s = {cfg.length / plan.trained:g}, "  # YaRN at m = 1, with its m, with the tuned m
+    entries = to_confirm(result, [e.name for e in result.entries if e.name.startswith(yarn)])
     checks = checks_for(
         cfg.objective, cfg.length, plan.check_length, plan.short_lengths, plan.needles > 0, bool(second)
     )
@@ -176,7 +180,9 @@ def _confirm(plan: AdvisePlan, result: RaceResult, model, tok, ctx: EvalContext,
             )
         ]
 
-    return confirm({e.name: e.candidate.spec for e in entries}, checks, scorer), checks[0]
+    m1 = f"{yarn}m = 1"
+    against = {e.name: m1 for e in entries if e.name.startswith(yarn) and e.name != m1}
+    return confirm({e.name: e.candidate.spec for e in entries}, checks, scorer, against), checks[0]
 
 
 def _evidence(plan, result: RaceResult, diagnosis, confirmed, rec, count: Counter, seconds: float) -> dict[str, Any]:
@@ -216,14 +222,16 @@ def _evidence(plan, result: RaceResult, diagnosis, confirmed, rec, count: Counte
     }
 
 
-def _write(ev: dict[str, Any], out: Path) -> AdviseResult:
-    result = AdviseResult(ev, out)
+def write(result: AdviseResult, out: Path, extra: str = "") -> AdviseResult:
+    """``spec.json`` (the recommendation), ``evidence.json``, the figures and the report (with
+    ``extra`` markdown after it): each file written once, here."""
+    ev = result.evidence
     if ev["recommendation"]["name"] is not None:
         TemperatureSpec.from_dict(ev["recommendation"]["spec"]).save(out / "spec.json")
     (out / "evidence.json").write_text(json.dumps(ev, indent=1, default=float))
     report.tradeoff_figure(ev, out / "tradeoff.png")
     report.diagnosis_figure(ev, out / "diagnosis.png")
-    md = result.markdown()
+    md = result.markdown() + extra
     (out / "report.md").write_text(md)
     (out / "report.html").write_text(markdown_to_html(md, f"attntemp advise: {ev['question']['model']}"))
     return result

@@ -1,17 +1,17 @@
-"""``attntemp demo``: entropy, multiplier sweep, passkey, entropy matching and bake, in one report."""
+"""``attntemp demo``: advise on one model where retrieval moves, with retrieval and the bake, as report.html."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from ..report.demo import MODEL_DEFAULTS, DemoConfig, demo_config, run_demo
+from ..advise.demo import MODEL_DEFAULTS, DemoConfig, demo_config, run_demo
 from ..utils.options import add_options, from_args, show
 from .output import emit
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="the whole story on one model, as report.html (the default command)")
+    p = sub.add_parser("demo", help="advise's whole story on one model, as report.html (the default command)")
     shown = {
         name: f"{show(getattr(DemoConfig, name, None))}; {show(value)} for smollm2"
         for name, value in MODEL_DEFAULTS["smollm2"].items()

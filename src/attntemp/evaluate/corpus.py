@@ -323,8 +323,24 @@ def heldout_windows(
     return torch.tensor(rows, dtype=torch.long)  # [n, length]
 
 
+_TOKENIZED: dict[tuple[int, int, int, int], tuple[Any, Any, list[list[int]]]] = {}
+
+
 def _long_documents(docs: Sequence[Document], tokenizer: Any, need: int, n: int) -> list[list[int]]:
-    """Token ids of the first ``n`` held-out documents (name order) with at least ``need`` tokens."""
+    """Token ids of the first ``n`` held-out documents (name order) with at least ``need`` tokens
+    (kept for the same documents and tokenizer objects: a race asks for them block after block)."""
+    key = (id(docs), id(tokenizer), need, n)
+    hit = _TOKENIZED.get(key)
+    if hit is not None and hit[0] is docs and hit[1] is tokenizer:
+        return hit[2]
+    if len(_TOKENIZED) > 32:
+        _TOKENIZED.clear()
+    found = _tokenize_long(docs, tokenizer, need, n)
+    _TOKENIZED[key] = (docs, tokenizer, found)
+    return found
+
+
+def _tokenize_long(docs: Sequence[Document], tokenizer: Any, need: int, n: int) -> list[list[int]]:
     found = []
     for doc in sorted(split(docs, "heldout"), key=lambda d: d.name):
         if len(doc.text.encode("utf-8")) < need:  # a token covers at least one byte
