@@ -9,7 +9,21 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src" / "attntemp"
 # Bottom to top; a module may import from its own layer and every layer before it. "top" is the
 # package's own __init__, __main__ and cli.
-LAYERS = ("utils", "assets", "ops", "hf", "evaluate", "analysis", "tune", "ship", "logits", "report", "commands", "top")
+LAYERS = (
+    "utils",
+    "assets",
+    "ops",
+    "hf",
+    "evaluate",
+    "analysis",
+    "tune",
+    "ship",
+    "logits",
+    "report",
+    "advise",
+    "commands",
+    "top",
+)
 RANK = {name: i for i, name in enumerate(LAYERS)}
 
 

@@ -4,7 +4,7 @@ Temperature ``T`` divides pre-softmax logits; the multiplier ``m = 1/T`` multipl
 
 The package's folders are its layers, each importing only from those before it:
 ``utils`` < ``ops`` < ``hf`` < ``evaluate`` < ``analysis`` < ``tune`` < ``ship`` < ``logits`` <
-``report`` < ``commands`` (see ``tests/test_layers.py``). The modules of the flat layout before it
+``report`` < ``advise`` < ``commands`` (see ``tests/test_layers.py``). The modules of the flat layout before it
 stay importable under their old names (``attntemp.rope``, ``attntemp.attention``, ...): see
 :data:`MOVED`.
 """

@@ -142,6 +142,7 @@ T = ["tune", "--length", "400", "--out", "{w}/t_out"]
 B = ["bake", "--spec", "{w}/ok.json", "--out", "{w}/b_out"]
 C = ["calibrate", "--logits", "{w}/l.npz", "--out", "{w}/c_out"]
 D = ["demo", "--out", "{w}/d_out"]
+A = ["advise", "--length", "512", "--out", "{w}/a_out"]
 G = ["generate", "--prompt-file", "{w}/one.txt", "--max-new-tokens", "4", "--out", "{w}/g_out"]
 E = ["eval", "--spec", "{w}/ok.json", "--tasks", "attntemp_passkey_512", "--out", "{w}/e_out"]
 V = ["verify", "--engine", "llama.cpp", "--spec", "{w}/ok.json", "--engine-dir", "{w}/empty"]
@@ -226,8 +227,7 @@ CASES = [
     ("calibrate-out-proc", with_(C, "--out", "/proc/attntemp-out"), "is not writable"),
     ("demo-out-file", with_(D, "--out", "{w}/afile"), "--out='{w}/afile' exists and is a file"),
     ("demo-out-proc", with_(D, "--out", "/proc/attntemp-out"), "is not writable"),
-    ("demo-out-other-sweep", with_(D, "--out", "{w}/settled", "--docs", "2"), "holds a sweep.db made with --docs=4"),
-    ("demo-out-random-db", with_(D, "--out", "{w}/rnd"), "is not a usable sweep database"),
+    ("demo-out-results", with_(D, "--out", "{w}/tuned"), "--out='{w}/tuned' already holds results (spec.json)"),
     # --- spec JSON (item 1, 7)
     *[
         (f"bake-spec-{name}", with_(B, "--spec", f"{{w}}/{name}.json"), text)
@@ -278,11 +278,29 @@ CASES = [
     ("measure-recent-too-many", with_(M, "--recent-tokens", "1000"), "--recent-tokens=1000 is not allowed"),
     # --- late validation, now early (item 7)
     ("demo-trials-0", with_(D, "--trials", "0"), "--trials=0 is not allowed"),
-    ("demo-scales-below-1", with_(D, "--scales", "0.5"), "--scales[0]=0.5"),
-    ("demo-scales-empty", with_(D, "--scales", ","), "scales is empty"),
-    ("demo-gradient-steps", with_(D, "--gradient-steps", "-1"), "--gradient-steps=-1"),
-    ("demo-multipliers-runaway", with_(D, "--multipliers", "0.8:1.4:1e-9"), "at most 1000"),
     ("demo-docs-0", with_(D, "--docs", "0"), "--docs=0"),
+    ("demo-length-negative", with_(D, "--length", "-5"), "--length=-5 is not allowed"),
+    ("demo-engine-unknown", with_(D, "--engine", "tgi"), "--engine='tgi' is not allowed"),
+    ("demo-race-windows-1", with_(D, "--race-windows", "1"), "--race-windows=1 is not allowed"),
+    # --- advise: every flag refused before the model loads
+    ("advise-engine-unknown", with_(A, "--engine", "tgi"), "--engine='tgi' is not allowed"),
+    ("advise-length-0", with_(A, "--length", "0"), "--length=0 is not allowed"),
+    ("advise-length-text", with_(A, "--length", "long"), "--length 'long': expected an integer"),
+    ("advise-length-too-short", with_(A, "--length", "64"), "--length=64 is too short for key_tokens"),
+    ("advise-length-memory", with_(A, "--length", "100000000"), "--length=100000000"),
+    ("advise-objective", with_(A, "--objective", "accuracy"), "--objective='accuracy' is not allowed"),
+    ("advise-budget-0", with_(A, "--budget", "0"), "--budget=0 is not allowed"),
+    ("advise-max-short-cost", with_(A, "--max-short-cost", "1.5"), "--max-short-cost=1.5 is not allowed"),
+    ("advise-max-short-cost-nan", with_(A, "--max-short-cost", "nan"), "--max-short-cost=nan is not allowed"),
+    ("advise-block-0", with_(A, "--block", "0"), "--block=0 is not allowed"),
+    ("advise-race-windows-1", with_(A, "--race-windows", "1"), "--race-windows=1 is not allowed"),
+    ("advise-check-length-short", with_(A, "--check-length", "256"), "--check-length=256 is not allowed"),
+    ("advise-heldout-empty", with_(A, "--heldout-text", ""), "--heldout-text='' is not allowed"),
+    ("advise-heldout-missing", with_(A, "--heldout-text", "/nonexistent"), "--heldout-text"),
+    ("advise-text-missing", with_(A, "--text", "/nonexistent"), "--text"),
+    ("advise-out-file", with_(A, "--out", "{w}/afile"), "--out='{w}/afile' exists and is a file"),
+    ("advise-out-results", with_(A, "--out", "{w}/tuned"), "already holds results (spec.json)"),
+    ("advise-model-typo", with_(A, "--model", "smolm2"), "Did you mean 'smollm2'?"),
     ("tune-length-2", with_(T, "--length", "2"), "--length=2 is too short for perplexity"),
     ("tune-length-passkey", with_(T, "--length", "100"), "--length=100 is too short for passkey"),
     ("tune-check-length-short", with_(T, "--check-lengths", "40"), "--check-lengths[0]=40 is too short for passkey"),
@@ -385,7 +403,6 @@ CASES = [
     ("sweep-multipliers-denormal", with_(S, "--multipliers", "1e-320"), "--multipliers[0]=1e-320 is not allowed"),
     ("sweep-multipliers-huge", with_(S, "--multipliers", "1,5000"), "expected a number in [0.001, 1000]"),
     ("sweep-multipliers-range-tiny", with_(S, "--multipliers", "0:0.002:0.001"), "--multipliers[0]=0"),
-    ("demo-multipliers-denormal", with_(D, "--multipliers", "1e-320"), "--multipliers[0]=1e-320 is not allowed"),
     ("sweep-workers-huge", with_(S, "--workers", "1000000"), "--workers=1000000 is not allowed; expected at most"),
     ("sweep-ray-address-empty", with_(S, "--ray-address", ""), "--ray-address='' is not allowed"),
     ("sweep-ray-address-port", with_(S, "--ray-address", "127.0.0.1"), "expected auto, HOST:PORT or ray://HOST:PORT"),
