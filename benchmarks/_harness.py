@@ -74,7 +74,10 @@ def peak_extra_in_child(script: str, *args: str) -> int:
     """Run ``script --child *args`` in a fresh interpreter; it prints its peak extra bytes."""
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     out = subprocess.run(
-        [sys.executable, script, "--child", *args], capture_output=True, text=True, env=env,
+        [sys.executable, script, "--child", *args],
+        capture_output=True,
+        text=True,
+        env=env,
         check=True,
     ).stdout
     return int(json.loads(out.strip().splitlines()[-1])["peak_extra_bytes"])

@@ -52,15 +52,32 @@ def main() -> None:
     for length in (int(x) for x in args.lengths.split(",")):
         t = time_interleaved(paths(length), args.repeats)
         mem = {n: peak_extra_in_child(__file__, n, str(length)) for n in t}
-        results.append({
-            "L": length, "seconds": t, "peak_extra_MiB": {n: b / 2**20 for n, b in mem.items()},
-            "tempered_over_plain": t["tempered_sdpa"] / t["plain_sdpa"],
-            "reference_over_tempered": t["reference"] / t["tempered_sdpa"],
-            "scores_matrix_MiB": H * length * length * 4 / 2**20,
-        })
-    print(json.dumps({"benchmark": "attention", "device": "cpu", "dtype": "float32", "B": 1,
-                      "H": H, "D": D, "threads": torch.get_num_threads(), "results": results,
-                      "goal": "tempered_over_plain <= 1.05 at L=4096"}, indent=2))
+        results.append(
+            {
+                "L": length,
+                "seconds": t,
+                "peak_extra_MiB": {n: b / 2**20 for n, b in mem.items()},
+                "tempered_over_plain": t["tempered_sdpa"] / t["plain_sdpa"],
+                "reference_over_tempered": t["reference"] / t["tempered_sdpa"],
+                "scores_matrix_MiB": H * length * length * 4 / 2**20,
+            }
+        )
+    print(
+        json.dumps(
+            {
+                "benchmark": "attention",
+                "device": "cpu",
+                "dtype": "float32",
+                "B": 1,
+                "H": H,
+                "D": D,
+                "threads": torch.get_num_threads(),
+                "results": results,
+                "goal": "tempered_over_plain <= 1.05 at L=4096",
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

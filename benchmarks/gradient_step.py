@@ -53,8 +53,12 @@ def child(model_name: str, length: int, repeats: int, threads: int) -> dict[str,
             peak = max(peak, peak_rss_bytes() - base)
     fwd.sort(), step.sort()
     f, s = fwd[len(fwd) // 2], step[len(step) // 2]
-    return {"forward_s": round(f, 2), "step_s": round(s, 2), "step_over_forward": round(s / f, 2),
-            "step_peak_extra_gib": round(peak / 2**30, 2)}
+    return {
+        "forward_s": round(f, 2),
+        "step_s": round(s, 2),
+        "step_over_forward": round(s / f, 2),
+        "step_peak_extra_gib": round(peak / 2**30, 2),
+    }
 
 
 def main() -> None:
@@ -70,8 +74,18 @@ def main() -> None:
         return
     out: dict[str, object] = {"model": args.model, "threads": args.threads, "machine": machine()}
     for n in (int(x) for x in args.lengths.split(",")):
-        argv = [sys.executable, __file__, "--model", args.model, "--repeats", str(args.repeats),
-                "--threads", str(args.threads), "--child", str(n)]
+        argv = [
+            sys.executable,
+            __file__,
+            "--model",
+            args.model,
+            "--repeats",
+            str(args.repeats),
+            "--threads",
+            str(args.threads),
+            "--child",
+            str(n),
+        ]
         got = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
         out[str(n)] = json.loads(got.strip().splitlines()[-1])
         print(f"{n}: {out[str(n)]}", file=sys.stderr, flush=True)

@@ -55,14 +55,29 @@ def main() -> None:
     ratio = median_interval([a / b for a, b in zip(runs["stats"], runs["plain_sdpa"], strict=True)])
     plain = median_interval([a / b for a, b in zip(runs["stats_plain_blocks"], runs["plain_sdpa"], strict=True)])
     mem = {n: peak_extra_in_child(__file__, n, str(args.length)) / 2**20 for n in ("plain_sdpa", "stats")}
-    print(json.dumps({
-        "benchmark": "measure", "device": "cpu", "dtype": "float32", "H": H, "D": D, "L": args.length,
-        "threads": torch.get_num_threads(), "seconds": t, "peak_extra_MiB": mem,
-        "stats_over_sdpa": ratio, "plain_blocks_over_sdpa": plain, "weights_matrix_MiB": H * args.length**2 * 4 / 2**20,
-        "goals": {"stats_over_sdpa": "<= 2", "stats_peak_extra_MiB": "<= 1024"},
-        "goals_met": {"stats_over_sdpa": ratio["median"] <= 2, "stats_peak_extra_MiB": mem["stats"] <= 1024},
-        "repeats": args.repeats, "machine": machine(),
-    }, indent=2))
+    print(
+        json.dumps(
+            {
+                "benchmark": "measure",
+                "device": "cpu",
+                "dtype": "float32",
+                "H": H,
+                "D": D,
+                "L": args.length,
+                "threads": torch.get_num_threads(),
+                "seconds": t,
+                "peak_extra_MiB": mem,
+                "stats_over_sdpa": ratio,
+                "plain_blocks_over_sdpa": plain,
+                "weights_matrix_MiB": H * args.length**2 * 4 / 2**20,
+                "goals": {"stats_over_sdpa": "<= 2", "stats_peak_extra_MiB": "<= 1024"},
+                "goals_met": {"stats_over_sdpa": ratio["median"] <= 2, "stats_peak_extra_MiB": mem["stats"] <= 1024},
+                "repeats": args.repeats,
+                "machine": machine(),
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

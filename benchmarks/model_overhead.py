@@ -44,10 +44,20 @@ def main() -> None:
             model(ids)
 
     t = time_interleaved({"unpatched": plain, "patched_per_head": patched}, args.repeats)
-    print(json.dumps({"benchmark": "model_overhead", "model": args.model, "tokens": int(ids.shape[1]),
-                      "threads": torch.get_num_threads(), "seconds": t,
-                      "patched_over_unpatched": t["patched_per_head"] / t["unpatched"],
-                      "goal": "<= 1.05"}, indent=2))
+    print(
+        json.dumps(
+            {
+                "benchmark": "model_overhead",
+                "model": args.model,
+                "tokens": int(ids.shape[1]),
+                "threads": torch.get_num_threads(),
+                "seconds": t,
+                "patched_over_unpatched": t["patched_per_head"] / t["unpatched"],
+                "goal": "<= 1.05",
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -41,10 +41,22 @@ def main() -> None:
     with attntemp.patch(model, attntemp.TemperatureSpec()):
         t = time_interleaved({"batched": batched, "sequential": sequential}, args.repeats)
     diff = max(abs(a["tail_ppl"] - b["tail_ppl"]) for a, b in zip(out["batched"], out["sequential"], strict=True))
-    print(json.dumps({"benchmark": "sweep_batching", "model": args.model, "length": args.length, "k": args.k,
-                      "docs": 4, "threads": torch.get_num_threads(), "seconds": t,
-                      "sequential_over_batched": t["sequential"] / t["batched"],
-                      "max_abs_tail_ppl_diff": diff}, indent=2))
+    print(
+        json.dumps(
+            {
+                "benchmark": "sweep_batching",
+                "model": args.model,
+                "length": args.length,
+                "k": args.k,
+                "docs": 4,
+                "threads": torch.get_num_threads(),
+                "seconds": t,
+                "sequential_over_batched": t["sequential"] / t["batched"],
+                "max_abs_tail_ppl_diff": diff,
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

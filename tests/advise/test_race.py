@@ -101,3 +101,12 @@ def test_a_candidate_left_is_never_scored_again(block):
     for e in res.entries:  # each scored on exactly the windows it raced on
         scored = sum(r.rows for r in e.parts[("perplexity", 1024)])
         assert scored == (e.left_after or res.windows)
+
+
+def test_one_look_at_every_window_cuts_every_candidate_that_costs_too_much():
+    """Exhaustive evaluation is the race with one look: every costly candidate leaves at it."""
+    calls: list = []
+    scorer = fake_scorer({1.1: -0.2, 1.2: -0.19, 1.3: -0.1}, {1.1: 0.05, 1.2: 0.05}, calls)
+    res = race(cands(1.0, 1.1, 1.2, 1.3), scorer, RaceSettings("perplexity", 1024, (128,), 32, 32, 32))
+    by = {e.name: e.reason or "" for e in res.entries}
+    assert "costs" in by["m = 1.1"] and "costs" in by["m = 1.2"] and [e.name for e in res.survivors] == ["m = 1.3"]

@@ -135,7 +135,7 @@ def _short_cut(settings: RaceSettings, alive: list[Entry], base: Entry, windows:
                     f"no change, more than {settings.max_short_cost:.0%} after {windows} windows"
                 )
                 e.left_after = windows
-                return
+                break
             if ci.high <= bound:
                 e.short_ok.add(n)
 

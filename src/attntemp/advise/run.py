@@ -84,10 +84,24 @@ def _contexts(plan: AdvisePlan) -> tuple[EvalContext, EvalContext]:
     return ctx, replace(tuning_context(ctx), n_docs=cfg.race_windows + plan.spare)
 
 
-def advise(plan: AdvisePlan, model: Any, out: Path) -> AdviseResult:
-    """The advice for ``plan`` on the loaded ``model``, every score kept in ``out/scores.db``."""
-    cfg, t0, tok = plan.cfg, time.perf_counter(), plan.tok
-    store, count = ScoreStore(out / STORE), Counter()
+@dataclass
+class Setup:
+    """What a race needs, built once from the plan: the candidates (with how each engine carries
+    them), the scorer on the tuning pool, the race's settings, the contexts and the store."""
+
+    candidates: list[Candidate]
+    scorer: Any  # (specs, task, length, block, stage="race") -> list[Result]
+    settings: RaceSettings
+    ctx: EvalContext  # the evaluation pool
+    tctx: EvalContext  # the tuning pool: the race's windows, then the spare ones
+    store: ScoreStore
+    model_id: str
+    count: Counter
+
+
+def setup(plan: AdvisePlan, model: Any, store: ScoreStore) -> Setup:
+    """The race's candidates, scorer and settings (YaRN's m searched first unless --no-tune)."""
+    cfg, tok, count = plan.cfg, plan.tok, Counter()
     model_id = model_identity(model, cfg.model)
     ctx, tctx = _contexts(plan)
 
@@ -99,20 +113,27 @@ def advise(plan: AdvisePlan, model: Any, out: Path) -> AdviseResult:
     if plan.extends and cfg.tune_m:
         _say(cfg, "searching YaRN's global m on the tuning pool's spare windows")
         cands.append(_tuned(plan, model, tok, tctx, store, model_id, count))
-    cands = [with_engines(c, plan.trained, plan.model_type) for c in cands]
-    _say(cfg, f"diagnosing without a RoPE change at {plan.trained} and {cfg.length} tokens")
-    diagnosis = _diagnose(plan, model, tok, tctx, on_tuning_pool, out)
-    _say(cfg, f"racing {len(cands)} candidates")
     settings = RaceSettings(
         cfg.objective, cfg.length, plan.short_lengths, cfg.race_windows, cfg.block, cfg.min_windows,
         cfg.max_short_cost, cfg.budget,
     )  # fmt: skip
-    result = race(cands, on_tuning_pool, settings, _progress(cfg))
+    engines = [with_engines(c, plan.trained, plan.model_type) for c in cands]
+    return Setup(engines, on_tuning_pool, settings, ctx, tctx, store, model_id, count)
+
+
+def advise(plan: AdvisePlan, model: Any, out: Path) -> AdviseResult:
+    """The advice for ``plan`` on the loaded ``model``, every score kept in ``out/scores.db``."""
+    cfg, t0, tok = plan.cfg, time.perf_counter(), plan.tok
+    s = setup(plan, model, ScoreStore(out / STORE))
+    _say(cfg, f"diagnosing without a RoPE change at {plan.trained} and {cfg.length} tokens")
+    diagnosis = _diagnose(plan, model, tok, s.tctx, s.scorer, out)
+    _say(cfg, f"racing {len(s.candidates)} candidates")
+    result = race(s.candidates, s.scorer, s.settings, _progress(cfg))
     _say(cfg, f"race {result.status}; confirming on the evaluation pool")
-    confirmed, first = _confirm(plan, result, model, tok, ctx, store, model_id, count)
+    confirmed, first = _confirm(plan, result, model, tok, s.ctx, s.store, s.model_id, s.count)
     rec = recommendation(result, confirmed, first, cfg.engine)
-    ev = _evidence(plan, result, diagnosis, confirmed, rec, count, time.perf_counter() - t0)
-    return AdviseResult(ev, out, store, model_id, count)
+    ev = _evidence(plan, result, diagnosis, confirmed, rec, s.count, time.perf_counter() - t0)
+    return AdviseResult(ev, out, s.store, s.model_id, s.count)
 
 
 def _progress(cfg: AdviseConfig):
