@@ -48,8 +48,7 @@ def spec_for(m: torch.nn.Module, arch: str) -> TemperatureSpec:
     if arch in PER_LAYER:
         return TemperatureSpec(layers=(0.7, 1.6))
     cfg, g = m.config, torch.Generator().manual_seed(2)
-    return TemperatureSpec.per_head(0.5 + 1.5 * torch.rand(cfg.num_hidden_layers, cfg.num_attention_heads,
-                                                            generator=g))
+    return TemperatureSpec.per_head(0.5 + 1.5 * torch.rand(cfg.num_hidden_layers, cfg.num_attention_heads, generator=g))
 
 
 def bake_row(m: torch.nn.Module, spec: TemperatureSpec) -> dict:
@@ -60,8 +59,12 @@ def bake_row(m: torch.nn.Module, spec: TemperatureSpec) -> dict:
         result = bake.save_baked(m, None, spec, Path(tmp) / "out")
         fresh = AutoModelForCausalLM.from_pretrained(result.path, dtype=torch.float32).eval()
         diff = float((logits(fresh) - want).abs().max())
-    return {"target": result.layers[0].target, "effect": float((want - base).abs().max()),
-            "save_check_max_abs_diff": result.max_abs_diff, "reload_max_abs_diff": diff}
+    return {
+        "target": result.layers[0].target,
+        "effect": float((want - base).abs().max()),
+        "save_check_max_abs_diff": result.max_abs_diff,
+        "reload_max_abs_diff": diff,
+    }
 
 
 def llama32() -> torch.nn.Module:
@@ -80,8 +83,11 @@ def export_row() -> dict:
     cfg.max_position_embeddings, cfg.rope_parameters = 32, result.rope_parameters
     fresh = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa").eval()
     fresh.load_state_dict(m.state_dict())
-    return {"logit_multiplier": result.logit_multiplier, "rope_parameters": result.rope_parameters,
-            "fresh_load_max_abs_diff": float((logits(fresh) - want).abs().max())}
+    return {
+        "logit_multiplier": result.logit_multiplier,
+        "rope_parameters": result.rope_parameters,
+        "fresh_load_max_abs_diff": float((logits(fresh) - want).abs().max()),
+    }
 
 
 def refusal(fn) -> str:
@@ -108,10 +114,12 @@ def main() -> None:
         "export_m_without_yarn": refusal(lambda: export.export(TemperatureSpec(multiplier=1.2), "vllm")),
     }
     m4 = yarn_multiplier(4)
-    out["factors_s4_plain_yarn"] = {"logit_multiplier": m4,
-                                    "transformers_attention_factor": export.transformers_attention_factor(m4),
-                                    "vllm_attn_factor": export.vllm_attn_factor(m4, 4),
-                                    "llamacpp_attn_factor": export.llamacpp_attn_factor(m4, 4)}
+    out["factors_s4_plain_yarn"] = {
+        "logit_multiplier": m4,
+        "transformers_attention_factor": export.transformers_attention_factor(m4),
+        "vllm_attn_factor": export.vllm_attn_factor(m4, 4),
+        "llamacpp_attn_factor": export.llamacpp_attn_factor(m4, 4),
+    }
     print(json.dumps(out, indent=2))
 
 

@@ -22,8 +22,12 @@ def rope_for(kind: str, length: int, trained_length: int) -> dict | None:
     if kind == "none":
         return None
     factor = max(1.0, length / trained_length)
-    return {"rope_type": "yarn", "factor": factor, "original_max_position_embeddings": trained_length,
-            "attention_factor": 1.0}
+    return {
+        "rope_type": "yarn",
+        "factor": factor,
+        "original_max_position_embeddings": trained_length,
+        "attention_factor": 1.0,
+    }
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -44,8 +48,17 @@ def main(argv: list[str] | None = None) -> dict:
     model, tok = load_model(args.model)
     rope = rope_for(args.rope, args.length, model.config.max_position_embeddings)
     _, evidence = run_gradient_tuning(
-        model, tok, args.length, args.steps, args.out, granularity=args.granularity, rope=rope,
-        n_train=args.n_train, n_eval=args.n_eval, lr=args.lr, batch_size=args.batch_size,
+        model,
+        tok,
+        args.length,
+        args.steps,
+        args.out,
+        granularity=args.granularity,
+        rope=rope,
+        n_train=args.n_train,
+        n_eval=args.n_eval,
+        lr=args.lr,
+        batch_size=args.batch_size,
         schedule=None if args.schedule == "none" else args.schedule,
     )
     print(json.dumps(evidence, indent=2))

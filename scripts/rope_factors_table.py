@@ -33,8 +33,8 @@ import torch
 
 import attntemp
 from attntemp.evaluate import corpus
+from attntemp.evaluate.score import ScoreStore, score
 from attntemp.evaluate.tasks import EvalContext, get_task
-from attntemp.hf.patch import patch
 from attntemp.hf.rope_factors import factors_for
 from attntemp.hf.rope_scaling import rope_for
 from attntemp.ops.spec import TemperatureSpec
@@ -107,21 +107,20 @@ def trained_specs(model, tok, steps: int) -> dict[str, TemperatureSpec]:
 
 
 def scored(model, tok, specs, n_docs: int) -> dict[tuple[str, int, str], dict]:
-    """``{(text, length, spec): {task: result}}``, each point kept as JSON (a rerun resumes)."""
+    """``{(text, length, spec): {task: result}}``, each scored once into ``OUT/scores.db`` (a rerun
+    resumes; the ``points/`` JSON files beside it are the earlier runs' records of the same points)."""
     out = {}
+    store = ScoreStore(OUT / "scores.db")
     for label, text in TEXTS.items():
         docs = corpus.load_text(text)
         docs = corpus.pool(docs, "evaluation") if text == "stdlib" else docs  # markdown: held out whole
         ctx = EvalContext(L0, docs, n_docs, batch_size=4)
         for n in LENGTHS:
             for name, spec in specs.items():
-                path = OUT / "points" / f"{text.replace(':', '_')}-{n}-{name}.json"
-                if not path.is_file():
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    with torch.no_grad(), patch(model, spec):
-                        res = {t: get_task(t).evaluate(model, tok, n, [1.0], ctx)[0] for t in tasks_at(n)}
-                    path.write_text(json.dumps(res, default=float))
-                out[(label, n, name)] = json.loads(path.read_text())
+                out[(label, n, name)] = {
+                    t: score(model, tok, spec, t, n, ctx, store, "tiny").metrics for t in tasks_at(n)
+                }
+    store.close()
     return out
 
 

@@ -40,10 +40,10 @@ import torch
 
 from attntemp.evaluate import corpus
 from attntemp.evaluate.lm import token_nll
+from attntemp.evaluate.score import score as scored
 from attntemp.evaluate.tasks import EvalContext, get_task, tuning_context
 from attntemp.hf import introspect
 from attntemp.hf.loading import load_model
-from attntemp.hf.patch import patch
 from attntemp.hf.rope_scaling import rope_for
 from attntemp.ops.spec import TemperatureSpec
 from attntemp.tune.search import tune_global
@@ -86,10 +86,8 @@ def score(model, tok, length: int, name: str, spec: TemperatureSpec, task: str, 
     path = result_path(out, length, name, task)
     if path.is_file():
         return json.loads(path.read_text())
-    t0 = time.perf_counter()
-    with patch(model, spec):
-        res = get_task(task).evaluate(model, tok, length, [1.0], ctx)[0]
-    record = {"spec": spec.to_dict(), "seconds": round(time.perf_counter() - t0, 1), **res}
+    found = scored(model, tok, spec, task, length, ctx)  # the one way to score a spec; this file is its record
+    record = {"spec": spec.to_dict(), "seconds": round(found.seconds, 1), **found.metrics}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, default=float) + "\n")
     print(f"{length} {task} {name}: {record['seconds']:.0f} s", flush=True)

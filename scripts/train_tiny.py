@@ -195,9 +195,7 @@ def optimizer(model, args) -> tuple[torch.optim.Optimizer, torch.optim.lr_schedu
     """AdamW; warmup, flat through the copy phase, cosine over the main steps."""
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
     total = args.copy_steps + args.steps
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: lr_factor(s, args.warmup, args.copy_steps, total)
-    )
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, args.warmup, args.copy_steps, total))
     return opt, sched
 
 

@@ -35,10 +35,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from attntemp.evaluate import corpus
+from attntemp.evaluate.score import ScoreStore, score
 from attntemp.evaluate.tasks import EvalContext, get_task
 from attntemp.hf import introspect
 from attntemp.hf.loading import load_model
-from attntemp.hf.patch import patch
 from attntemp.hf.rope_scaling import rope_for
 from attntemp.ops.spec import TemperatureSpec
 from attntemp.tune.entropy import TARGETS, tune_entropy
@@ -95,17 +95,15 @@ def entropy_spec(model, tok, args, rope, trained: int, tuning: list, target: str
 def scored(
     model, tok, name: str, spec: TemperatureSpec, args, ctx: EvalContext, out: Path, folder: str = "results"
 ) -> dict:
-    """Perplexity of ``spec`` on ``ctx``'s windows (cached in ``OUT/<folder>``)."""
-    path = out / folder / f"{name.replace(' ', '_').replace('/', '_')}.json"
-    if path.is_file():
-        return json.loads(path.read_text())
-    t0 = time.perf_counter()
-    with patch(model, spec):
-        res = get_task("perplexity").evaluate(model, tok, args.length, [1.0], ctx)[0]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"spec": spec.to_dict(), "seconds": time.perf_counter() - t0, **res}, default=float))
-    print(f"scored {name}: tail ppl {res['tail_ppl']:.4g} in {time.perf_counter() - t0:.0f} s", flush=True)
-    return json.loads(path.read_text())
+    """Perplexity of ``spec`` on ``ctx``'s windows, scored once (``OUT/<folder>/scores.db``)."""
+    store = ScoreStore(out / folder / "scores.db")
+    try:
+        res = score(model, tok, spec, "perplexity", args.length, ctx, store, args.model)
+    finally:
+        store.close()
+    if not res.cached:
+        print(f"scored {name}: tail ppl {res.metrics['tail_ppl']:.4g} in {res.seconds:.0f} s", flush=True)
+    return {"spec": spec.to_dict(), "seconds": res.seconds, **res.metrics}
 
 
 def table(results: dict[str, dict], args: argparse.Namespace, text: str | None = None) -> str:

@@ -197,8 +197,16 @@ def _forest(ax, mine: list[dict], lengths: list[int], args: argparse.Namespace, 
             got = _ratio(_at(r["evidence"], n, text, args), TUNED)
             if got is not None:
                 v, lo, hi = got
-                ax.errorbar(v, i + (j - 1) * 0.24, xerr=[[v - lo], [hi - v]], fmt=marker, ms=4, capsize=2,
-                            color=colour, label=_length_label(n, args) if i == 0 else None)
+                ax.errorbar(
+                    v,
+                    i + (j - 1) * 0.24,
+                    xerr=[[v - lo], [hi - v]],
+                    fmt=marker,
+                    ms=4,
+                    capsize=2,
+                    color=colour,
+                    label=_length_label(n, args) if i == 0 else None,
+                )
     ax.set_yticks(range(len(mine)), [r["method"].replace(", gradient at L/2 and L", "") for r in mine], fontsize=7)
 
 
@@ -214,8 +222,14 @@ def plot(rows: list[dict], args: argparse.Namespace, path: Path) -> Path:
     ropes = list(dict.fromkeys(r["rope"] for r in rows))
     labels = text_labels(args)
     height = 2 * (0.42 * max(sum(r["rope"] == rope for r in rows) for rope in ropes) + 1.2) + 0.8
-    fig, axes = plt.subplots(len(labels), len(ropes), figsize=(6 * len(ropes) + 2.5, height), squeeze=False,
-                             sharey=True, layout="constrained")
+    fig, axes = plt.subplots(
+        len(labels),
+        len(ropes),
+        figsize=(6 * len(ropes) + 2.5, height),
+        squeeze=False,
+        sharey=True,
+        layout="constrained",
+    )
     for row, label in enumerate(labels):
         for ax, rope in zip(axes[row], ropes, strict=True):
             _forest(ax, [r for r in rows if r["rope"] == rope], lengths, args, row)
@@ -224,10 +238,18 @@ def plot(rows: list[dict], args: argparse.Namespace, path: Path) -> Path:
             ax.xaxis.set_major_formatter(style.plain)
             ax.set_title(f"rope {rope}, on {label}", fontsize=10, color=style.rope_color(rope))
     axes[0][0].invert_yaxis()  # the table's order, top down (the panels share the axis)
-    fig.legend(*axes[0][0].get_legend_handles_labels(), loc="outside lower center", ncol=len(lengths) + 1,
-               fontsize=8, frameon=False)
-    fig.suptitle(f"tuned at {args.length} tokens on the stdlib's tuning pool, scored on {args.docs} windows of each "
-                 "text at each length", fontsize=9)
+    fig.legend(
+        *axes[0][0].get_legend_handles_labels(),
+        loc="outside lower center",
+        ncol=len(lengths) + 1,
+        fontsize=8,
+        frameon=False,
+    )
+    fig.suptitle(
+        f"tuned at {args.length} tokens on the stdlib's tuning pool, scored on {args.docs} windows of each "
+        "text at each length",
+        fontsize=9,
+    )
     return style.save(fig, path)
 
 
