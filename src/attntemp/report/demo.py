@@ -24,17 +24,19 @@ from tqdm.auto import tqdm
 
 from ..analysis.measure import AttentionStats, measure
 from ..analysis.monitor_demo import monitor_section
+from ..evaluate import limits
 from ..evaluate.corpus import heldout_windows
 from ..evaluate.store import LOCK_FILE
 from ..evaluate.sweep import SweepConfig, check_resumable, run_sweep
 from ..evaluate.tasks import EvalContext, EvalOptions, eval_context, get_task
-from ..hf import introspect
+from ..hf import introspect, preflight
 from ..hf.loading import load_model, resolve
 from ..hf.rope_scaling import rope_for
 from ..ops.intervals import mean_interval
 from ..ops.spec import TemperatureSpec
 from ..ship.bake import save_baked
 from ..tune.evidence import BASELINE, TUNED, YARN, candidates, evaluate_specs
+from ..tune.runner import RESULTS as TUNE_RESULTS
 from ..tune.runner import TuneConfig, run_tune
 from ..utils import checks, options, outputs
 from ..utils.options import option
@@ -42,12 +44,19 @@ from .build import best_table
 from .figures import plot_entropy_by_position, plot_metric_vs_multiplier, plot_tuning_entropy
 from .html import markdown_to_html
 
+TUNE_FILES = (*TUNE_RESULTS, "checkpoint.pt", "checkpoint.pt.tmp")
+FIGURES = ("entropy_by_position.png", "ppl_vs_multiplier.png", "entropy_shift.png", "monitor_passkey.png")
+OUTPUTS = outputs.Outputs(
+    ("report.md", "report.html", *FIGURES), {"baked": outputs.CHECKPOINT, "tune[0-9]": TUNE_FILES}
+)  # demo's own, replaced with --overwrite; its sweep.db is resumed (check_resumable)
+
 
 @dataclass(frozen=True, kw_only=True)
 class DemoConfig(EvalOptions):
     """``attntemp demo`` and :func:`run_demo` (per-model defaults in :data:`MODEL_DEFAULTS`)."""
 
     out: str = option("attntemp-demo", "output folder (report.md, report.html, PNGs, the baked model)")
+    overwrite: bool = option(False, "replace demo's own files already in --out (sweep.db is resumed)")
     scales: tuple[float, ...] = option((4.0, 8.0), "lengths as multiples of the trained length", parse=options.floats)
     retrieval_scale: float = option(2.0, "passkey retrieval and the monitor at this multiple of L0")
     multipliers: tuple[float, ...] = option(
@@ -66,11 +75,20 @@ class DemoConfig(EvalOptions):
         if self.monitor_trials < 0:
             raise ValueError(f"monitor_trials={self.monitor_trials} is not allowed; expected an integer >= 0")
         for i, s in enumerate(self.scales):
-            checks.at_least(f"scales[{i}]", s, 1.0)
+            if checks.positive(f"scales[{i}]", s) <= 1:
+                raise ValueError(
+                    f"scales[{i}]={s:g} is not allowed; expected a multiple > 1 of the trained length (steps 2 "
+                    "and 3 score and tune the predictions past it)"
+                )
         if not self.scales:
             raise ValueError("scales is empty; give at least one multiple of the trained length, e.g. 4")
         checks.at_least("retrieval_scale", self.retrieval_scale, 1.0)
-        outputs.check_out(self.out, overwrite=True)  # a writable folder: checked before the model loads
+        if self.key_evaluator is not None:
+            raise ValueError(
+                f"key_evaluator={self.key_evaluator!r} is not allowed: the demo runs no key_tokens task; "
+                "use it with sweep or tune --tasks/--objective key_tokens"
+            )
+        outputs.check_out(self.out, OUTPUTS, self.overwrite)  # before the model loads
         check_resumable(self.out, self)  # step 2 sweeps into --out: its settings must match a sweep.db there
 
     def eval_options(self) -> dict[str, Any]:
@@ -347,13 +365,38 @@ def step_bake(cfg: DemoConfig, spec: TemperatureSpec, out: Path) -> list[str]:
     ]
 
 
+def preflight_demo(cfg: DemoConfig) -> None:
+    """Before the model loads: each length (``scales`` and ``retrieval_scale`` times L0) past L0 by
+    a perplexity window, and its forwards (and passkey prompts) within the memory available."""
+    config = preflight.source_config(cfg.model)
+    trained = preflight.trained_length(config or {})
+    if not trained:
+        return
+    text = config and preflight.text_part(config)
+    rows = limits.forward_rows(cfg.batch_size, cfg.n_docs, cfg.trials, len(cfg.multipliers))
+    for i, s in enumerate(cfg.scales):
+        n = int(trained * s)
+        if n - trained < limits.PERPLEXITY_MIN:
+            raise ValueError(
+                f"scales[{i}]={s:g} is not allowed: {n} tokens are fewer than {limits.PERPLEXITY_MIN} past the "
+                f"trained length {trained}, too few to score the tail"
+            )
+        preflight.check_forward(f"scales[{i}]", s, text, rows, n)
+    n = int(trained * cfg.retrieval_scale)
+    preflight.check_forward(
+        "retrieval_scale", cfg.retrieval_scale, text, limits.forward_rows(cfg.batch_size, 1, cfg.trials, 3), n
+    )
+    preflight.check_prompts("retrieval_scale", cfg.retrieval_scale, cfg.trials, n)
+
+
 def run_demo(cfg: DemoConfig) -> Path:
     """Run every step; return the report's path. A run that fails leaves no empty ``out``."""
     t0 = time.perf_counter()
     resolve(cfg.model)  # a bad --model is one line, before any progress is printed
+    preflight_demo(cfg)
     _stage(cfg, f"loading {cfg.model}")
     model, tok = load_model(cfg.model, **cfg.load_args())  # before --out is made: a bad model leaves none
-    with outputs.output_folder(cfg.out) as out:
+    with outputs.output_folder(cfg.out, replace=OUTPUTS if cfg.overwrite else ()) as out:
         text = _run(cfg, model, tok, out, t0)
         (out / "report.md").write_text(text)
         (out / "report.html").write_text(markdown_to_html(text, f"attntemp demo: {cfg.model}"))

@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from ..evaluate import corpus, limits
 from ..evaluate.corpus import heldout_windows
 from ..evaluate.key_tokens import key_token_targets
@@ -107,6 +109,11 @@ class TuneConfig(EvalOptions):
         checks.choice("method", self.method, TUNE_METHODS)
         checks.positive_int("steps", self.steps)
         checks.choice("target", self.target, TARGETS)
+        if self.target != "entropy" and self.objective != "entropy":
+            raise ValueError(
+                f"target={self.target!r} is not allowed with objective={self.objective!r}: it is what entropy "
+                "matching holds; add objective='entropy' or leave it out"
+            )
         for i, n in enumerate(self.lengths):
             checks.positive_int(f"lengths[{i}]", n)
         if self.schedule is not None:
@@ -128,7 +135,7 @@ class TuneConfig(EvalOptions):
             checks.choice(f"tasks[{i}]", t, TASKS)
         if not self.tasks:
             raise ValueError("tasks is empty; give at least one evidence task, e.g. perplexity")
-        if self.second_text() == self.text:
+        if corpus.same_source(self.second_text(), self.text):
             raise ValueError(
                 f"heldout_text={self.heldout_text!r} is --text itself, whose tuning pool the tuner saw; give "
                 "another text (or 'none')"
@@ -172,6 +179,11 @@ class TuneConfig(EvalOptions):
                 "rope='dynamic' with rope_factors='learn' is not allowed: its frequencies change with the "
                 "length, so no one long_factor starts from it; allowed: none, linear, ntk, yarn"
             )
+        if self.granularity != "global" and self.rope_temperature != "learn":
+            raise ValueError(
+                f"granularity={self.granularity!r} is a learned temperature's; with rope_temperature="
+                f"{self.rope_temperature!r} none is learned (use rope_temperature='learn', or leave it out)"
+            )
         if self.schedule is not None and self.rope_temperature != "learn":
             raise ValueError(
                 f"schedule={self.schedule!r} is a learned temperature; with rope_temperature="
@@ -197,6 +209,7 @@ def _tune(cfg: TuneConfig, model: Any, tok: Any, ctx: EvalContext, out: Path) ->
             progress=cfg.progress,
             rope_factors=cfg.rope_factors,
             rope_temperature=cfg.rope_temperature,
+            settings=settings(cfg),
             targets=None
             if cfg.objective == "perplexity"
             else functools.partial(TARGETS_OF[cfg.objective], tok, ctx=tctx),
@@ -256,7 +269,69 @@ RESULTS = (
     "learned_spec.json",
     "learned_heatmap.png",
     "train_log.json",
-)  # a killed gradient tune's checkpoint.pt is not one: a rerun resumes from it
+)
+CHECKPOINT = "checkpoint.pt"  # a gradient tune's: a killed run's is resumed by the same settings
+OUTPUTS = outputs.Outputs((*RESULTS, CHECKPOINT, CHECKPOINT + ".tmp"))
+UNSETTLED = ("out", "overwrite", "progress", "threads", "verbose")  # what a resumed run may change
+
+
+def settings(cfg: TuneConfig) -> dict[str, Any]:
+    """What a gradient tune's checkpoint is resumed with: every option but :data:`UNSETTLED`."""
+    return {k: v for k, v in asdict(cfg).items() if k not in UNSETTLED}
+
+
+def resumable(cfg: TuneConfig) -> bool:
+    """True when ``out`` holds a killed gradient tune's ``checkpoint.pt`` (no ``evidence.md`` yet)
+    that this run resumes (not with ``overwrite``, which starts over)."""
+    out = Path(cfg.out)
+    return not cfg.overwrite and (out / CHECKPOINT).is_file() and not (out / "evidence.md").exists()
+
+
+def check_tune_out(cfg: TuneConfig) -> None:
+    """``out`` by the rule of :mod:`attntemp.utils.outputs`; a killed gradient tune's folder is
+    resumed instead (:func:`check_resume`)."""
+    outputs.check_out(cfg.out, () if resumable(cfg) else OUTPUTS, overwrite=cfg.overwrite)
+
+
+def check_resume(cfg: TuneConfig) -> None:
+    """A killed gradient tune's ``checkpoint.pt`` in ``out`` is resumed only by a run with its
+    settings (recorded there), anything else refused naming the first setting that differs."""
+    if not resumable(cfg):
+        return
+    path = Path(cfg.out) / CHECKPOINT
+    try:
+        saved = torch.load(path, weights_only=True).get("meta", {}).get("settings")
+    except Exception as exc:  # a damaged file: pickle, zip and OS errors alike
+        raise ValueError(
+            f"out={cfg.out!r} holds a checkpoint.pt that cannot be read ({type(exc).__name__}); pass "
+            "overwrite=True to start over, or choose another folder"
+        ) from None
+    now = {k: list(v) if isinstance(v, tuple) else v for k, v in settings(cfg).items()}
+    if cfg.method != "gradient" or (saved is not None and saved != now):
+        old = saved or {"method": "gradient"}
+        key = next(k for k in (*now, *old) if old.get(k) != now.get(k))
+        raise ValueError(
+            f"out={cfg.out!r} holds a killed gradient tune's checkpoint.pt made with {key}={old.get(key)!r}; this "
+            f"run has {key}={now.get(key)!r}: rerun with its settings to resume it, or pass overwrite=True to start "
+            "over"
+        )
+
+
+def check_second_text(cfg: TuneConfig, tok: Any, held_out: tuple[int, ...]) -> None:
+    """The second text (``heldout_text``) holds the windows its scoring takes, at the tuning
+    length and each held-out one, for the tasks that read the text; checked before any work."""
+    source, tasks = cfg.second_text(), [t for t in cfg.tasks if t not in TEXT_FREE]
+    if source is None or not tasks:
+        return
+    docs = corpus.load_text(source, name="heldout_text")
+    for n in (cfg.length, *held_out):
+        try:
+            heldout_windows(tok, n, n=cfg.n_docs, docs=docs, n_name="n_docs")
+        except ValueError:
+            raise ValueError(
+                f"heldout_text={source!r} is not allowed: it is too short to score n_docs={cfg.n_docs} window(s) of "
+                f"{n} tokens on (the tuning length and each held-out one); give a longer text, or 'none'"
+            ) from None
 
 
 def held_out_lengths(cfg: TuneConfig, trained: int, tok: Any) -> tuple[tuple[int, ...], list[str]]:
@@ -283,11 +358,13 @@ def preflight_tune(cfg: TuneConfig, model=None, tok=None) -> Any:
     :func:`~attntemp.evaluate.tasks.eval_context`: a text of too few documents for two pools is cut
     in halves), every length (tuning, extra and held-out) long enough for the tasks that score at it
     and within the memory available; returns the tokenizer."""
-    outputs.check_out(cfg.out, RESULTS, overwrite=cfg.overwrite)
+    check_tune_out(cfg)
     config = model.config.to_dict() if model is not None else preflight.source_config(cfg.model)
     tok = tok if tok is not None else preflight.load_tokenizer(cfg.model)
+    cfg = limits.fit_needles(cfg, (cfg.length, *cfg.lengths), tok)
+    check_resume(cfg)
     corpus.source_files(cfg.text, name="text")
-    if cfg.second_text():
+    if cfg.second_text() is not None:
         corpus.source_files(cfg.second_text() or "", name="heldout_text")
     objective = [cfg.objective] if cfg.objective in TASKS else []
     trained = introspect.trained_length(model) if model is not None else preflight.trained_length(config or {})
@@ -308,6 +385,7 @@ def preflight_tune(cfg: TuneConfig, model=None, tok=None) -> Any:
     limits.check_memory("length", [cfg.length], text, rows, cfg.trials, grad=cfg.method == "gradient", indexed=False)
     limits.check_memory("lengths", cfg.lengths, text, rows, cfg.trials, grad=cfg.method == "gradient")
     limits.check_memory("check_lengths", held_out, text, rows, cfg.trials)
+    check_second_text(cfg, tok, held_out)
     return tok
 
 
@@ -315,7 +393,10 @@ def run_tune(cfg: TuneConfig, model=None, tok=None) -> dict[str, Any]:
     """Tune, save the spec and the evidence under ``cfg.out``; returns the evidence. Everything is
     checked before the model loads (:func:`preflight_tune`); a failed run leaves no empty ``out``."""
     tok = preflight_tune(cfg, model, tok)
-    with outputs.output_folder(cfg.out) as out:
+    given, cfg = cfg, limits.fit_needles(cfg, (cfg.length, *cfg.lengths), tok)
+    limits.say_needles(given, cfg, (cfg.length, *cfg.lengths))
+    own = OUTPUTS if cfg.overwrite else outputs.Outputs(RESULTS) if resumable(cfg) else ()
+    with outputs.output_folder(cfg.out, replace=own) as out:
         return _run(cfg, out, model, tok)
 
 
