@@ -76,9 +76,9 @@ def test_restored_exactly_also_on_error(tiny):
     params = copy.deepcopy(model.config.rope_parameters)
     with pytest.raises(RuntimeError, match="inside"):
         with rope_factors(model, factors_for(model, None, 1024)):
-            inside = rope_state(model).rotaries
-            assert all(isinstance(r[2], FactorRotary) for r in inside)  # the factors are in place: swapped modules
-            assert [r[2] for r in inside] != [r[2] for r in before.rotaries]
+            swapped = [getattr(parent, name) for parent, name, _ in before.rotaries]
+            assert swapped and all(isinstance(m, FactorRotary) for m in swapped)  # the factors are in place
+            assert [m.original for m in swapped] == [r[2] for r in before.rotaries]  # wrapping the model's own
             raise RuntimeError("inside")
     after = rope_state(model)
     assert [r[2] for r in after.rotaries] == [r[2] for r in before.rotaries]  # the same module objects

@@ -36,7 +36,7 @@ from ..ops.intervals import mean_interval
 from ..ops.spec import TemperatureSpec
 from ..ship.bake import save_baked
 from ..tune.evidence import BASELINE, TUNED, YARN, candidates, evaluate_specs
-from ..tune.runner import RESULTS as TUNE_RESULTS
+from ..tune.runner import OUTPUTS as TUNE_OUTPUTS
 from ..tune.runner import TuneConfig, run_tune
 from ..utils import checks, options, outputs
 from ..utils.options import option
@@ -44,7 +44,7 @@ from .build import best_table
 from .figures import plot_entropy_by_position, plot_metric_vs_multiplier, plot_tuning_entropy
 from .html import markdown_to_html
 
-TUNE_FILES = (*TUNE_RESULTS, "checkpoint.pt", "checkpoint.pt.tmp")
+TUNE_FILES = TUNE_OUTPUTS.files  # tune's own, and the entropy_shift.png `attntemp report` draws there
 FIGURES = ("entropy_by_position.png", "ppl_vs_multiplier.png", "entropy_shift.png", "monitor_passkey.png")
 OUTPUTS = outputs.Outputs(
     ("report.md", "report.html", *FIGURES), {"baked": outputs.CHECKPOINT, "tune[0-9]": TUNE_FILES}

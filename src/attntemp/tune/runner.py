@@ -271,7 +271,7 @@ RESULTS = (
     "train_log.json",
 )
 CHECKPOINT = "checkpoint.pt"  # a gradient tune's: a killed run's is resumed by the same settings
-OUTPUTS = outputs.Outputs((*RESULTS, CHECKPOINT, CHECKPOINT + ".tmp"))
+OUTPUTS = outputs.Outputs((*RESULTS, CHECKPOINT, CHECKPOINT + ".tmp", "entropy_shift.png"))  # report's figure too
 UNSETTLED = ("out", "overwrite", "progress", "threads", "verbose")  # what a resumed run may change
 
 
