@@ -63,5 +63,5 @@ def test_the_default_needle_count_fits_the_lengths_and_says_so(tmp_path, capsys)
     said = re.search(r"needles: (\d) needle\(s\) per forward, the most that fit in 1024 tokens", captured.err)
     assert said and 1 <= int(said.group(1)) < 8, captured.err
     points = json.loads(captured.out)["points"]
-    assert [p["metrics"]["needles_per_forward"] for p in points] == [int(said.group(1))]
+    assert [p["metrics"]["needles_per_forward"] for p in points] == [int(said.group(1))] * 2  # rope none, yarn
     assert main([*argv, "--out", str(out), "--needles-per-forward", said.group(1)]) == 0  # the value used: resumes
