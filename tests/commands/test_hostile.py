@@ -143,7 +143,8 @@ def _issue_32(w: Path) -> None:
     import torch
 
     from attntemp.assets import configs_path
-    from attntemp.tune.runner import TuneConfig, settings
+    from attntemp.tune.resume import settings
+    from attntemp.tune.runner import TuneConfig
 
     for name, fields in CONFIGS.items():
         (w / f"{name}.json").write_text(json.dumps({**LLAMA, **fields}))

@@ -36,7 +36,7 @@ from ..ops.intervals import mean_interval
 from ..ops.spec import TemperatureSpec
 from ..ship.bake import save_baked
 from ..tune.evidence import BASELINE, TUNED, YARN, candidates, evaluate_specs
-from ..tune.runner import OUTPUTS as TUNE_OUTPUTS
+from ..tune.resume import OUTPUTS as TUNE_OUTPUTS
 from ..tune.runner import TuneConfig, run_tune
 from ..utils import checks, options, outputs
 from ..utils.options import option

@@ -16,8 +16,6 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from ..evaluate import corpus, limits
 from ..evaluate.corpus import heldout_windows
 from ..evaluate.key_tokens import key_token_targets
@@ -33,6 +31,7 @@ from ..utils.options import option
 from .entropy import TARGETS, tune_entropy
 from .evidence import candidates, check_lengths, comparisons, evaluate_specs, evidence_markdown
 from .gradient import ROPE_FACTORS, ROPE_TEMPERATURES, run_gradient_tuning
+from .resume import OUTPUTS, RESULTS, check_resume, check_tune_out, resumable, settings
 from .search import SEARCH_OBJECTIVES, tune_global
 
 TUNE_METHODS = ("search", "gradient")
@@ -259,62 +258,6 @@ def _second_text(
     other = replace(ctx, docs=corpus.load_text(source, name="heldout_text"), tuning_docs=())
     scored = {n: _scored(model, tok, n, spec, cfg, other, tasks) for n in (cfg.length, *held_out)}
     return {"text": source, "tasks": list(tasks), **scored[cfg.length], "checks": {n: scored[n] for n in held_out}}
-
-
-RESULTS = (
-    "spec.json",
-    "evidence.json",
-    "evidence.md",
-    "entropy.json",
-    "learned_spec.json",
-    "learned_heatmap.png",
-    "train_log.json",
-)
-CHECKPOINT = "checkpoint.pt"  # a gradient tune's: a killed run's is resumed by the same settings
-OUTPUTS = outputs.Outputs((*RESULTS, CHECKPOINT, CHECKPOINT + ".tmp", "entropy_shift.png"))  # report's figure too
-UNSETTLED = ("out", "overwrite", "progress", "threads", "verbose")  # what a resumed run may change
-
-
-def settings(cfg: TuneConfig) -> dict[str, Any]:
-    """What a gradient tune's checkpoint is resumed with: every option but :data:`UNSETTLED`."""
-    return {k: v for k, v in asdict(cfg).items() if k not in UNSETTLED}
-
-
-def resumable(cfg: TuneConfig) -> bool:
-    """True when ``out`` holds a killed gradient tune's ``checkpoint.pt`` (no ``evidence.md`` yet)
-    that this run resumes (not with ``overwrite``, which starts over)."""
-    out = Path(cfg.out)
-    return not cfg.overwrite and (out / CHECKPOINT).is_file() and not (out / "evidence.md").exists()
-
-
-def check_tune_out(cfg: TuneConfig) -> None:
-    """``out`` by the rule of :mod:`attntemp.utils.outputs`; a killed gradient tune's folder is
-    resumed instead (:func:`check_resume`)."""
-    outputs.check_out(cfg.out, () if resumable(cfg) else OUTPUTS, overwrite=cfg.overwrite)
-
-
-def check_resume(cfg: TuneConfig) -> None:
-    """A killed gradient tune's ``checkpoint.pt`` in ``out`` is resumed only by a run with its
-    settings (recorded there), anything else refused naming the first setting that differs."""
-    if not resumable(cfg):
-        return
-    path = Path(cfg.out) / CHECKPOINT
-    try:
-        saved = torch.load(path, weights_only=True).get("meta", {}).get("settings")
-    except Exception as exc:  # a damaged file: pickle, zip and OS errors alike
-        raise ValueError(
-            f"out={cfg.out!r} holds a checkpoint.pt that cannot be read ({type(exc).__name__}); pass "
-            "overwrite=True to start over, or choose another folder"
-        ) from None
-    now = {k: list(v) if isinstance(v, tuple) else v for k, v in settings(cfg).items()}
-    if cfg.method != "gradient" or (saved is not None and saved != now):
-        old = saved or {"method": "gradient"}
-        key = next(k for k in (*now, *old) if old.get(k) != now.get(k))
-        raise ValueError(
-            f"out={cfg.out!r} holds a killed gradient tune's checkpoint.pt made with {key}={old.get(key)!r}; this "
-            f"run has {key}={now.get(key)!r}: rerun with its settings to resume it, or pass overwrite=True to start "
-            "over"
-        )
 
 
 def check_second_text(cfg: TuneConfig, tok: Any, held_out: tuple[int, ...]) -> None:
