@@ -160,7 +160,10 @@ def clear(out: Path, results: Iterable[str] | Outputs) -> list[str]:
     gone = own.present(out)
     for n in gone:
         p = out / n.rstrip("/")
-        shutil.rmtree(p) if p.is_dir() else p.unlink()
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            p.unlink()  # a file, or a link (to a folder too): the link goes, never what it points to
     return gone
 
 
