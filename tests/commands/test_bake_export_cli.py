@@ -69,15 +69,23 @@ def test_bake_into_a_non_empty_folder_is_one_error_line(model_dir, tmp_path, cap
     assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
 
 
-def test_bake_into_a_path_through_dotdot_replaces_the_folder_it_names(model_dir, tmp_path, capsys):
-    """``D/sub/..`` is D: resolved before any work, so the final rename has a name and a parent (it
-    used to fail there with a raw OSError and leave ``sub/...old-*`` behind)."""
+def test_bake_overwrite_through_dotdot_keeps_a_users_files(model_dir, tmp_path, capsys):
+    """``D/sub/..`` is D, resolved before any work (issue 32, case 2): ``--overwrite`` replaces a
+    checkpoint there, never a folder holding anything else, whatever path led to it."""
     d = tmp_path / "d"
     (d / "sub").mkdir(parents=True)
-    (d / "old.txt").write_text("replaced with --overwrite")
+    (d / "canary.txt").write_text("the user's")
     spec = write_spec(tmp_path / "s.json", TemperatureSpec(multiplier=1.2))
-    assert main(["bake", "--model", str(model_dir), "--spec", spec, "--out", f"{d}/sub/..", "--overwrite"]) == 0
-    assert "model.safetensors" in {p.name for p in d.iterdir()} and not (d / "old.txt").exists()
+    argv = ["bake", "--model", str(model_dir), "--spec", spec, "--out", f"{d}/sub/..", "--overwrite"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds canary.txt, sub/, not a checkpoint's; --overwrite replaces only" in err[0], err
+    assert (d / "canary.txt").read_text() == "the user's" and (d / "sub").is_dir()
+    (d / "canary.txt").unlink()
+    (d / "sub").rmdir()
+    assert main(argv) == 0  # an empty D: baked through the same path
+    assert main(argv) == 0  # a checkpoint there: replaced
+    assert "model.safetensors" in {p.name for p in d.iterdir()}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d", "s.json"]  # no staging or .old-* folder left
 
 

@@ -72,3 +72,28 @@ def test_a_refusal_after_the_folder_is_made_leaves_none(tmp_path, monkeypatch, c
     monkeypatch.setattr("attntemp.advise.demo.advise", refuse)
     assert main(["demo", "--out", str(tmp_path / "late" / "demo")]) == 2
     assert "--docs=16" in capsys.readouterr().err and not (tmp_path / "late").exists()
+
+
+CHEAP = SMALL
+
+
+def test_demo_keeps_a_users_files_and_overwrite_replaces_only_its_own(tmp_path, capsys):
+    """Issue 32, case 1: a folder holding files of demo's names is refused without --overwrite; with
+    it, a file of the user's inside demo's own folders (baked/) is refused too; the rest is kept."""
+    out = tmp_path / "DM"
+    (out / "baked").mkdir(parents=True)
+    (out / "report.md").write_text("the user's report")
+    (out / "baked" / "mine.txt").write_text("the user's")
+    (out / "notes.txt").write_text("the user's notes")
+    assert main(["demo", "--out", str(out), *CHEAP]) == 2
+    assert "already holds results (baked/, report.md); pass --overwrite" in capsys.readouterr().err
+    assert main(["demo", "--out", str(out), *CHEAP, "--overwrite"]) == 2
+    assert "holds baked/mine.txt, not written by this command; --overwrite replaces only" in capsys.readouterr().err
+    assert (out / "report.md").read_text() == "the user's report"
+    assert (out / "baked" / "mine.txt").read_text() == "the user's"
+    (out / "baked" / "mine.txt").unlink()
+    (out / "diagnosis.png").write_text("an earlier demo's figure")  # demo's own: replaced
+    assert main(["demo", "--out", str(out), *CHEAP, "--overwrite"]) == 0
+    assert (out / "notes.txt").read_text() == "the user's notes"  # not demo's: kept
+    assert (out / "report.md").read_text().startswith("# attntemp advise: tiny")
+    assert (out / "diagnosis.png").read_bytes().startswith(b"\x89PNG")

@@ -51,3 +51,17 @@ def test_tune_objective_key_tokens(tmp_path, capsys, monkeypatch):
     info = json.loads((tmp_path / "g" / "evidence.json").read_text())["info"]
     assert len(info["objective_ppl_before"]) == 1 and info["objective_ppl_after"][0] > 0
     assert main([*base, "--objective", "needles", "--method", "gradient", "--steps", "1", "--out", "n"]) == 0
+
+
+def test_the_default_needle_count_fits_the_lengths_and_says_so(tmp_path, capsys):
+    """Issue 32: 8 needles take 1168 of the tiny model's byte tokens; at 1024 the default hides as
+    many as fit (said on stderr and in the points), while 8 given outright is refused (the table)."""
+    out = tmp_path / "n"
+    argv = ["sweep", "--lengths", "1024", "--tasks", "needles", "--multipliers", "1", "--docs", "1", "--quiet"]
+    assert main([*argv, "--out", str(out), "--json"]) == 0
+    captured = capsys.readouterr()
+    said = re.search(r"needles: (\d) needle\(s\) per forward, the most that fit in 1024 tokens", captured.err)
+    assert said and 1 <= int(said.group(1)) < 8, captured.err
+    points = json.loads(captured.out)["points"]
+    assert [p["metrics"]["needles_per_forward"] for p in points] == [int(said.group(1))] * 2  # rope none, yarn
+    assert main([*argv, "--out", str(out), "--needles-per-forward", said.group(1)]) == 0  # the value used: resumes

@@ -32,7 +32,7 @@ def args(tmp_path):
     (tmp_path / "hub_tasks").mkdir()
     (tmp_path / "hub_tasks" / "needs_the_hub.yaml").write_text(OFFLINE_TASK)
     (tmp_path / "full").mkdir()
-    (tmp_path / "full" / "keep.txt").write_text("a user's results")
+    (tmp_path / "full" / "comparison.json").write_text("an earlier eval's results")
     return {"--spec": str(spec), "--tasks": "attntemp_passkey_256", "--out": str(tmp_path / "out")}
 
 
@@ -46,7 +46,7 @@ CASES = [
     ("--lengths", "8192", "--lengths[0]=8192 is not allowed; expected <= --max-length=4096"),
     ("--bootstrap-iters", "-1", "--bootstrap-iters=-1 is not allowed"),
     ("--spec", "{tmp}/missing.json", "spec="),
-    ("--out", "{tmp}/full", "--out '{tmp}/full' exists and is not empty; pass --overwrite"),
+    ("--out", "{tmp}/full", "--out='{tmp}/full' already holds results (comparison.json); pass --overwrite"),
     ("--include-path", "{tmp}/nowhere", "--include-path '{tmp}/nowhere' is not a folder"),
     ("--tasks", ",", "--tasks=() is not allowed"),
     # an unknown name is looked up among lm-eval's own ~15k tasks too: indexing them takes 12-30 s

@@ -6,6 +6,7 @@ import ast
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -160,8 +161,43 @@ def test_an_existing_out_is_kept_without_overwrite(eval_run, capsys):
     before = (out / "comparison.json").read_bytes()
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "exists and is not empty; pass --overwrite" in err[0]
+    assert len(err) == 1 and "already holds results (comparison.json, comparison.md, with_spec/, ...)" in err[0]
     assert (out / "comparison.json").read_bytes() == before
+
+
+def test_overwrite_replaces_only_evals_own_files(eval_run, capsys):
+    """Issue 32, case 3: --overwrite replaces eval's own outputs (also one this run does not write
+    again: lm_eval_tasks/ of an earlier run with --lengths) and keeps everything else in --out."""
+    _, out, argv = eval_run
+    (out / "notes.txt").write_text("the user's")
+    (out / "with_spec" / "mine.txt").write_text("the user's, inside eval's folder")
+    assert main([*argv, "--overwrite"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds with_spec/mine.txt, not written by this command" in err[0], err
+    (out / "with_spec" / "mine.txt").unlink()
+    (out / "lm_eval_tasks").mkdir()
+    (out / "lm_eval_tasks" / "passkey_512.yaml").write_text("an earlier run's remade task")
+    (out / "comparison.md").write_text("stale")
+    assert main([*argv, "--overwrite"]) == 0
+    assert (out / "notes.txt").read_text() == "the user's"
+    assert not (out / "lm_eval_tasks").exists() and (out / "comparison.md").read_text() != "stale"
+    assert [p.name for p in out.parent.iterdir() if p.name.startswith(".")] == []  # no staging folder left
+
+
+def test_lm_evals_git_hash_keeps_gits_stderr_off(tmp_path, monkeypatch, capfd):
+    """Outside a repository, lm-eval's ``git describe`` made git print ``fatal: not a git
+    repository`` on every successful run (issue 32)."""
+    import lm_eval.evaluator as evaluator
+
+    from attntemp.evaluate.harness import lm_eval_logging
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))  # tmp_path is in no repository
+    with lm_eval_logging(False):
+        assert evaluator.get_git_commit_hash() is None
+    assert "fatal" not in capfd.readouterr().err
+    evaluator.get_git_commit_hash()  # lm-eval's own, restored: git's line reaches stderr (where git is)
+    assert ("not a git repository" in capfd.readouterr().err) == (shutil.which("git") is not None)
 
 
 @needs_lm_eval

@@ -80,6 +80,24 @@ def test_generate_with_the_monitor_writes_jsonl_plot_and_reference(prompt, tmp_p
     assert "stopped by the monitor" in said and "diffusion" in said
     new = int(said.split("generated ")[1].split(" tokens")[0])
     assert new < 40
+    # issue 32, case 6: --overwrite without --monitor removes the monitor's earlier outputs, nothing else
+    (out / "notes.txt").write_text("the user's")
+    assert main([*argv[:5], "--out", str(out), "--overwrite"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["generated.txt", "notes.txt"]
+
+
+def test_a_prompt_from_a_pipe_is_read(tmp_path, capsys):
+    """``--prompt-file <(...)``: a FIFO is a file to read once, not "no such file" (issue 32)."""
+    import os
+    import threading
+
+    fifo = tmp_path / "prompt.fifo"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_text(PROMPT))
+    writer.start()
+    assert main(["generate", "--prompt-file", str(fifo), "--max-new-tokens", "2", "--out", str(tmp_path / "g")]) == 0
+    writer.join()
+    assert (tmp_path / "g" / "generated.txt").is_file()
 
 
 def _case(case, prompt, tmp_path) -> list[str]:

@@ -70,6 +70,22 @@ SPECS = {
         "rope_scaling": {"rope_type": "yarm", "factor": 2.0},
     },
 }
+LLAMA = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2,
+         "num_key_value_heads": 2, "max_position_embeddings": 4096, "rope_theta": 10000.0}  # fmt: skip
+YARN4 = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024}
+CONFIGS = {  # audit configs of issue 32, each LLAMA with these fields
+    "c_l0_zero": {"rope_scaling": {**YARN4, "original_max_position_embeddings": 0}},
+    "c_af_huge": {"rope_scaling": {**YARN4, "attention_factor": 1e200}},
+    "c_factor_huge": {"rope_scaling": {**YARN4, "factor": 1e300}},
+    "c_head_dim_0": {"head_dim": 0},
+    "c_kv_5": {"num_attention_heads": 32, "num_key_value_heads": 5, "hidden_size": 4096},
+    "c_l0_over": {"rope_scaling": {**YARN4, "original_max_position_embeddings": 8192}},
+    "c_hidden_huge": {"hidden_size": 1e9},
+    "c_layers_huge": {"num_hidden_layers": 1e9},
+    "c_both_ropes": {"rope_scaling": YARN4, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}},
+    "c_mscale_huge": {"rope_scaling": {**YARN4, "mscale": 1.0, "mscale_all_dim": 1e6}},
+    "c_plain": {},
+}
 
 
 def _tiny_copy(dest: Path) -> Path:
@@ -133,7 +149,38 @@ def ws(tmp_path_factory):
     reweighted.close()
     (w / "tuned").mkdir()  # an earlier tune's results
     (w / "tuned" / "spec.json").write_text(json.dumps({"multiplier": 1.1}))
+    _issue_32(w)
     return w
+
+
+def _issue_32(w: Path) -> None:
+    """The files of issue 32's cases: audit configs, texts, folders of other runs' results."""
+    import dataclasses
+
+    import torch
+
+    from attntemp.assets import configs_path
+    from attntemp.tune.resume import settings
+    from attntemp.tune.runner import TuneConfig
+
+    for name, fields in CONFIGS.items():
+        (w / f"{name}.json").write_text(json.dumps({**LLAMA, **fields}))
+    gpt_oss = json.loads((configs_path() / "gpt_oss.json").read_text())
+    gpt_oss["layer_types"] = ["banana_attention"] * len(gpt_oss["layer_types"])
+    (w / "c_banana.json").write_text(json.dumps(gpt_oss))
+    (w / "zero.txt").write_text("")
+    (w / "short.txt").write_text("a few words of held-out text\n")
+    rng = np.random.default_rng(1)
+    (w / "norepeat.txt").write_text("".join(rng.choice(list("abcdefghijklmnopqrstuvwxyz"), 4000)))  # no n-gram repeats
+    for name, files in (("evaluated", ["comparison.json"]), ("demoed", ["report.md"]), ("demofor", ["baked/mine.txt"]),
+                        ("bk", ["canary.txt", "sub/keep.txt"])):  # fmt: skip
+        for f in files:
+            (w / name / f).parent.mkdir(parents=True, exist_ok=True)
+            (w / name / f).write_text("the user's")
+    (w / "killed").mkdir()  # a gradient tune killed after training: its checkpoint, made with --steps 5
+    made = dataclasses.replace(TuneConfig(out="x", length=400, method="gradient", steps=5), needles_per_forward=8)
+    torch.save({"meta": {"settings": {k: list(v) if isinstance(v, tuple) else v for k, v in settings(made).items()}}},
+               w / "killed" / "checkpoint.pt")  # fmt: skip
 
 
 M = ["measure", "--length", "64", "--out", "{w}/m_out"]
@@ -161,6 +208,163 @@ def with_(base: list[str], *extra: str) -> list[str]:
             out += [flag] + ([value] if value is not None else [])
     return out
 
+
+AU = ["audit", "--engines", "transformers", "--config"]
+ISSUE_32 = [  # (id, argv, text the one error line must contain); the cases of issue 32, in its order
+    # tracebacks, now one line
+    ("audit-l0-zero", [*AU, "{w}/c_l0_zero.json"], "config.rope_scaling.original_max_position_embeddings=0 is not"),
+    ("audit-attention-factor-huge", [*AU, "{w}/c_af_huge.json"], "config.rope_scaling.attention_factor=1e+200 is"),
+    ("audit-layer-types-banana", [*AU, "{w}/c_banana.json"], "config.layer_types[0]='banana_attention' is not"),
+    ("eval-metadata-deep", with_(E, "--metadata", '{"a":' * 5000 + "1" + "}" * 5000), "nested too deep to read"),
+    # accepted without a word, now refused
+    ("audit-factor-huge", [*AU, "{w}/c_factor_huge.json"], "config.rope_scaling.factor=1e+300 is not allowed"),
+    ("audit-head-dim-0", [*AU, "{w}/c_head_dim_0.json"], "config.head_dim=0 is not allowed"),
+    ("audit-kv-heads", [*AU, "{w}/c_kv_5.json"], "config.num_key_value_heads=5 is not allowed: it must divide"),
+    (
+        "audit-l0-over-max",
+        [*AU, "{w}/c_l0_over.json"],
+        "original_max_position_embeddings=8192 is not allowed; expected at most max_position_embeddings=4096",
+    ),
+    ("audit-hidden-huge", [*AU, "{w}/c_hidden_huge.json"], "config.hidden_size=1000000000.0 is not allowed; expected"),
+    ("audit-layers-huge", [*AU, "{w}/c_layers_huge.json"], "config.num_hidden_layers=1000000000.0 is not allowed"),
+    ("audit-positions-empty", [*AU, "{w}/c_plain.json", "--positions", ""], "--positions is empty"),
+    ("audit-positions-comma", [*AU, "{w}/c_plain.json", "--positions", ","], "--positions is empty"),
+    (
+        "audit-engine-dir-missing",
+        ["audit", "--config", "{w}/c_plain.json", "--engines", "llama.cpp", "--engine-dir", "/nonexistent"],
+        "--engine-dir='/nonexistent' is not allowed: no such folder",
+    ),
+    (
+        "audit-no-engine-runs",
+        ["audit", "--config", "{w}/c_plain.json", "--engines", "vllm"],
+        "none of them can run here, so nothing was checked",
+    ),
+    (
+        "sweep-key-alpha-alone",
+        with_(S, "--tasks", "key_tokens", "--key-alpha", "3"),
+        "--key-alpha=3.0 is not allowed without --key-evaluator=MODEL",
+    ),
+    ("tune-key-beta-alone", with_(T, "--key-beta", "-1"), "--key-beta=-1.0 is not allowed without --key-evaluator"),
+    ("demo-key-evaluator", with_(D, "--key-evaluator", "/nonexistent"), "--key-evaluator='/nonexistent'"),
+    (
+        "tune-target-perplexity",
+        with_(T, "--target", "max_weight"),
+        "--target='max_weight' is not allowed with --objective='perplexity'",
+    ),
+    (
+        "tune-rope-temperature-none-head",
+        with_(
+            T,
+            "--method",
+            "gradient",
+            "--rope-factors",
+            "learn",
+            "--rope-temperature",
+            "none",
+            "--granularity",
+            "head",
+            "--length",
+            "512",
+        ),
+        "--granularity='head' is a learned temperature's",
+    ),
+    ("generate-every-no-monitor", with_(G, "--every", "5"), "--every=5 is not allowed without --monitor"),
+    (
+        "generate-stop-on-no-monitor",
+        with_(G, "--stop-on", "diffusion"),
+        "--stop-on=('diffusion',) is not allowed without --monitor",
+    ),
+    ("sweep-gutenberg-empty", with_(S, "--gutenberg", ""), "--gutenberg='' is empty"),
+    (
+        "tune-heldout-binary",
+        with_(T, "--heldout-text", "{w}/l.npz"),
+        "--heldout-text='{w}/l.npz' is not allowed: it is binary",
+    ),
+    (
+        "tune-heldout-dotdot",
+        with_(T, "--text", "{w}/one.txt", "--heldout-text", "{w}/sub/../one.txt"),
+        "--heldout-text='{w}/sub/../one.txt' is --text itself",
+    ),
+    (
+        "export-gguf-arch",
+        ["export", "--spec", "{w}/ok.json", "--engine", "llama.cpp", "--gguf-arch", "a b;rm -rf /"],
+        "--gguf-arch='a b;rm -rf /' is not allowed; expected a GGUF architecture name",
+    ),
+    ("audit-both-rope-keys", [*AU, "{w}/c_both_ropes.json"], "config has both rope_parameters and rope_scaling"),
+    ("audit-mscale-all-dim-huge", [*AU, "{w}/c_mscale_huge.json"], "config.rope_scaling.mscale_all_dim=1000000.0 is"),
+    # --heldout-text, checked before any work (data-loss case 5)
+    ("tune-heldout-empty-string", with_(T, "--heldout-text", ""), "--heldout-text='' is not allowed"),
+    (
+        "tune-heldout-empty-file",
+        with_(T, "--heldout-text", "{w}/zero.txt"),
+        "--heldout-text='{w}/zero.txt' is not allowed: it is too short to score",
+    ),
+    (
+        "tune-heldout-blank-file",
+        with_(T, "--heldout-text", "{w}/empty.txt"),
+        "--heldout-text='{w}/empty.txt' is not allowed: it is too short",
+    ),
+    (
+        "tune-heldout-short-file",
+        with_(T, "--heldout-text", "{w}/short.txt"),
+        "--heldout-text='{w}/short.txt' is not allowed: it is too short",
+    ),
+    # --out / --overwrite, the one rule (data-loss cases 1, 2, 4)
+    (
+        "demo-out-results",
+        with_(D, "--out", "{w}/demoed"),
+        "--out='{w}/demoed' already holds results (report.md); pass --overwrite",
+    ),
+    (
+        "demo-overwrite-users-file",
+        with_(D, "--out", "{w}/demofor", "--overwrite"),
+        "holds baked/mine.txt, not written by this command; --overwrite replaces only its own files",
+    ),
+    (
+        "bake-overwrite-dotdot",
+        with_(B, "--out", "{w}/bk/sub/..", "--overwrite"),
+        "--out='{w}/bk/sub/..' ({w}/bk) holds canary.txt, sub/, not a checkpoint's",
+    ),
+    (
+        "tune-resume-other-settings",
+        with_(T, "--out", "{w}/killed", "--method", "gradient", "--steps", "3"),
+        "holds a killed gradient tune's checkpoint.pt made with --steps=5; this run has --steps=3",
+    ),
+    # refused late or for the wrong thing
+    ("demo-length-huge", with_(D, "--length", "1000000000"), "--length=1000000000 is not allowed: a forward of"),
+    ("demo-length-short", with_(D, "--length", "100"), "--length=100 is too short for key_tokens"),
+    (
+        "sweep-needles-explicit",
+        with_(S, "--lengths", "1024", "--tasks", "needles", "--needles-per-forward", "8"),
+        "--lengths[0]=1024 is too short for needles with --needles-per-forward=8",
+    ),
+    (
+        "generate-reference-docs",
+        with_(G, "--monitor", "--reference-text", "{w}/one.txt", "--reference-docs", "100"),
+        "--reference-text='{w}/one.txt' with --reference-docs=100 is not allowed",
+    ),
+    (
+        "generate-reference-text-empty",
+        with_(G, "--monitor", "--reference-text", "{w}/empty"),
+        "--reference-text='{w}/empty' holds no",
+    ),
+    (
+        "sweep-no-key-tokens",
+        with_(S, "--lengths", "300", "--tasks", "key_tokens", "--text", "{w}/norepeat.txt"),
+        "no key tokens in 1 windows of 300 tokens (n-gram rule",
+    ),
+    (
+        "eval-metadata-tokenizer",
+        with_(E, "--metadata", '{"tokenizer": "nobody/no-such-tokenizer"}'),
+        "--metadata[tokenizer]='nobody/no-such-tokenizer' is not in the local Hugging Face cache",
+    ),
+    (
+        "generate-prompt-folder",
+        with_(G, "--prompt-file", "{w}/empty"),
+        "--prompt-file='{w}/empty' is not allowed: a folder, not a file",
+    ),
+    ("audit-config-empty", ["audit", "--config", ""], "--config='' is empty"),
+]
 
 # (id, argv, text the one error line must contain); {w} is the workspace
 CASES = [
@@ -227,7 +431,7 @@ CASES = [
     ("calibrate-out-proc", with_(C, "--out", "/proc/attntemp-out"), "is not writable"),
     ("demo-out-file", with_(D, "--out", "{w}/afile"), "--out='{w}/afile' exists and is a file"),
     ("demo-out-proc", with_(D, "--out", "/proc/attntemp-out"), "is not writable"),
-    ("demo-out-results", with_(D, "--out", "{w}/tuned"), "--out='{w}/tuned' already holds results (spec.json)"),
+    ("demo-out-spec", with_(D, "--out", "{w}/tuned"), "--out='{w}/tuned' already holds results (spec.json)"),
     # --- spec JSON (item 1, 7)
     *[
         (f"bake-spec-{name}", with_(B, "--spec", f"{{w}}/{name}.json"), text)
@@ -441,7 +645,7 @@ CASES = [
     ("generate-quantile", with_(G, "--monitor", "--quantile", "1.5"), "--quantile=1.5 is not allowed"),
     ("generate-stop-on", with_(G, "--monitor", "--stop-on", "bogus"), "--stop-on[0]='bogus' is not allowed"),
     ("generate-reference-missing", with_(G, "--reference", "{w}/nope.json"), "--reference='{w}/nope.json'"),
-    ("generate-reference-bad", with_(G, "--reference", "{w}/ok.json"), "is not a reference profile"),
+    ("generate-reference-bad", with_(G, "--monitor", "--reference", "{w}/ok.json"), "is not a reference profile"),
     ("generate-reference-text", with_(G, "--monitor", "--reference-text", "{w}/nope"), "--reference-text='{w}/nope'"),
     ("generate-spec-layers", with_(G, "--spec", "{w}/s_layers.json"), "layers=1.1 is not allowed"),
     ("generate-out-file", with_(G, "--out", "{w}/afile"), "--out='{w}/afile' exists and is a file"),
@@ -460,7 +664,7 @@ CASES = [
     ("eval-length-short", with_(E, "--lengths", "5"), "--lengths[0]=5 is too short for passkey"),
     ("eval-include-missing", with_(E, "--include-path", "{w}/nope"), "--include-path '{w}/nope' is not a folder"),
     ("eval-spec-missing", with_(E, "--spec", "{w}/nope.json"), "--spec='{w}/nope.json': no such file"),
-    ("eval-out-full", with_(E, "--out", "{w}/full"), "--out '{w}/full' exists and is not empty"),
+    ("eval-out-results", with_(E, "--out", "{w}/evaluated"), "--out='{w}/evaluated' already holds results (comp"),
     ("eval-metadata-json", with_(E, "--metadata", "{max_seq_lengths: 1}"), "--metadata='{max_seq_lengths: 1}' is not"),
     ("eval-metadata-list", with_(E, "--metadata", "[512]"), "expected a JSON object"),
     ("eval-metadata-lengths", with_(E, "--metadata", '{"max_seq_lengths":[0]}'), "max_seq_lengths[0]=0 is not a"),
@@ -549,6 +753,7 @@ CASES = [
         with_(T, "--objective", "needles", "--method", "gradient", "--needles-per-forward", "60"),
         "--length=400 is too short for needles with --needles-per-forward=60",
     ),
+    *ISSUE_32,
 ]
 
 PROGRESS = ("%|", "it/s]", "s/it]")

@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 import torch
 
 import attntemp
@@ -42,3 +43,39 @@ def test_tune_learns_rope_factors_jointly_with_a_per_head_temperature(tmp_path):
     assert main(args) == 0
     spec = TemperatureSpec.load(out / "spec.json")
     assert dict(spec.rope)["rope_type"] == "longrope" and len(spec.heads) == 4 and not spec.is_identity
+
+
+def test_a_killed_gradient_tune_resumes_with_its_settings_and_only_them(tmp_path, capsys, monkeypatch):
+    """Issue 32, case 4: killed after training (checkpoint.pt, learned_spec.json written, no
+    evidence.md), the same command resumes from checkpoint.pt; other settings are refused before
+    any work, naming the first that differs; a user's file in --out is never touched."""
+    import attntemp.tune.runner as runner
+
+    out = tmp_path / "T"
+    out.mkdir()
+    (out / "mine.txt").write_text("the user's")
+    argv = ["tune", "--method", "gradient", "--steps", "2", "--length", "300", "--docs", "2", "--tasks",
+            "perplexity", "--check-lengths", "", "--heldout-text", "none", "--quiet", "--threads", "1", "--out",
+            str(out)]  # fmt: skip
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt  # what a kill looks like from inside: not an error, the run stops
+
+    monkeypatch.setattr(runner, "_scored", killed)
+    with pytest.raises(KeyboardInterrupt):
+        main(argv)
+    monkeypatch.undo()
+    assert {"checkpoint.pt", "learned_spec.json", "mine.txt"} <= {p.name for p in out.iterdir()}
+    assert not (out / "evidence.md").exists()
+    assert main([*argv[:4], "3", *argv[5:]]) == 2  # --steps 3: not the killed run's settings
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"attntemp tune: error: --out={str(out)!r} holds a killed gradient tune's checkpoint.pt made with "
+        "--steps=2; this run has --steps=3: rerun with its settings to resume it, or pass --overwrite to start over"
+    ]
+    assert main(argv) == 0
+    log = json.loads((out / "train_log.json").read_text())
+    assert log["resumed_from"] == 2 and (out / "evidence.md").is_file()  # every step came from the checkpoint
+    assert main(argv) == 2  # finished now: a rerun needs --overwrite
+    assert "already holds results" in capsys.readouterr().err
+    assert (out / "mine.txt").read_text() == "the user's"

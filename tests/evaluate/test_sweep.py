@@ -119,12 +119,15 @@ def test_a_resume_with_other_settings_is_refused_naming_them(tiny, tmp_path):
         ({"n_docs": 2}, "n_docs=1"),
         ({"seed": 3}, "seed=0"),
         ({"trials": 7}, "trials=50"),
-        ({"trained_length": 128}, "trained_length=256"),
+        ({"trained_length": 128}, "trained_length=256, key_distance=128"),  # K's default: L0 / 2
         ({"text": "gutenberg:melville-moby_dick"}, "text='stdlib'"),
     ):
         with pytest.raises(ValueError, match=f"holds points made with {named}; this run has"):
             run_sweep(_small(tmp_path, **change), model, tok)
     store = run_sweep(_small(tmp_path, multipliers=(1.0, 1.1)), model, tok)  # same settings: resumes
+    assert len(store.rows()) == 2
+    store.close()
+    store = run_sweep(_small(tmp_path, key_distance=128), model, tok)  # the default K, typed out: the same sweep
     assert len(store.rows()) == 2
     store.close()
 

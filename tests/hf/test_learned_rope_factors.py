@@ -7,7 +7,7 @@ import torch
 
 from attntemp.hf.learnable import learnable
 from attntemp.hf.patch import patch
-from attntemp.hf.rope_factors import LearnableRopeFactors, factors_for, rope_factors
+from attntemp.hf.rope_factors import FactorRotary, LearnableRopeFactors, factors_for, rope_factors
 from attntemp.hf.rope_scaling import rope_state
 from attntemp.ops.spec import TemperatureSpec
 
@@ -76,7 +76,9 @@ def test_restored_exactly_also_on_error(tiny):
     params = copy.deepcopy(model.config.rope_parameters)
     with pytest.raises(RuntimeError, match="inside"):
         with rope_factors(model, factors_for(model, None, 1024)):
-            assert rope_state(model).rotaries[0][2] is not before.rotaries[0][2] or True
+            swapped = [getattr(parent, name) for parent, name, _ in before.rotaries]
+            assert swapped and all(isinstance(m, FactorRotary) for m in swapped)  # the factors are in place
+            assert [m.original for m in swapped] == [r[2] for r in before.rotaries]  # wrapping the model's own
             raise RuntimeError("inside")
     after = rope_state(model)
     assert [r[2] for r in after.rotaries] == [r[2] for r in before.rotaries]  # the same module objects

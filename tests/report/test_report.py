@@ -60,6 +60,14 @@ def test_report_from_sweep_and_evidence(tmp_path):
         assert (tmp_path / png).stat().st_size > 2000
         assert f'src="{png}"' in page.read_text()
     assert "## tuning evidence: x" in text
+    # the rule of every writing command: an earlier report is replaced only with overwrite, nothing else
+    (tmp_path / "notes.md").write_text("the user's")
+    (tmp_path / "report.md").write_text("an earlier report")
+    with pytest.raises(ValueError, match=r"already holds results \(needle_heatmap.png, passkey_heatmap.png"):
+        build_report(tmp_path)
+    assert (tmp_path / "report.md").read_text() == "an earlier report"
+    build_report(tmp_path, overwrite=True)
+    assert (tmp_path / "report.md").read_text() == text and (tmp_path / "notes.md").read_text() == "the user's"
 
 
 def test_best_table_shows_intervals_and_the_paired_verdict(tmp_path):

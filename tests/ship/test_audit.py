@@ -272,3 +272,24 @@ def test_llamacpp_rounds_the_yarn_bounds_that_gpt_oss_keeps_fractional(tmp_path)
     (tmp_path / "c.json").write_text(json.dumps(config))
     result = run_audit(AuditConfig(config=str(tmp_path / "c.json"), engines=("llama.cpp",), positions=(0,)))
     assert result.engines["llama.cpp"]["verdict"] == "agrees"
+
+
+def test_dynamic_ntk_scales_from_max_position_embeddings_as_the_engines_do(tmp_path):
+    """Issue 32: with ``original_max_position_embeddings`` beside ``rope_type: dynamic`` the reference
+    read it as dynamic's base length and "transformers differs" followed from position L0. Dynamic
+    NTK has one base length, ``max_position_embeddings`` (transformers 5's
+    ``_compute_dynamic_ntk_parameters`` and its reset, vLLM): the reference reads it too, and notes
+    the key as ignored. The frequencies past max_position_embeddings still change with p."""
+    dynamic = {"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 2048}
+    config = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2,
+              "max_position_embeddings": 4096, "rope_theta": 10000.0, "rope_scaling": dynamic}  # fmt: skip
+    path = tmp_path / "dynamic.json"
+    path.write_text(json.dumps(config))
+    result = run_audit(AuditConfig(config=str(path), engines=("transformers",), positions=(0, 2048, 4095, 8191)))
+    assert not result.differs and result.engines["transformers"]["verdict"] == "agrees"
+    assert result.reference["notes"] == [
+        "config original_max_position_embeddings=2048 is ignored: dynamic NTK scales from max_position_embeddings="
+        "4096 (transformers and vLLM read no other base length)"
+    ]
+    inv = result.reference["inv_freq"]  # per position: the same up to 4095, lower at 8191
+    assert inv[0] == inv[1] == inv[2] and inv[3][-1] < inv[2][-1]

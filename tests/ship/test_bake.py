@@ -168,8 +168,13 @@ def test_existing_output_folder_needs_overwrite(tmp_path):
     (out / "old.txt").write_text("x")
     with pytest.raises(ValueError, match=r"already holds results \(old.txt\); pass overwrite=True"):
         B.save_baked(model("llama"), None, TemperatureSpec(multiplier=1.5), out)
-    B.save_baked(model("llama"), None, TemperatureSpec(multiplier=1.5), out, overwrite=True)
-    assert not (out / "old.txt").exists() and (out / B.SPEC_FILE).is_file()
+    with pytest.raises(ValueError, match=r"holds old.txt, not a checkpoint's; overwrite=True replaces only"):
+        B.save_baked(model("llama"), None, TemperatureSpec(multiplier=1.5), out, overwrite=True)
+    assert (out / "old.txt").read_text() == "x"  # a user's file: never deleted, not even with overwrite
+    (out / "old.txt").unlink()
+    B.save_baked(model("llama"), None, TemperatureSpec(multiplier=1.5), out)
+    B.save_baked(model("llama"), None, TemperatureSpec(multiplier=2.0), out, overwrite=True)  # a checkpoint: replaced
+    assert json.loads((out / B.SPEC_FILE).read_text())["spec"]["multiplier"] == 2.0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..evaluate import corpus, limits, needles
-from ..evaluate.task_base import EvalOptions
+from ..evaluate.task_base import NEEDLES_PER_FORWARD, EvalOptions
 from ..hf import preflight
 from ..ship.export import ENGINES
 from ..utils import checks, outputs
@@ -17,6 +17,8 @@ from ..utils.options import option
 OBJECTIVES = ("key_tokens", "needles", "perplexity")  # what the race judges at the serving length
 HELDOUT_FOR_STDLIB = "package:markdown"  # Python code outside the stdlib, on every machine
 RESULTS = ("evidence.json", "report.md", "report.html", "tradeoff.png", "diagnosis.png", "spec.json")
+# advise's own files (replaced with --overwrite); scores.db and attention_<L>.json are resumed, never replaced
+OUTPUTS = outputs.Outputs(RESULTS)
 STORE = "scores.db"  # every scored (spec, task, length, windows): a rerun resumes from it
 
 
@@ -73,6 +75,10 @@ class AdviseConfig(EvalOptions):
                 "heldout_text='' is not allowed; expected a text (stdlib, gutenberg:<book>, ...) or 'none'"
             )
 
+    def own_outputs(self) -> outputs.Outputs:
+        """What this command writes in ``out`` (the rule of docs/errors.md: only these are replaced)."""
+        return OUTPUTS
+
     def second_text(self) -> str | None:
         """The second text, its default filled in; None for 'none'."""
         if self.heldout_text is None:
@@ -115,7 +121,7 @@ def fitting_needles(tok: Any, length: int, wanted: int) -> int:
 def preflight_advise(cfg: AdviseConfig, model: Any = None, tok: Any = None) -> AdvisePlan:
     """Everything checked before the model loads (each refusal names its flag): ``out``, the texts,
     the trained length, every length long enough for its tasks and within memory."""
-    outputs.check_out(cfg.out, RESULTS, overwrite=cfg.overwrite)
+    outputs.check_out(cfg.out, cfg.own_outputs(), overwrite=cfg.overwrite)
     config = model.config.to_dict() if model is not None else preflight.source_config(cfg.model)
     tok = tok if tok is not None else preflight.load_tokenizer(cfg.model)
     corpus.source_files(cfg.text, name="text")
@@ -130,7 +136,7 @@ def preflight_advise(cfg: AdviseConfig, model: Any = None, tok: Any = None) -> A
     if check:
         limits.check_memory("check_length", [check], text, rows, indexed=False)
     limits.check_evaluator(cfg, tok)
-    k = fitting_needles(tok, min(trained, cfg.length), cfg.needles_per_forward)
+    k = fitting_needles(tok, min(trained, cfg.length), cfg.needles_per_forward or NEEDLES_PER_FORWARD)
     model_type = (config or {}).get("model_type")
     return AdvisePlan(cfg, trained, model_type, short_lengths(cfg.length, trained), check, k, cfg.second_text(), tok)
 

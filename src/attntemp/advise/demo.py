@@ -34,10 +34,11 @@ from ..ship.remote_code import save_schedule_checkpoint
 from ..tune.evidence import evaluate_specs
 from ..utils import outputs
 from ..utils.options import option
-from .config import AdviseConfig, AdvisePlan, preflight_advise
+from .config import RESULTS, AdviseConfig, AdvisePlan, preflight_advise
 from .run import AdviseResult, advise, write
 
 BAKED = "baked"
+OUTPUTS = outputs.Outputs(RESULTS, {BAKED: outputs.CHECKPOINT})  # demo's own; scores.db is resumed
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,6 +51,9 @@ class DemoConfig(AdviseConfig):
     n_docs: int = option(8, "evaluation-pool documents the survivors are confirmed on", flag="--docs")
     trials: int = option(40, "passkey prompts of the retrieval step")
     bake: bool = option(True, "bake nothing", flag="--no-bake", invert=True)
+
+    def own_outputs(self) -> outputs.Outputs:
+        return OUTPUTS
 
 
 # Per-model defaults: SmolLM2 (trained to 8192) at 12288 tokens, a forward of which takes minutes on
@@ -159,7 +163,7 @@ def run_demo(cfg: DemoConfig) -> Path:
     plan = preflight_advise(cfg)
     _stage(cfg, f"loading {cfg.model}")
     model, _ = load_model(cfg.model, **cfg.load_args())
-    with outputs.output_folder(cfg.out) as out:
+    with outputs.output_folder(cfg.out, replace=OUTPUTS if cfg.overwrite else ()) as out:
         _stage(cfg, f"advising for {cfg.length} tokens (trained to {plan.trained})")
         result = advise(plan, model, out)
         _stage(cfg, f"retrieval at {cfg.length} tokens: {cfg.trials} passkey prompts")

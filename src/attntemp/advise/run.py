@@ -66,7 +66,7 @@ def run_advise(cfg: AdviseConfig, model: Any = None, tok: Any = None) -> AdviseR
     """Check everything (:func:`preflight_advise`), then diagnose, race, confirm and recommend;
     the evidence, the report and the recommended spec written to ``cfg.out``."""
     plan = preflight_advise(cfg, model, tok)
-    with outputs.output_folder(cfg.out) as out:
+    with outputs.output_folder(cfg.out, replace=cfg.own_outputs() if cfg.overwrite else ()) as out:
         if model is None:
             model, _ = load_model(cfg.model, **cfg.load_args())
         return write(advise(plan, model, out), out)

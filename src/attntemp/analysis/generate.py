@@ -11,18 +11,19 @@ into ``--out``.
 
 from __future__ import annotations
 
+import stat
 import sys
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 
-from ..evaluate.corpus import source_files
+from ..evaluate.corpus import heldout_windows, load_text, source_files
 from ..hf import preflight
 from ..hf.introspect import trained_length
 from ..hf.loading import ModelOptions, load_model
@@ -77,8 +78,32 @@ class GenerateConfig(ModelOptions):
             checks.choice(f"stop_on[{i}]", flag, FLAGS)
         for name in ("prompt_file", "spec", "reference"):
             path = getattr(self, name)
-            if path is not None and not Path(path).is_file():
-                raise ValueError(f"{name}={path!r} is not allowed: no such file")
+            readable = path is not None and (Path(path).is_file() or (name == "prompt_file" and _stream(Path(path))))
+            if path is not None and not readable:
+                why = "a folder, not a file" if Path(path).is_dir() else "no such file"
+                raise ValueError(f"{name}={path!r} is not allowed: {why}")
+        self._check_monitor_options()
+
+    def _check_monitor_options(self) -> None:
+        """The options that only shape ``--monitor``, refused without it (they would be ignored)."""
+        if self.monitor:
+            return
+        defaults = {f.name: f.default for f in fields(self)}
+        for name in ("every", "reference", "reference_text", "reference_docs", "window", "quantile", "stop_on"):
+            if getattr(self, name) != defaults[name]:
+                raise ValueError(
+                    f"{name}={getattr(self, name)!r} is not allowed without monitor=True: it shapes the monitor, "
+                    "which is off; add monitor=True or leave it out"
+                )
+
+
+def _stream(path: Path) -> bool:
+    """A FIFO or character device (``--prompt-file <(...)``, ``/dev/stdin``): read once, as a file."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)
 
 
 def preflight_generate(cfg: GenerateConfig) -> tuple[str, TemperatureSpec | None, Reference | None]:
@@ -93,9 +118,9 @@ def preflight_generate(cfg: GenerateConfig) -> tuple[str, TemperatureSpec | None
     if not prompt.strip():
         raise ValueError(f"prompt_file={cfg.prompt_file!r} is empty; expected the prompt's text")
     spec = TemperatureSpec.load(cfg.spec) if cfg.spec else None
-    if cfg.monitor and cfg.reference is None:
-        source_files(cfg.reference_text, name="reference_text")
     config = preflight.source_config(cfg.model)
+    if cfg.monitor and cfg.reference is None:
+        check_reference_text(cfg, preflight.trained_length(config or {}))
     preflight.check_spec("spec", cfg.spec, spec, config)
     # config is the text part already; a character of the prompt is at most about one token
     preflight.check_generation("max_new_tokens", cfg.max_new_tokens, config, len(prompt), cfg.max_new_tokens)
@@ -106,6 +131,23 @@ def preflight_generate(cfg: GenerateConfig) -> tuple[str, TemperatureSpec | None
     except (KeyError, TypeError, AttributeError, ValueError) as exc:  # ValueError: JSON, arrays
         raise ValueError(f"reference={cfg.reference!r} is not a reference profile ({exc})") from None
     return prompt, spec, ref
+
+
+def check_reference_text(cfg: GenerateConfig, trained: int | None) -> None:
+    """The monitor's reference text holds ``reference_docs`` windows of the trained length."""
+    source_files(cfg.reference_text, name="reference_text")
+    if not trained:
+        return
+    try:
+        heldout_windows(
+            preflight.load_tokenizer(cfg.model), trained, n=cfg.reference_docs, docs=load_text(cfg.reference_text)
+        )
+    except ValueError:
+        raise ValueError(
+            f"reference_text={cfg.reference_text!r} with reference_docs={cfg.reference_docs} is not allowed: the "
+            f"text holds fewer than {cfg.reference_docs} held-out windows of the trained length {trained}; give a "
+            "longer text or fewer documents"
+        ) from None
 
 
 class Printer:
@@ -202,7 +244,7 @@ def run_generate(cfg: GenerateConfig, stream: bool = True) -> dict[str, Any]:
         print()
     summary: dict[str, Any] = {"prompt_tokens": int(ids.shape[1]), "new_tokens": int(out.shape[1] - ids.shape[1])}
     summary.update(seconds=round(seconds, 3), text=text)
-    with outputs.output_folder(cfg.out) as folder:
+    with outputs.output_folder(cfg.out, replace=RESULTS if cfg.overwrite else ()) as folder:
         (folder / "generated.txt").write_text(text)
         summary["out"] = str(folder)
         if mon is not None and ref is not None:

@@ -77,7 +77,7 @@ def run_measure(cfg: MeasureConfig) -> dict[str, Any]:
         model, ids, spec, n_buckets=cfg.buckets, sink_tokens=cfg.sink_tokens, recent_tokens=cfg.recent_tokens
     )
     stats.meta.update(model=cfg.model, text=cfg.text)
-    with outputs.output_folder(cfg.out) as out:  # a failed write leaves no empty folder
+    with outputs.output_folder(cfg.out, replace=RESULTS if cfg.overwrite else ()) as out:  # none left empty
         stats.save(out / "stats.json")
         pngs = plots.save_all(stats, out)
         table = summary_table(stats)

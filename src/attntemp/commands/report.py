@@ -17,6 +17,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     cfg = from_args(ReportConfig, args)
-    md, page = build_report(cfg.dir, cfg.progress)
+    md, page = build_report(cfg.dir, cfg.progress, cfg.overwrite)
     emit(args, f"{md.read_text()}\nreport: {page}", {"report": str(page), "markdown": md.read_text()})
     return 0

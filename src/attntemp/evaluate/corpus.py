@@ -128,6 +128,9 @@ def _package_files(package: str, name: str) -> list[pathlib.Path]:
 def _path_files(source: str, name: str) -> list[pathlib.Path]:
     path = pathlib.Path(source)
     if path.is_file():
+        with open(path, "rb") as handle:
+            if b"\0" in handle.read(8192):
+                raise ValueError(f"{name}={source!r} is not allowed: it is binary (NUL bytes), not text")
         return [path]
     if path.is_dir():
         files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in TEXT_SUFFIXES)
@@ -154,6 +157,17 @@ def source_files(
     if source.startswith("package:"):
         return _package_files(source.split(":", 1)[1], name)
     return _path_files(source, name)
+
+
+def same_source(a: str | None, b: str | None) -> bool:
+    """True when two text sources name the same text: equal, or paths to the same file or folder
+    (``DIR/../text.txt`` is ``text.txt``)."""
+    if a is None or b is None:
+        return False
+    if a == b:
+        return True
+    pa, pb = pathlib.Path(a), pathlib.Path(b)
+    return pa.exists() and pb.exists() and pa.resolve() == pb.resolve()
 
 
 def load_text(

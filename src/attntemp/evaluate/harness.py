@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -29,7 +30,7 @@ from typing import Any
 from ..hf.loading import ModelOptions, load_model, resolve
 from ..hf.patch import patch
 from ..ops.spec import TemperatureSpec
-from ..utils import checks, install
+from ..utils import checks, install, outputs
 from ..utils.options import ints, names, option
 from . import harness_table, limits, lm_eval_tasks
 from .harness_tasks import (
@@ -134,15 +135,31 @@ def require_lm_eval() -> None:
 
 @contextlib.contextmanager
 def lm_eval_logging(show: bool) -> Iterator[None]:
-    """lm-eval's loggers at ERROR inside (its per-task notes are noise here) unless ``show``."""
+    """lm-eval's loggers at ERROR inside (its per-task notes are noise here) unless ``show``; its
+    ``git describe`` (results' ``git_hash``) always without git's stderr: outside a repository git
+    prints ``fatal: not a git repository`` on a run that went well."""
+    import lm_eval.evaluator as evaluator
+
     logger = logging.getLogger("lm_eval")
-    level = logger.level
+    level, git_hash = logger.level, evaluator.get_git_commit_hash
     if not show:
         logger.setLevel(logging.ERROR)
+    evaluator.get_git_commit_hash = quiet_git_hash
     try:
         yield
     finally:
         logger.setLevel(level)
+        evaluator.get_git_commit_hash = git_hash
+
+
+def quiet_git_hash() -> str | None:
+    """``git describe --always`` of the working folder (lm-eval's ``get_git_commit_hash``), None
+    outside a repository or without git, git's own stderr discarded."""
+    try:
+        found = subprocess.check_output(["git", "describe", "--always"], stderr=subprocess.DEVNULL)
+    except (subprocess.CalledProcessError, FileNotFoundError):
+        return None
+    return found.strip().decode()
 
 
 def include_paths(extra: Sequence[str | os.PathLike[str]], tasks_dir: Path | None = None) -> list[str]:
@@ -272,12 +289,17 @@ def harness(
 
 
 # ----------------------------------------------------------------------------- outputs
+RUN_FILES = ("results.json", "samples_*.jsonl")
+OUTPUTS = outputs.Outputs(
+    ("comparison.json", "comparison.md"),
+    {**dict.fromkeys(RUNS, RUN_FILES), "lm_eval_tasks": ("*.yaml", "*.jsonl", "*.py", "*.pyc")},
+)  # eval's own: --overwrite replaces these and nothing else in --out
+
+
 def check_out(out: Path, overwrite: bool) -> None:
-    """A user's existing results are never replaced without ``overwrite``."""
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {str(out)!r} exists and is not a folder")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise ValueError(f"--out {str(out)!r} exists and is not empty; pass --overwrite to replace it")
+    """``out`` by the rule of :mod:`attntemp.utils.outputs`: eval's earlier results (:data:`OUTPUTS`)
+    are replaced only with ``overwrite``; other files there are kept."""
+    outputs.check_out(out, OUTPUTS, overwrite)
 
 
 def _dump(obj: Any) -> str:
@@ -297,8 +319,9 @@ def _write_run(folder: Path, results: dict[str, Any]) -> None:
 
 
 def write(out: Path, result: HarnessResult, meta: dict[str, Any], staged: Path | None = None) -> Path:
-    """Write everything to a folder beside ``out`` (or into ``staged``), then put it at ``out``:
-    an interrupted run leaves ``out`` as it was."""
+    """Write everything to a folder beside ``out`` (or into ``staged``), then move it into ``out``
+    (eval's earlier outputs there removed first, other files kept): an interrupted run leaves
+    ``out`` as it was."""
     tmp = staged or install.staging(out)
     try:
         for name, results in zip(RUNS, (result.without_spec, result.with_spec), strict=True):
@@ -308,7 +331,9 @@ def write(out: Path, result: HarnessResult, meta: dict[str, Any], staged: Path |
         body = {**meta, "lm_eval_version": lm_eval.__version__, "runs": list(RUNS), "rows": result.rows}
         (tmp / "comparison.json").write_text(_dump(body) + "\n")
         (tmp / "comparison.md").write_text(harness_table.page(result.table, meta) + "\n")
-        install.install(tmp, out)
+        outputs.honour_umask(tmp)
+        outputs.clear(out, OUTPUTS)  # checked before the run: only eval's own, also those not written again
+        outputs.move_in(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -59,12 +59,17 @@ def task_metadata(text: str) -> dict[str, Any]:
     token counts, ``tokenizer`` a name or folder. Errors start with ``metadata`` (the field)."""
     if not text:
         return {}
+    shown = repr(text) if len(text) <= 80 else repr(text[:60]) + f"... ({len(text)} characters)"
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(
-            f"metadata={text!r} is not allowed: not JSON ({exc.msg} at character {exc.pos}); expected a JSON "
+            f"metadata={shown} is not allowed: not JSON ({exc.msg} at character {exc.pos}); expected a JSON "
             f"object, e.g. {METADATA_EXAMPLE}"
+        ) from None
+    except RecursionError:
+        raise ValueError(
+            f"metadata={shown} is not allowed: nested too deep to read; expected a JSON object, e.g. {METADATA_EXAMPLE}"
         ) from None
     if not isinstance(value, dict):
         raise ValueError(
@@ -75,8 +80,29 @@ def task_metadata(text: str) -> dict[str, Any]:
     if wrong:
         raise ValueError(f"metadata={text!r} is not allowed: {wrong}; expected token counts, e.g. [4096, 8192]")
     if "tokenizer" in value and (not isinstance(value["tokenizer"], str) or not value["tokenizer"]):
-        raise ValueError(f"metadata={text!r} is not allowed: tokenizer must be a tokenizer's name or folder")
+        raise ValueError(f"metadata={shown} is not allowed: tokenizer must be a tokenizer's name or folder")
+    if "tokenizer" in value:
+        check_tokenizer(value["tokenizer"])
     return value
+
+
+def check_tokenizer(name: str) -> None:
+    """``--metadata``'s tokenizer: a folder holding a tokenizer, or a hub id cached or reachable
+    now (lm-eval would otherwise try the network and fail there), named as the field."""
+    from ..hf import source
+
+    field_ = f"metadata[tokenizer]={name!r}"
+    if source.looks_like_path(name):
+        folder = Path(name).expanduser()
+        if not folder.is_dir():
+            raise ValueError(f"{field_} is not allowed: no such folder; expected a tokenizer's folder or hub id")
+        if not any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
+            raise ValueError(f"{field_} is not allowed: the folder holds no tokenizer.json or tokenizer_config.json")
+        return
+    try:
+        source.check_hub_id(name)
+    except ValueError as exc:
+        raise ValueError(str(exc).replace(f"model={name!r}", field_, 1).split("; expected")[0]) from None
 
 
 def tokenizer_source(tokenizer: Any, folder: Path) -> str:

@@ -192,15 +192,18 @@ def key_token_targets(tok: Any, length: int, n: int, ctx: EvalContext) -> tuple[
     ids = heldout_windows(tok, length, n=n, docs=ctx.docs)  # [n, L]
     mask, rule = key_mask(ids, tok, ctx)
     if not bool(mask.any()):
-        raise ValueError(_none_found(n, length, rule))
+        raise ValueError(_none_found(n, length, rule, ctx))
     return ids, mask
 
 
-def _none_found(n: int, length: int, rule: str) -> str:
-    return (
-        f"no key tokens in {n} windows of length={length} ({rule}): give longer windows, a smaller "
-        "key_distance or key_ngram, or another text"
+def _none_found(n: int, length: int, rule: str, ctx: EvalContext) -> str:
+    """The refusal when no window holds a key token, naming the options that decide them."""
+    knobs = (
+        f"a smaller key_distance={ctx.key_span} or key_alpha={ctx.key_alpha:g}"
+        if ctx.key_evaluator
+        else f"a smaller key_distance={ctx.key_span} or key_ngram={ctx.key_ngram}"
     )
+    return f"no key tokens in {n} windows of {length} tokens ({rule}): give longer windows, {knobs}, or another text"
 
 
 class KeyTokens(Task):
@@ -252,7 +255,7 @@ class KeyTokens(Task):
         ids = ctx.pick(heldout_windows(tok, length, n=ctx.n_docs, docs=ctx.docs, n_name="n_docs"))  # [n, L]
         mask, rule = key_mask(ids, tok, ctx)  # [n, L-1]
         if not bool(mask.any()) and ctx.window_range is None:  # a block of a race may hold none: it adds nothing
-            raise ValueError(_none_found(ids.shape[0], length, rule))
+            raise ValueError(_none_found(ids.shape[0], length, rule, ctx))
         nll = multiplier_nll(model, ids, multipliers, ctx.batch_size).double()  # [k, n, L-1]
         start = tail_start(length, ctx.trained_length)
         counts = mask.sum(1)  # [n]

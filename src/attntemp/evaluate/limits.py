@@ -6,17 +6,23 @@ enough): the shortest window each task can score and the memory its forwards wou
 - needle: the needle sentence and the question, 8 tokens of haystack, plus those 10 tokens;
 - key_tokens: more than K + n + 1 tokens (a key token's evidence lies more than K back, after its
   n-gram), K = ``key_distance`` or half the trained length;
-- needles: ``needles_per_forward`` facts and questions with the longest keys, and 16 tokens of haystack.
+- needles: ``needles_per_forward`` facts and questions with the longest keys, and 16 tokens of haystack
+  (not given: as many as fit the shortest length, up to 8, :func:`fit_needles`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from ..hf import preflight
 from . import corpus, needles
+from .task_base import NEEDLES_PER_FORWARD
 from .tasks import NEEDLE, NEEDLE_QUESTION
+
+Options = TypeVar("Options")
 
 PERPLEXITY_MIN = 8
 ANSWER_ROOM = 10  # tokens the retrieval tasks keep free after the prompt (``length - 10``)
@@ -37,6 +43,31 @@ def min_length(task: str, tok: Any, key_span: int = 0, needles_per_forward: int 
     return PERPLEXITY_MIN
 
 
+def fit_needles(opts: Options, lengths: Sequence[int], tok: Any) -> Options:
+    """``opts`` with ``needles_per_forward`` set: as given (checked later against the lengths), else,
+    when the needles task runs, as many as fit the shortest of ``lengths`` (at least 1, at most
+    :data:`NEEDLES_PER_FORWARD`); :data:`NEEDLES_PER_FORWARD` otherwise."""
+    if getattr(opts, "needles_per_forward", 0) is not None:
+        return opts
+    tasks = (*getattr(opts, "tasks", ()), getattr(opts, "objective", ""))
+    k = NEEDLES_PER_FORWARD
+    if "needles" in tasks and lengths:
+        fit = [j for j in range(1, NEEDLES_PER_FORWARD + 1) if needles.min_tokens(tok, j) <= min(lengths)]
+        k = max(fit, default=1)
+    return dataclasses.replace(opts, needles_per_forward=k)  # type: ignore[type-var]
+
+
+def say_needles(given: Any, fitted: Any, lengths: Sequence[int]) -> None:
+    """One line on stderr when :func:`fit_needles` chose fewer needles than the default."""
+    k = fitted.needles_per_forward
+    if given.needles_per_forward is None and k < NEEDLES_PER_FORWARD:
+        print(
+            f"needles: {k} needle(s) per forward, the most that fit in {min(lengths)} tokens (the default is up to "
+            f"{NEEDLES_PER_FORWARD}; --needles-per-forward sets it)",
+            file=sys.stderr,
+        )
+
+
 def check_lengths(
     name: str,
     lengths: Sequence[int],
@@ -51,7 +82,7 @@ def check_lengths(
     trained length, of which K's default is half)."""
     n = getattr(opts, "key_ngram", 0)
     distance = getattr(opts, "key_distance", None) or max(1, (trained or 2) // 2)
-    k = getattr(opts, "needles_per_forward", 1)
+    k = getattr(opts, "needles_per_forward", None) or 1
     why = {
         "key_tokens": f" (its n-gram of key_ngram={n} tokens last occurred more than key_distance={distance} back)",
         "needles": f" with needles_per_forward={k}",

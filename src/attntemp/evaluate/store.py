@@ -147,7 +147,12 @@ class Store:
         before they were, those of its first logged run (None for a database without points)."""
         row = self.db.execute("SELECT value FROM meta WHERE key='settings'").fetchone()
         if row:
-            return dict(json.loads(row[0]))
+            found = dict(json.loads(row[0]))
+            if "key_distance" in found and found["key_distance"] is None and found.get("trained_length"):
+                found["key_distance"] = max(
+                    1, int(found["trained_length"]) // 2
+                )  # recorded as typed: None, the default
+            return found
         first = self.db.execute("SELECT config FROM runs ORDER BY started LIMIT 1").fetchone()
         if first is None or not self.count():
             return None

@@ -16,7 +16,7 @@ Lengths, memory and ``out`` are checked before the model loads (:mod:`.limits`).
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ def preflight_sweep(cfg: SweepConfig, model=None, tok=None) -> tuple[Any, dict[s
     trained = cfg.trained_length or (
         introspect.trained_length(model) if model is not None else preflight.trained_length(config or {})
     )
+    cfg = limits.fit_needles(cfg, cfg.lengths, tok)
     limits.check_lengths("lengths", cfg.lengths, cfg.tasks, tok, opts=cfg, trained=trained)
     limits.check_evaluator(cfg, tok)
     k = len(cfg.multipliers) if cfg.batched else 1
@@ -49,7 +50,8 @@ def preflight_sweep(cfg: SweepConfig, model=None, tok=None) -> tuple[Any, dict[s
     limits.check_memory("lengths", cfg.lengths, config and preflight.text_part(config), rows, retrieval)
     dtype = str(devices.check_dtype(getattr(cfg, "dtype", None), getattr(cfg, "device", "cpu"))).split(".")[-1]
     files = {"model_files": preflight.fingerprint(cfg.model), "model_weights": preflight.weights_digest(cfg.model)}
-    found = {**asdict(cfg), "dtype": dtype, "trained_length": trained, **files}
+    used = {"key_distance": cfg.key_distance or max(1, (trained or 2) // 2)}  # the value used, typed or not
+    found = {**asdict(cfg), "dtype": dtype, "trained_length": trained, **files, **used}
     return tok, {k: found.get(k) for k in SETTINGS}
 
 
@@ -90,9 +92,11 @@ def run_sweep(cfg: SweepConfig, model=None, tok=None) -> Store:
     existed = db.exists()
     with outputs.output_folder(out, scratch=(LOCK_FILE,)), outputs.exclusive(out / LOCK_FILE, "sweep"):
         tok, settings = preflight_sweep(cfg, model, tok)
+        given, cfg = cfg, replace(cfg, needles_per_forward=settings["needles_per_forward"])  # fitted to the lengths
         store = Store(db)
         try:
             store.check_settings(settings)
+            limits.say_needles(given, cfg, cfg.lengths)
             for length in cfg.lengths:  # stored multipliers that only share a key: refused before loading
                 for rope in cfg.rope:
                     for task in cfg.tasks:

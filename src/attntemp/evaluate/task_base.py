@@ -42,7 +42,9 @@ def check_distant(opts: Any) -> None:
             raise ValueError(f"{name}={value!r} is not allowed; expected a finite number")
     if opts.key_evaluator is not None and (not isinstance(opts.key_evaluator, str) or not opts.key_evaluator):
         raise ValueError(f"key_evaluator={opts.key_evaluator!r} is not allowed; expected a model name or path")
-    if not 1 <= checks.positive_int("needles_per_forward", opts.needles_per_forward) <= MAX_NEEDLES:
+    if opts.needles_per_forward is not None and not (
+        1 <= checks.positive_int("needles_per_forward", opts.needles_per_forward) <= MAX_NEEDLES
+    ):
         raise ValueError(
             f"needles_per_forward={opts.needles_per_forward} is not allowed; expected an integer in [1, {MAX_NEEDLES}]"
         )
@@ -137,13 +139,26 @@ class EvalOptions(ModelOptions):
     )
     key_alpha: float = option(KEY_ALPHA, "key_tokens with --key-evaluator: the log-probability gain threshold")
     key_beta: float = option(KEY_BETA, "key_tokens with --key-evaluator: the least log-probability of a key token")
-    needles_per_forward: int = option(NEEDLES_PER_FORWARD, "needles: keyed facts hidden and asked in one forward")
+    needles_per_forward: int | None = option(
+        None,
+        f"needles: keyed facts hidden and asked in one forward (default: as many as fit the shortest length, up "
+        f"to {NEEDLES_PER_FORWARD})",
+        parse=int,
+    )
 
     def __post_init__(self) -> None:
         checks.positive_int("n_docs", self.n_docs)
         checks.positive_int("trials", self.trials)
         checks.positive_int("batch_size", self.batch_size)
         check_distant(self)
+        if self.gutenberg is not None and not self.gutenberg.strip():
+            raise ValueError(f"gutenberg={self.gutenberg!r} is empty; expected gutenberg:<book>, a file or a folder")
+        for name, default in (("key_alpha", KEY_ALPHA), ("key_beta", KEY_BETA)):
+            if self.key_evaluator is None and getattr(self, name) != default:
+                raise ValueError(
+                    f"{name}={getattr(self, name)!r} is not allowed without key_evaluator=MODEL: it is a threshold of "
+                    "LongPPL's rule, which only an evaluator model applies; add one, or leave it out"
+                )
 
 
 def eval_context(opts: EvalOptions, trained_length: int, tuning: bool = False) -> EvalContext:
@@ -171,7 +186,7 @@ def eval_context(opts: EvalOptions, trained_length: int, tuning: bool = False) -
         key_evaluator=opts.key_evaluator,
         key_alpha=opts.key_alpha,
         key_beta=opts.key_beta,
-        needles_per_forward=opts.needles_per_forward,
+        needles_per_forward=opts.needles_per_forward or NEEDLES_PER_FORWARD,
     )
 
 

@@ -63,6 +63,7 @@ def proxy_config(
     num_attention_heads`` keeps the model's ratio where it is an integer."""
     cfg = attention_config.text_config(config)
     kinds = attention_config.layer_kinds(cfg)
+    check_layer_types(kinds)
     keep = [i for i, k in enumerate(kinds) if k not in kinds[:i]]
     keep = list(range(keep[-1] + 1)) if full_depth else keep
     qk_dim, _ = attention_config.head_dims(cfg)
@@ -85,6 +86,22 @@ def proxy_config(
     if initializer_range is not None:
         fields["initializer_range"] = checks.positive("initializer_range", initializer_range)
     return fields, keep
+
+
+def check_layer_types(kinds: list[tuple[str, bool]]) -> None:
+    """Each layer type one transformers knows (its ``ALLOWED_LAYER_TYPES`` and legacy names)."""
+    import transformers
+    from transformers import configuration_utils as cu
+
+    known = (*cu.ALLOWED_LAYER_TYPES, *getattr(cu, "_LEGACY_LAYER_TYPE_REMAP", {}))
+    for i, (kind, _) in enumerate(kinds):
+        if kind not in known:
+            close = difflib.get_close_matches(kind, known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ValueError(
+                f"config.layer_types[{i}]={kind!r} is not allowed: not a layer type transformers "
+                f"{transformers.__version__} knows ({', '.join(cu.ALLOWED_ATTN_LAYER_TYPES[:3])}, ...){hint}"
+            )
 
 
 def build_proxy(

@@ -142,7 +142,7 @@ def run_calibration(cfg: CalibrateConfig) -> tuple[dict[str, Any], str]:
         "before": before.as_dict(),
         "after": after.as_dict(),
     }
-    with outputs.output_folder(cfg.out) as out:  # a failed write leaves no empty folder
+    with outputs.output_folder(cfg.out, replace=RESULTS if cfg.overwrite else ()) as out:  # none left empty
         reliability_diagram(p_before, y, out / "reliability.png", cfg.bins, title="Temperature scaling", after=p_after)
         (out / "calibration.json").write_text(json.dumps(report, indent=2) + "\n")
     return report, markdown_table(fit, before, after)

@@ -35,6 +35,16 @@ from .schedules import Llama4, yarn_mscale
 DEEPSEEK_TYPES = ("deepseek_v2", "deepseek_v3")  # softmax scale *= mscale(s, mscale_all_dim)^2
 SCALING_ON_FULL_ONLY = ("gemma3_text", "olmo3")  # legacy rope_scaling applies to full_attention layers only
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
+SIZES = {  # the largest a config may give (the largest released models are well inside), checked up front
+    "num_hidden_layers": (1024, "layers"),
+    "hidden_size": (65536, "hidden units"),
+    "num_attention_heads": (1024, "heads"),
+    "num_key_value_heads": (1024, "heads"),
+    "head_dim": (4096, "dimensions"),
+    "max_position_embeddings": (2**31 - 1, "positions"),
+}
+MAX_FACTOR = 1e4  # RoPE factor: a context 10,000 times the trained one
+MULTIPLIERS = (1e-3, 1e3)  # the logit multiplier a config may mean: attention is uniform or one-hot outside
 PAPERS = {
     "default": "RoPE (Su et al., arXiv:2104.09864)",
     "linear": "Position Interpolation (Chen et al., arXiv:2306.15595)",
@@ -62,13 +72,27 @@ def _int(cfg: dict[str, Any], name: str, default: int | None = None) -> int:
     return checks.positive_int(f"config.{name}", value)
 
 
+def check_sizes(cfg: dict[str, Any]) -> None:
+    """The config's sizes, each (where given) a positive integer within :data:`SIZES`, and the
+    query heads a multiple of the KV heads; before anything is built from them."""
+    for name, (most, what) in SIZES.items():
+        if cfg.get(name) is not None and _int(cfg, name) > most:
+            raise ValueError(f"config.{name}={cfg[name]!r} is not allowed; expected at most {most} {what}")
+    heads, kv = cfg.get("num_attention_heads"), cfg.get("num_key_value_heads")
+    if heads is not None and kv is not None and _int(cfg, "num_attention_heads") % _int(cfg, "num_key_value_heads"):
+        raise ValueError(
+            f"config.num_key_value_heads={kv!r} is not allowed: it must divide num_attention_heads={heads!r} "
+            "(each KV head serves a whole group of query heads)"
+        )
+
+
 def head_dims(cfg: dict[str, Any]) -> tuple[int, int]:
     """``(qk_dim, rotary_dim)``: the q.k dimension the softmax scale refers to, and the rotated part."""
     if cfg.get("qk_rope_head_dim") is not None:  # DeepSeek's MLA: q = [nope | rope]
         rot = _int(cfg, "qk_rope_head_dim")
         return _int(cfg, "qk_nope_head_dim") + rot, rot
     heads = _int(cfg, "num_attention_heads")
-    hd = cfg.get("head_dim") or _int(cfg, "hidden_size") // heads
+    hd = cfg["head_dim"] if cfg.get("head_dim") is not None else _int(cfg, "hidden_size") // heads
     qk = checks.positive_int("config.head_dim", hd)
     prf = _rope_dicts(cfg).get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0))
     factor = checks.positive("config.partial_rotary_factor", prf if prf is not None else 1.0)
@@ -134,13 +158,49 @@ def _source(cfg: dict[str, Any], layer_type: str) -> str:
 
 
 def _l0(cfg: dict[str, Any], params: dict[str, Any]) -> int:
-    value = params.get("original_max_position_embeddings") or cfg.get("original_max_position_embeddings")
-    return checks.positive_int("original_max_position_embeddings", value or _int(cfg, "max_position_embeddings"))
+    """L0, the trained length: ``original_max_position_embeddings`` (at most the context,
+    ``max_position_embeddings``), else ``max_position_embeddings``."""
+    name = "original_max_position_embeddings"
+    value = params.get(name) if params.get(name) is not None else cfg.get(name)
+    if value is None:
+        return _int(cfg, "max_position_embeddings")
+    l0 = checks.positive_int(name, value)
+    most = cfg.get("max_position_embeddings")
+    if isinstance(most, int) and l0 > most:
+        raise ValueError(
+            f"{name}={value!r} is not allowed; expected at most max_position_embeddings={most} (the trained length "
+            "cannot exceed the context the scaling extends it to)"
+        )
+    return l0
+
+
+def base_length(cfg: dict[str, Any], params: dict[str, Any]) -> int:
+    """The length a RoPE scaling starts from: L0 (:func:`_l0`), except for dynamic NTK, which
+    scales from ``max_position_embeddings`` (its only base length: transformers 5's
+    ``_compute_dynamic_ntk_parameters`` and its reset below ``original_max_seq_len``, vLLM's
+    ``DynamicNTKScalingRotaryEmbedding``); ``original_max_position_embeddings`` is not one of its
+    keys (transformers' ``_validate_dynamic_rope_parameters`` takes ``factor`` and ``rope_theta``)."""
+    if params.get("rope_type") == "dynamic":
+        return _int(cfg, "max_position_embeddings")
+    return _l0(cfg, params)
+
+
+def ignored(cfg: dict[str, Any]) -> list[str]:
+    """Config values no engine reads, each as a line saying why (the audit prints them)."""
+    params = rope_for(cfg, "full_attention")
+    name = "original_max_position_embeddings"
+    value = params.get(name) if params.get(name) is not None else cfg.get(name)
+    if params["rope_type"] == "dynamic" and value is not None:
+        return [
+            f"config {name}={value!r} is ignored: dynamic NTK scales from max_position_embeddings="
+            f"{cfg.get('max_position_embeddings')!r} (transformers and vLLM read no other base length)"
+        ]
+    return []
 
 
 def _factor(cfg: dict[str, Any], params: dict[str, Any]) -> float:
     if params.get("factor") is not None:
-        return checks.at_least("factor", params["factor"], 1.0)
+        return checks.within("factor", params["factor"], 1.0, MAX_FACTOR, " (a context 10,000 times L0 at most)")
     return _int(cfg, "max_position_embeddings") / _l0(cfg, params)
 
 
@@ -150,7 +210,9 @@ def rope_arguments(cfg: dict[str, Any], params: dict[str, Any], position: int) -
     if kind == "default":
         return {}
     if kind in ("linear", "dynamic"):
-        extra = {"max_position_embeddings": _l0(cfg, params), "seq_len": position + 1} if kind == "dynamic" else {}
+        extra = (
+            {"max_position_embeddings": base_length(cfg, params), "seq_len": position + 1} if kind == "dynamic" else {}
+        )
         return {"factor": _factor(cfg, params), **extra}
     keys = {
         "yarn": ("beta_fast", "beta_slow", "truncate", "mscale", "mscale_all_dim", "attention_factor"),
@@ -260,9 +322,39 @@ def _schedule(cfg: dict[str, Any], params: dict[str, Any] | None, uses_rope: boo
     return None
 
 
+def _check_multiplier(cfg: dict[str, Any], group: Group, source: str) -> None:
+    """The group's ``af^2``, scale ratio and their product (the logit multiplier at position 0)
+    each within :data:`MULTIPLIERS`, naming the field that sets it (``attention_factor``,
+    ``mscale``, ``mscale_all_dim``, ``factor``, ``query_pre_attn_scalar``)."""
+    params = group.rope or {}
+    try:
+        af2 = group.rope_at(0)[1] ** 2
+    except OverflowError:
+        af2 = math.inf
+    lo, hi = MULTIPLIERS
+    for what, value in (("attention factor squared", af2), ("scale ratio", group.scale_ratio),
+                        ("logit multiplier", af2 * group.scale_ratio)):  # fmt: skip
+        if lo <= value <= hi:
+            continue
+        keys = [k for k in ("attention_factor", "mscale_all_dim", "mscale", "factor") if params.get(k) is not None]
+        where = f"{source}.{keys[0]}={params[keys[0]]!r}" if keys else "config"
+        if what == "scale ratio" and cfg.get("query_pre_attn_scalar") is not None:
+            where = f"config.query_pre_attn_scalar={cfg['query_pre_attn_scalar']!r}"
+        raise ValueError(
+            f"{where} is not allowed: the {what} it gives is {value:.3g}; expected one in [{lo:g}, {hi:g}] "
+            "(attention is uniform or one-hot outside)"
+        )
+
+
 def groups(config: dict[str, Any]) -> list[Group]:
     """The config's layer groups, in the order of their first layer."""
     cfg = text_config(config)
+    if cfg.get("rope_parameters") is not None and cfg.get("rope_scaling") is not None:
+        raise ValueError(
+            "config has both rope_parameters and rope_scaling: which one an engine reads differs (transformers 5 "
+            "reads rope_parameters, older engines rope_scaling); keep one"
+        )
+    check_sizes(cfg)
     qk_dim, rotary_dim = head_dims(cfg)
     if rotary_dim < 2 or rotary_dim % 2:
         raise ValueError(f"the rotary dimension is {rotary_dim}; expected an even integer >= 2 (head_dim x partial)")
@@ -280,6 +372,7 @@ def groups(config: dict[str, Any]) -> list[Group]:
             group.rope_at(0)  # every value checked before any work
         except ValueError as exc:
             raise ValueError(f"{_source(cfg, layer_type)}.{exc}") from None
+        _check_multiplier(cfg, group, _source(cfg, layer_type))
         out.append(group)
     return out
 
@@ -295,11 +388,12 @@ def primary(found: list[Group]) -> Group:
 def default_positions(config: dict[str, Any]) -> tuple[int, ...]:
     """Positions where the figures change: 0, 1, around L0 and 2 L0, the schedules' steps, the end."""
     cfg = text_config(config)
+    found = groups(config)  # every value checked first, each error naming its field
     params = rope_for(cfg, "full_attention")
-    l0 = _l0(cfg, params) if params["rope_type"] != "default" else _int(cfg, "max_position_embeddings")
+    l0 = base_length(cfg, params) if params["rope_type"] != "default" else _int(cfg, "max_position_embeddings")
     end = _int(cfg, "max_position_embeddings") - 1
     points = {0, 1, l0 - 1, l0, 2 * l0 - 1, 2 * l0, end}
-    for g in groups(config):
+    for g in found:
         if g.schedule and g.schedule[0] == "llama4":
             fs = int(g.schedule[1]["floor_scale"])
             points |= {fs - 2, fs - 1, 2 * fs - 1, 4 * fs - 1}

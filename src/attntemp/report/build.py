@@ -33,6 +33,11 @@ class ReportConfig:
 
     dir: str = option(help="folder holding sweep.db and/or tuning runs (evidence.md)", positional=True)
     progress: bool = option(True, "no progress bar", flag="--quiet", invert=True)
+    overwrite: bool = option(False, "replace the report.md, report.html and figures an earlier report wrote in DIR")
+
+
+FIGURES = ("ppl_vs_multiplier.png", "passkey_logp_vs_multiplier.png", "passkey_heatmap.png", "needle_heatmap.png")
+OUTPUTS = outputs.Outputs(("report.md", "report.html", *FIGURES))  # report's own in DIR (and tunes' entropy_shift.png)
 
 
 def _store_rows(folder: Path) -> tuple[list[dict[str, Any]], int | None]:
@@ -93,15 +98,18 @@ def _evidence_trained_length(folder: Path) -> int | None:
     return None
 
 
-def build_report(folder: str | Path, progress: bool = False) -> tuple[Path, Path]:
+def build_report(folder: str | Path, progress: bool = False, overwrite: bool = False) -> tuple[Path, Path]:
     """Write ``report.md`` and ``report.html`` (with PNGs) in ``folder``; returns their paths.
-    ``progress``: a bar over the figures (the slow part of a large sweep's report)."""
+    ``progress``: a bar over the figures (the slow part of a large sweep's report). An earlier
+    report's files are replaced only with ``overwrite`` (the rule of :mod:`attntemp.utils.outputs`)."""
     folder = Path(folder)
     if not folder.is_dir():
         what = "is a file; expected a folder" if folder.exists() else "does not exist"
         raise FileNotFoundError(f"report folder {str(folder)!r} {what}")
-    outputs.check_writable("dir", folder)  # report.md, report.html and PNGs go here: checked first
-    rows, recorded = _store_rows(folder)
+    outputs.check_out(folder, OUTPUTS, overwrite, name="dir")  # report.md, report.html and PNGs go here
+    rows, recorded = _store_rows(folder)  # a damaged sweep.db refused before anything is removed
+    if overwrite:
+        outputs.clear(folder, OUTPUTS)  # an earlier report's figures this one may not draw again
     trained = _evidence_trained_length(folder) or recorded
     parts: list[str] = [f"# attntemp report: {folder.name}", ""]
     if rows:

@@ -57,6 +57,11 @@ class AuditConfig:
             raise ValueError(f"engines={self.engines!r} is not allowed; expected some of {', '.join(AUDIT_ENGINES)}")
         for i, e in enumerate(self.engines):
             checks.choice(f"engines[{i}]", e, AUDIT_ENGINES)
+        if self.positions is not None and not self.positions:
+            raise ValueError("positions is empty; give query positions, e.g. 0,4096, or leave it out for the defaults")
+        if self.engine_dir is not None and not Path(self.engine_dir).expanduser().is_dir():
+            why = "a file" if Path(self.engine_dir).exists() else "no such folder"
+            raise ValueError(f"engine_dir={self.engine_dir!r} is not allowed: {why}; expected llama.cpp's build folder")
         for i, p in enumerate(self.positions or ()):
             if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p <= MAX_POSITION:
                 raise ValueError(f"positions[{i}]={p!r} is not allowed; expected an integer in [0, {MAX_POSITION}]")
@@ -73,7 +78,9 @@ def load_config(path: str) -> dict[str, Any]:
     if path and not p.exists() and "/" not in path and not path.endswith(".json"):
         checks.choice("config", path, shipped_configs())  # a name: one of the shipped configs
         p = configs_path() / f"{path}.json"
-    if not path or p.is_dir():
+    if not path.strip():
+        raise ValueError(f"config={path!r} is empty; expected a model's config.json file or a shipped config's name")
+    if p.is_dir():
         raise ValueError(f"config={path!r} is a folder; expected a model's config.json file")
     if not p.is_file():
         raise FileNotFoundError(f"config={path!r}: no such file")
@@ -134,6 +141,7 @@ def reference(config: dict[str, Any], positions: tuple[int, ...]) -> dict[str, A
         "formula": top["formula"],
         "primary": top["name"],
         "groups": rows,
+        "notes": attention_config.ignored(attention_config.text_config(config)),
     }
 
 
@@ -285,7 +293,8 @@ class AuditResult:
                 freq = f"{inv[i][0]:.6g}, {inv[i][-1]:.6g}" if inv[i] else "NoPE"
                 figures = f"{ms[i]:.6g} | {afs[i]:.6g} | {g['scale_ratio']:.6g} | {freq}"
                 lines.append(f"| {g['name']} | {len(g['layers'])} | {p} | {figures} |")
-        lines += [""] + [f"formula ({g['name']}): {g['formula']}" for g in self.reference["groups"]] + [""]
+        lines += [""] + [f"formula ({g['name']}): {g['formula']}" for g in self.reference["groups"]]
+        lines += [f"note: {n}" for n in self.reference.get("notes", [])] + [""]
         for name, e in self.engines.items():
             version = f" ({e['version']})" if e.get("version") else ""
             lines.append(f"{name}{version}: {e['verdict']}: {e.get('summary') or e.get('reason', '')}")
@@ -329,6 +338,9 @@ def run_audit(cfg: AuditConfig) -> AuditResult:
         engines = {name: _engine(name, config, ref, ours, cfg) for name in dict.fromkeys(cfg.engines)}
     finally:
         restore()
+    if all(e["verdict"] == "cannot run" for e in engines.values()):  # nothing checked is not a pass
+        why = "; ".join(f"{name}: {e['reason']}" for name, e in engines.items())
+        raise ValueError(f"engines={cfg.engines!r}: none of them can run here, so nothing was checked ({why})")
     return AuditResult(cfg.config, model_type, ref, engines)
 
 

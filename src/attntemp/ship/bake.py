@@ -211,10 +211,13 @@ def bake(model: torch.nn.Module, spec: TemperatureSpec) -> torch.nn.Module:
 
 # ----------------------------------------------------------------------------- save + check
 def check_out_dir(out: Path, overwrite: bool, keep: dict[str, Path] | None = None, name: str = "out_dir") -> None:
-    """``out`` must be a new or empty folder (or ``overwrite``), writable, and neither the current
-    folder, nor one holding it or any path of ``keep`` (the spec, the model's own folder)."""
+    """``out`` must be a new or empty folder (or, with ``overwrite``, one holding only a checkpoint's
+    files, whatever path led there: ``D/sub/..`` is ``D``), writable, and neither the current folder,
+    nor one holding it or any path of ``keep`` (the spec, the model's own folder)."""
     install.check_target(name, Path(out), keep or {})
     outputs.check_out(out, overwrite=overwrite, name=name, any_content=True)
+    if overwrite:
+        outputs.check_only(name, out, install.target(out), outputs.CHECKPOINT, "a checkpoint")
 
 
 def check_tokens_fit(name: str, tokens: int, config: dict[str, Any] | None, spec: TemperatureSpec) -> None:

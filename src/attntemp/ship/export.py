@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -419,6 +420,15 @@ class ExportConfig:
 
     def __post_init__(self) -> None:
         checks.choice("engine", self.engine, ENGINES)
+        if self.gguf_arch is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", self.gguf_arch):
+            raise ValueError(
+                f"gguf_arch={self.gguf_arch!r} is not allowed; expected a GGUF architecture name (letters, digits, "
+                "'_', '-', '.'), e.g. llama, qwen2, gpt-oss"
+            )
+        if self.gguf_arch is not None and self.engine != "llama.cpp":
+            raise ValueError(
+                f"gguf_arch={self.gguf_arch!r} is not allowed with engine={self.engine!r}: only llama.cpp reads it"
+            )
 
 
 def run_export(cfg: ExportConfig) -> ExportResult:

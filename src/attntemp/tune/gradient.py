@@ -128,6 +128,7 @@ def train_temperatures(
     rope: dict[str, Any] | None = None,
     callback: Callable[[int, float], None] | None = None,
     masks: torch.Tensor | Sequence[torch.Tensor] | None = None,
+    settings: dict[str, Any] | None = None,
 ) -> TrainResult:
     """Tune the temperatures on next-token loss of ``ids`` [N, L] (predictions at positions >= start),
     or of several such tensors of different lengths (step s trains on tensor ``s % k``: one spec
@@ -140,6 +141,7 @@ def train_temperatures(
     when ``resume``. ``callback(step, loss)`` runs after each step (after its checkpoint).
     ``masks``: ``[N, L-1]`` per tensor of ``ids``, the predictions the loss counts (key tokens,
     answer tokens: :func:`attntemp.evaluate.lm.masked_loss`) instead of those at positions >= start.
+    ``settings``: recorded in the checkpoint (a caller's options), a resume must have the same.
     """
     steps = checks.positive_int("steps", steps)
     checks.positive("lr", lr)
@@ -168,9 +170,15 @@ def train_temperatures(
             **(
                 {"masks": ",".join(corpus.windows_digest(m.cpu()) for m in _groups(masks))} if masks is not None else {}
             ),
+            **({"settings": _plain(settings)} if settings is not None else {}),
         }
         path = None if checkpoint is None else Path(checkpoint)
         return _loop(model, temps, ids, plan, path, resume, checkpoint_every, progress, callback, masks)
+
+
+def _plain(settings: dict[str, Any]) -> dict[str, Any]:
+    """``settings`` with tuples as lists: what ``torch.load`` gives back, compared on resume."""
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()}
 
 
 def _groups(ids: torch.Tensor | Sequence[torch.Tensor]) -> list[torch.Tensor]:
@@ -337,6 +345,7 @@ def run_gradient_tuning(
     rope_factors: str = "off",
     rope_temperature: str = "learn",
     targets: Callable[[int, int], tuple[torch.Tensor, torch.Tensor]] | None = None,
+    settings: dict[str, Any] | None = None,
 ) -> tuple[TemperatureSpec, dict[str, Any]]:
     """Learn temperatures on ``n_train`` held-out windows of ``length`` tokens (or of each of
     several lengths, one spec for all); score ``n_eval`` other windows at each length.
@@ -402,6 +411,7 @@ def run_gradient_tuning(
             gradient_checkpointing=gradient_checkpointing,
             checkpoint_every=checkpoint_every,
             masks=[m[:n_train][keep] for m, keep in zip(masks, kept, strict=True)] or None,
+            settings=settings,
         )
     with patch.patch(model, result.spec):
         after = [lm.perplexity(model, e, first, batch_size=batch_size) for e in eval_ids]

@@ -31,6 +31,7 @@ from ..utils.options import option
 from .entropy import TARGETS, tune_entropy
 from .evidence import candidates, check_lengths, comparisons, evaluate_specs, evidence_markdown
 from .gradient import ROPE_FACTORS, ROPE_TEMPERATURES, run_gradient_tuning
+from .resume import OUTPUTS, RESULTS, check_resume, check_tune_out, resumable, settings
 from .search import SEARCH_OBJECTIVES, tune_global
 
 TUNE_METHODS = ("search", "gradient")
@@ -107,6 +108,11 @@ class TuneConfig(EvalOptions):
         checks.choice("method", self.method, TUNE_METHODS)
         checks.positive_int("steps", self.steps)
         checks.choice("target", self.target, TARGETS)
+        if self.target != "entropy" and self.objective != "entropy":
+            raise ValueError(
+                f"target={self.target!r} is not allowed with objective={self.objective!r}: it is what entropy "
+                "matching holds; add objective='entropy' or leave it out"
+            )
         for i, n in enumerate(self.lengths):
             checks.positive_int(f"lengths[{i}]", n)
         if self.schedule is not None:
@@ -128,7 +134,7 @@ class TuneConfig(EvalOptions):
             checks.choice(f"tasks[{i}]", t, TASKS)
         if not self.tasks:
             raise ValueError("tasks is empty; give at least one evidence task, e.g. perplexity")
-        if self.second_text() == self.text:
+        if corpus.same_source(self.second_text(), self.text):
             raise ValueError(
                 f"heldout_text={self.heldout_text!r} is --text itself, whose tuning pool the tuner saw; give "
                 "another text (or 'none')"
@@ -172,6 +178,11 @@ class TuneConfig(EvalOptions):
                 "rope='dynamic' with rope_factors='learn' is not allowed: its frequencies change with the "
                 "length, so no one long_factor starts from it; allowed: none, linear, ntk, yarn"
             )
+        if self.granularity != "global" and self.rope_temperature != "learn":
+            raise ValueError(
+                f"granularity={self.granularity!r} is a learned temperature's; with rope_temperature="
+                f"{self.rope_temperature!r} none is learned (use rope_temperature='learn', or leave it out)"
+            )
         if self.schedule is not None and self.rope_temperature != "learn":
             raise ValueError(
                 f"schedule={self.schedule!r} is a learned temperature; with rope_temperature="
@@ -197,6 +208,7 @@ def _tune(cfg: TuneConfig, model: Any, tok: Any, ctx: EvalContext, out: Path) ->
             progress=cfg.progress,
             rope_factors=cfg.rope_factors,
             rope_temperature=cfg.rope_temperature,
+            settings=settings(cfg),
             targets=None
             if cfg.objective == "perplexity"
             else functools.partial(TARGETS_OF[cfg.objective], tok, ctx=tctx),
@@ -248,15 +260,21 @@ def _second_text(
     return {"text": source, "tasks": list(tasks), **scored[cfg.length], "checks": {n: scored[n] for n in held_out}}
 
 
-RESULTS = (
-    "spec.json",
-    "evidence.json",
-    "evidence.md",
-    "entropy.json",
-    "learned_spec.json",
-    "learned_heatmap.png",
-    "train_log.json",
-)  # a killed gradient tune's checkpoint.pt is not one: a rerun resumes from it
+def check_second_text(cfg: TuneConfig, tok: Any, held_out: tuple[int, ...]) -> None:
+    """The second text (``heldout_text``) holds the windows its scoring takes, at the tuning
+    length and each held-out one, for the tasks that read the text; checked before any work."""
+    source, tasks = cfg.second_text(), [t for t in cfg.tasks if t not in TEXT_FREE]
+    if source is None or not tasks:
+        return
+    docs = corpus.load_text(source, name="heldout_text")
+    for n in (cfg.length, *held_out):
+        try:
+            heldout_windows(tok, n, n=cfg.n_docs, docs=docs, n_name="n_docs")
+        except ValueError:
+            raise ValueError(
+                f"heldout_text={source!r} is not allowed: it is too short to score n_docs={cfg.n_docs} window(s) of "
+                f"{n} tokens on (the tuning length and each held-out one); give a longer text, or 'none'"
+            ) from None
 
 
 def held_out_lengths(cfg: TuneConfig, trained: int, tok: Any) -> tuple[tuple[int, ...], list[str]]:
@@ -283,11 +301,13 @@ def preflight_tune(cfg: TuneConfig, model=None, tok=None) -> Any:
     :func:`~attntemp.evaluate.tasks.eval_context`: a text of too few documents for two pools is cut
     in halves), every length (tuning, extra and held-out) long enough for the tasks that score at it
     and within the memory available; returns the tokenizer."""
-    outputs.check_out(cfg.out, RESULTS, overwrite=cfg.overwrite)
+    check_tune_out(cfg)
     config = model.config.to_dict() if model is not None else preflight.source_config(cfg.model)
     tok = tok if tok is not None else preflight.load_tokenizer(cfg.model)
+    cfg = limits.fit_needles(cfg, (cfg.length, *cfg.lengths), tok)
+    check_resume(cfg)
     corpus.source_files(cfg.text, name="text")
-    if cfg.second_text():
+    if cfg.second_text() is not None:
         corpus.source_files(cfg.second_text() or "", name="heldout_text")
     objective = [cfg.objective] if cfg.objective in TASKS else []
     trained = introspect.trained_length(model) if model is not None else preflight.trained_length(config or {})
@@ -308,6 +328,7 @@ def preflight_tune(cfg: TuneConfig, model=None, tok=None) -> Any:
     limits.check_memory("length", [cfg.length], text, rows, cfg.trials, grad=cfg.method == "gradient", indexed=False)
     limits.check_memory("lengths", cfg.lengths, text, rows, cfg.trials, grad=cfg.method == "gradient")
     limits.check_memory("check_lengths", held_out, text, rows, cfg.trials)
+    check_second_text(cfg, tok, held_out)
     return tok
 
 
@@ -315,7 +336,10 @@ def run_tune(cfg: TuneConfig, model=None, tok=None) -> dict[str, Any]:
     """Tune, save the spec and the evidence under ``cfg.out``; returns the evidence. Everything is
     checked before the model loads (:func:`preflight_tune`); a failed run leaves no empty ``out``."""
     tok = preflight_tune(cfg, model, tok)
-    with outputs.output_folder(cfg.out) as out:
+    given, cfg = cfg, limits.fit_needles(cfg, (cfg.length, *cfg.lengths), tok)
+    limits.say_needles(given, cfg, (cfg.length, *cfg.lengths))
+    own = OUTPUTS if cfg.overwrite else outputs.Outputs(RESULTS) if resumable(cfg) else ()
+    with outputs.output_folder(cfg.out, replace=own) as out:
         return _run(cfg, out, model, tok)
 
 

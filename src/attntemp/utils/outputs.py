@@ -1,16 +1,22 @@
-"""Output folders, the same for every writing command: checked before any work starts, existing
-results never replaced without ``overwrite``, no empty folder left behind by a failed run, and one
-writer at a time where two would clash (a lock file).
+"""Output folders, one rule for every writing command (docs/errors.md, "Output folders"): checked
+before any work starts; a folder holding the command's own outputs (:class:`Outputs`) is refused
+without ``overwrite``; ``overwrite`` removes the command's own earlier outputs, all of them (also
+those this run will not write again), and nothing else; an output folder of the command's (a
+checkpoint, a run's folder) is replaced only when everything in it is what the command writes
+there; no empty folder left behind by a failed run; one writer at a time where two would clash.
 
 Errors name the field (``out``, ``overwrite``); the command line turns them into its flags.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import os
+import shutil
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
@@ -47,36 +53,142 @@ def shown(names: list[str], most: int = 3) -> str:
     return ", ".join(names[:most]) + (", ..." if len(names) > most else "")
 
 
+CHECKPOINT = (
+    "config.json",
+    "generation_config.json",
+    "*.safetensors",
+    "*.safetensors.index.json",
+    "tokenizer*",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.*",
+    "merges.txt",
+    "chat_template.*",
+    "attntemp_spec.json",
+    "modeling_attntemp_schedule.py",
+)  # what `bake` writes in a checkpoint folder (save_pretrained's files and attntemp's record)
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """What a command writes in its ``out``: ``files`` by name, and ``folders`` (names or fnmatch
+    patterns) each with the fnmatch patterns of the files it writes inside (recursively)."""
+
+    files: tuple[str, ...] = ()
+    folders: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def present(self, out: Path) -> list[str]:
+        """The command's own outputs found in ``out``, sorted."""
+        if not out.is_dir():
+            return []
+        return sorted(
+            p.name + ("/" if p.is_dir() else "")
+            for p in out.iterdir()
+            if (p.name in self.files and not p.is_dir()) or (p.is_dir() and self.folder_patterns(p.name) is not None)
+        )
+
+    def folder_patterns(self, name: str) -> tuple[str, ...] | None:
+        return next((pats for f, pats in self.folders.items() if fnmatch.fnmatchcase(name, f)), None)
+
+    def foreign(self, out: Path) -> list[str]:
+        """Files inside the command's own folders in ``out`` that it does not write there."""
+        found = []
+        for folder in (out / n.rstrip("/") for n in self.present(out) if n.endswith("/")):
+            pats = self.folder_patterns(folder.name) or ()
+            for p in sorted(folder.rglob("*")):
+                if not p.is_dir() and not any(fnmatch.fnmatchcase(p.name, pat) for pat in pats):
+                    found.append(str(p.relative_to(out)))
+        return found
+
+
 def check_out(
     path: str | os.PathLike[str],
-    results: Iterable[str] = (),
+    results: Iterable[str] | Outputs = (),
     overwrite: bool = False,
     name: str = "out",
     any_content: bool = False,
 ) -> Path:
     """The checked output folder: a folder (or nothing yet) that is writable and, unless
-    ``overwrite``, holds none of ``results`` (or nothing at all, with ``any_content``)."""
+    ``overwrite``, holds none of ``results`` (or nothing at all, with ``any_content``). With
+    ``overwrite``, each own folder must hold only what the command writes there."""
     if not str(path).strip():
         raise ValueError(f"{name}={str(path)!r} is not allowed; expected a folder path")
     out = Path(path)
     if out.exists() and not out.is_dir():
         raise ValueError(f"{name}={str(out)!r} exists and is a file; expected a folder (new, or one to write into)")
+    own = results if isinstance(results, Outputs) else Outputs(tuple(results))
     if out.is_dir() and not overwrite:
-        found = sorted(p.name for p in out.iterdir()) if any_content else [r for r in results if (out / r).exists()]
+        found = sorted(p.name for p in out.iterdir()) if any_content else own.present(out)
         if found:
             raise ValueError(
                 f"{name}={str(out)!r} already holds results ({shown(found)}); pass overwrite=True to replace them, "
                 "or choose another folder"
             )
+    foreign = own.foreign(out) if out.is_dir() else []
+    if foreign:
+        raise ValueError(
+            f"{name}={str(out)!r} holds {shown(foreign)}, not written by this command; overwrite=True replaces only "
+            "its own files: move that away, or choose another folder"
+        )
     check_writable(name, out)
     return out
 
 
+def check_only(name: str, given: str | os.PathLike[str], out: Path, patterns: tuple[str, ...], what: str) -> None:
+    """Refuse a folder ``out`` (the folder ``given`` names, resolved) holding anything that is not
+    ``what`` (files matching ``patterns``): a folder replaced whole (a checkpoint) must not take a
+    user's files with it."""
+    if not out.is_dir():
+        return
+    other = [
+        str(p.relative_to(out)) + ("/" if p.is_dir() else "")
+        for p in sorted(out.iterdir())
+        if p.is_dir() or not any(fnmatch.fnmatchcase(p.name, pat) for pat in patterns)
+    ]
+    if other:
+        where = f"{name}={str(given)!r}" + (f" ({out})" if str(given) != str(out) else "")
+        raise ValueError(
+            f"{where} holds {shown(other)}, not {what}'s; overwrite=True replaces only {what}: "
+            "move that away, or choose another folder"
+        )
+
+
+def clear(out: Path, results: Iterable[str] | Outputs) -> list[str]:
+    """Remove the command's own earlier outputs from ``out`` (checked by :func:`check_out` with
+    ``overwrite``: its own folders hold only its files); returns what was removed."""
+    own = results if isinstance(results, Outputs) else Outputs(tuple(results))
+    gone = own.present(out)
+    for n in gone:
+        p = out / n.rstrip("/")
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            p.unlink()  # a file, or a link (to a folder too): the link goes, never what it points to
+    return gone
+
+
+def move_in(staged: Path, out: Path) -> None:
+    """Move each file and folder of ``staged`` into ``out`` (made if missing), in place of one of the
+    same name (the command's own: checked and cleared before), then remove ``staged``."""
+    out.mkdir(parents=True, exist_ok=True)
+    for p in sorted(staged.iterdir()):
+        dest = out / p.name
+        if dest.is_dir() and not dest.is_symlink():
+            shutil.rmtree(dest)
+        elif dest.exists() or dest.is_symlink():
+            dest.unlink()
+        os.rename(p, dest)
+    staged.rmdir()
+
+
 @contextmanager
-def output_folder(path: str | os.PathLike[str], scratch: Iterable[str] = ()) -> Iterator[Path]:
-    """Create ``path`` (and missing parents) for a run; if the run fails, remove the folders it
-    created that are still empty (after the ``scratch`` files in ``path``, e.g. a lock file), so a
-    failed run leaves no empty ``out`` behind."""
+def output_folder(
+    path: str | os.PathLike[str], scratch: Iterable[str] = (), replace: Iterable[str] | Outputs = ()
+) -> Iterator[Path]:
+    """Create ``path`` (and missing parents) for a run, after removing the command's own earlier
+    outputs ``replace`` (pass them with ``overwrite``, see :func:`clear`); if the run fails, remove
+    the folders it created that are still empty (after the ``scratch`` files in ``path``, e.g. a
+    lock file), so a failed run leaves no empty ``out`` behind."""
     out = Path(path)
     made = []
     p = out.absolute()
@@ -84,6 +196,7 @@ def output_folder(path: str | os.PathLike[str], scratch: Iterable[str] = ()) -> 
         made.append(p)
         p = p.parent
     out.mkdir(parents=True, exist_ok=True)
+    clear(out, replace)
     try:
         yield out
     except BaseException:

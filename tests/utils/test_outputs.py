@@ -1,0 +1,52 @@
+"""The one rule of every writing command's --out (attntemp.utils.outputs): a command's own outputs
+refused without overwrite, removed with it, everything else kept; own folders only with own files."""
+
+from pathlib import Path
+
+import pytest
+
+from attntemp.utils import outputs
+
+OWN = outputs.Outputs(("result.json", "figure.png"), {"run[0-9]": ("*.json",)})
+
+
+def _tree(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+def test_own_outputs_are_refused_without_overwrite_and_only_they_are_removed_with_it(tmp_path):
+    out = _tree(tmp_path / "o", {"result.json": "old", "run0/a.json": "old", "notes.txt": "the user's",
+                                 "runs/x.json": "the user's"})  # fmt: skip
+    assert OWN.present(out) == ["result.json", "run0/"]
+    with pytest.raises(ValueError, match=r"already holds results \(result.json, run0/\); pass overwrite=True"):
+        outputs.check_out(out, OWN)
+    outputs.check_out(out, OWN, overwrite=True)
+    assert outputs.clear(out, OWN) == ["result.json", "run0/"]
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == ["notes.txt", "runs", "runs/x.json"]
+
+
+def test_a_users_file_inside_an_own_folder_is_refused_even_with_overwrite(tmp_path):
+    out = _tree(tmp_path / "o", {"run1/a.json": "old", "run1/deep/mine.txt": "the user's"})
+    with pytest.raises(ValueError, match=r"holds run1/deep/mine.txt, not written by this command"):
+        outputs.check_out(out, OWN, overwrite=True)
+
+
+def test_a_linked_own_folder_loses_the_link_never_its_target(tmp_path):
+    target = _tree(tmp_path / "elsewhere", {"a.json": "kept"})
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "run2").symlink_to(target, target_is_directory=True)
+    outputs.check_out(out, OWN, overwrite=True)
+    assert outputs.clear(out, OWN) == ["run2/"]
+    assert not (out / "run2").exists() and (target / "a.json").read_text() == "kept"
+
+
+def test_a_folder_replaced_whole_holds_only_what_the_command_writes(tmp_path):
+    d = _tree(tmp_path / "d", {"config.json": "{}", "model.safetensors": "", "canary.txt": "the user's"})
+    with pytest.raises(ValueError, match=r"out='x/sub/..' \(.*/d\) holds canary.txt, not a checkpoint's"):
+        outputs.check_only("out", "x/sub/..", d, outputs.CHECKPOINT, "a checkpoint")
+    (d / "canary.txt").unlink()
+    outputs.check_only("out", "x/sub/..", d, outputs.CHECKPOINT, "a checkpoint")  # a checkpoint alone: allowed
