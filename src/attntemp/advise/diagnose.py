@@ -59,6 +59,7 @@ def head_shift(long: AttentionStats, short: AttentionStats, trained: int) -> dic
     return {
         "collapsed": [(int(a), int(b)) for a, b in np.argwhere(collapse)],
         "diffused": [(int(a), int(b)) for a, b in np.argwhere(diffuse)],
+        "leave_recent": [(int(a), int(b)) for a, b in np.argwhere(d_recent < -0.1)],  # attention moves away
         "heads": int(d_ent.size),
         "norm_entropy_shift": np.round(d_ent, 4).tolist(),
         "recent_mass_shift": np.round(d_recent, 4).tolist(),
@@ -81,9 +82,9 @@ def summary(trained: int, length: int, objective: str, at: dict[int, dict[str, d
         f"{objective} {metric} is {lo.get(metric, 'not scored')} at the trained length {trained} and "
         f"{hi.get(metric, 'not scored')} at {length} without a RoPE change"
     )
-    n_c, n_d = len(heads["collapsed"]), len(heads["diffused"])
+    n_c, n_d, n_l = len(heads["collapsed"]), len(heads["diffused"]), len(heads.get("leave_recent", ()))
     return (
-        f"{moved}. From {trained} to {length} tokens, {n_c} of {heads['heads']} heads collapse onto recent tokens "
-        f"(recent-token mass +0.1 or more) and {n_d} diffuse (entropy / ln n +0.05 or more); the other "
-        f"{heads['heads'] - n_c - n_d} hold."
+        f"{moved}. From {trained} to {length} tokens (queries past {trained}), {n_c} of {heads['heads']} heads "
+        f"collapse onto recent tokens (recent-token mass +0.1 or more), {n_d} diffuse (entropy / ln n +0.05 or "
+        f"more) and {n_l} move their attention away from the recent tokens (recent-token mass -0.1 or more)."
     )

@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from ..analysis.style import DPI, NULL, plt
+from ..analysis.style import DPI, NULL, integer_ticks, plain_ticks, plt
+from ..evaluate.task_base import get_task
 from .candidates import BASELINE
 
 
@@ -176,9 +177,14 @@ def tradeoff_figure(ev: dict[str, Any], path: Path) -> Path:
         ax.errorbar(x["value"], y["value"], xerr=xerr, yerr=yerr, fmt="o", color=f"C{i % 10}", capsize=3, label=name)
         if name == rec:
             ax.plot(x["value"], y["value"], "o", ms=16, mfc="none", mec="black", mew=1.5)
-    ax.axhline(1.0, **NULL)
-    ax.axvline(1.0, **NULL)
     q = ev["question"]
+    task = get_task(q["objective"])
+    if task.metric(task.objective).comparison == "ratio":
+        ax.set_yscale("log")
+        plain_ticks(ax, "y")
+    ax.axhline(task.metric(task.objective).null, **NULL)
+    ax.axvline(1.0, **NULL)
+    ax.axvline(1.0 + q["max_short_cost"], color="0.4", ls=":", lw=1.0, label=f"cost limit ({q['max_short_cost']:.0%})")
     ax.set_xlabel(f"cost below the trained length: worst all-token ppl ratio to no change (L0 = {q['trained_length']})")
     ax.set_ylabel(f"{q['objective']} at {q['length']}: ratio (or difference) to no change")
     ax.set_title(f"{q['model']}: long-context gain vs short-context cost (ringed: the recommendation)", fontsize=10)
@@ -202,6 +208,7 @@ def diagnosis_figure(ev: dict[str, Any], path: Path) -> Path:
         im = ax.imshow(v, cmap="RdBu_r", vmin=-lim, vmax=lim, aspect="auto")
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
+        integer_ticks(ax)
         ax.set_title(title, fontsize=9)
         fig.colorbar(im, ax=ax)
     q = ev["question"]
