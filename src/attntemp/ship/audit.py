@@ -314,11 +314,12 @@ def run_audit(cfg: AuditConfig) -> AuditResult:
     ref = reference(config, positions)  # every value checked here, before any model is built
     model_type = attention_config.text_config(config)["model_type"]
     import transformers
+    from huggingface_hub.errors import StrictDataclassError  # a transformers config class refusing a field
 
     restore = _quiet_transformers()
     try:
         figures = transformers_figures(config, positions)
-    except (TypeError, KeyError, AttributeError, RuntimeError) as exc:
+    except (TypeError, KeyError, AttributeError, RuntimeError, StrictDataclassError) as exc:
         restore()
         raise ValueError(
             f"config={cfg.config!r}: transformers {transformers.__version__} cannot build a proxy of "
