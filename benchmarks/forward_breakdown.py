@@ -6,11 +6,12 @@ attention (the attention modules less their linear layers: RoPE, the q-fold and 
 layers (q, k, v, o and the MLP's), the LM head with its cross entropy, and the rest (embeddings,
 norms, activations, residuals). Each part's GFLOP/s (linear: 2 * tokens * in * out; attention,
 causal: 4 * heads * L(L+1)/2 * head_dim per layer; head: 2 * positions * d * V) beside the
-machine's matmul rate (a 4096 x 4096 matmul in each dtype), measured in the same run. Beside it,
+machine's matmul rate (a 2048 x 2048 matmul in each dtype, best of 3), measured in the same run. Beside it,
 the head only at the positions a key-token metric reads (the tail and the key tokens:
 ``token_nll(..., keep=...)``) against every position. Prints JSON with the CPU and its load.
 
     python benchmarks/forward_breakdown.py [--model smollm2] [--lengths 4096,16384] [--dtypes float32,bfloat16]
+        [--repeats N] [--threads N]
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import time
 from collections import defaultdict
 
 import torch
-from _harness import machine
+from _harness import machine, median_interval
 
 from attntemp.evaluate.corpus import heldout_windows
 from attntemp.evaluate.key_tokens import key_positions
@@ -31,7 +32,7 @@ from attntemp.hf.introspect import trained_length
 from attntemp.hf.loading import load_model
 
 
-def matmul_gflops(dtype: torch.dtype, n: int = 4096, repeats: int = 3) -> float:
+def matmul_gflops(dtype: torch.dtype, n: int = 2048, repeats: int = 3) -> float:
     """GFLOP/s of an n x n matmul in ``dtype`` (best of ``repeats`` after a warm-up)."""
     a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)  # [n, n]
     a @ b
@@ -126,40 +127,62 @@ def kept_positions(ids: torch.Tensor, trained: int) -> torch.Tensor:
     return keep
 
 
+def summary(rows: list[dict]) -> dict:
+    """Median with its bootstrap 95% interval over repeats: the total, each part's seconds and
+    GFLOP/s, the kept-positions gain, and the matmul rates."""
+    parts = rows[0]["parts"]
+    out: dict = {"seconds_total": median_interval([r["seconds_total"] for r in rows])}
+    for name in parts:
+        out[name] = {
+            "seconds": median_interval([r["parts"][name]["seconds"] for r in rows]),
+            "share": median_interval([r["parts"][name]["share"] for r in rows]),
+        }
+        if parts[name]["gflops"]:
+            out[name]["gflops"] = median_interval([r["parts"][name]["gflops"] for r in rows])
+    for key in ("head_kept_over_all", "scoring_kept_over_all", "matmul_gflops"):
+        out[key] = median_interval([r[key] for r in rows])
+    out["kept_positions"] = rows[0]["kept_positions"]
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="smollm2")
     ap.add_argument("--lengths", default="4096,16384")
     ap.add_argument("--dtypes", default="float32,bfloat16")
+    ap.add_argument("--repeats", type=int, default=1, help="forwards per (length, dtype), the dtypes interleaved")
     ap.add_argument("--threads", type=int, default=None)
     args = ap.parse_args()
-    results = []
-    for dtype in args.dtypes.split(","):
-        model, tok = load_model(args.model, dtype=dtype, threads=args.threads)
-        trained = trained_length(model)
-        rate = matmul_gflops(getattr(torch, dtype))
+    dtypes = args.dtypes.split(",")
+    models = {d: load_model(args.model, dtype=d, threads=args.threads) for d in dtypes}  # both held: interleaved
+    tok = models[dtypes[0]][1]
+    trained = trained_length(models[dtypes[0]][0])
+    for model, _ in models.values():
         with torch.no_grad():  # warm-up: one-time kernel and thread-pool set-up is not a part's time
             model(input_ids=heldout_windows(tok, 256, n=1), use_cache=False)
-        for length in (int(x) for x in args.lengths.split(",")):
-            ids = heldout_windows(tok, length, n=1)  # [1, L]
-            row = breakdown(model, ids, kept_positions(ids, trained))
-            results.append(
-                {
-                    "dtype": dtype,
-                    "L": length,
-                    "matmul_gflops": rate,
-                    **row,
-                    "matmul_gflops_after": matmul_gflops(getattr(torch, dtype)),
-                }
-            )
-            print(json.dumps(results[-1]), flush=True)
-        del model
+    results = []
+    for length in (int(x) for x in args.lengths.split(",")):
+        ids = heldout_windows(tok, length, n=1)  # [1, L]
+        keep = kept_positions(ids, trained)
+        runs: dict[str, list[dict]] = {d: [] for d in dtypes}
+        for _ in range(args.repeats):
+            for d in dtypes:  # round-robin, so load drifts hit both dtypes alike
+                rate = matmul_gflops(getattr(torch, d))
+                runs[d].append({**breakdown(models[d][0], ids, keep), "matmul_gflops": rate})
+                print(json.dumps({"dtype": d, "L": length, **runs[d][-1]}), flush=True)
+        row = {"L": length, **{d: summary(v) for d, v in runs.items()}}
+        if len(dtypes) == 2:
+            a, b = (runs[d] for d in dtypes)
+            ratio = [x["seconds_total"] / y["seconds_total"] for x, y in zip(b, a, strict=True)]
+            row[f"{dtypes[1]}_over_{dtypes[0]}_total"] = median_interval(ratio)
+        results.append(row)
     print(
         json.dumps(
             {
                 "benchmark": "forward_breakdown",
                 "model": args.model,
                 "threads": torch.get_num_threads(),
+                "repeats": args.repeats,
                 "results": results,
                 "machine": machine(),
             },

@@ -20,9 +20,9 @@ a rerun skips what is there and rewrites ``docs/results/smollm2_distant_table.md
 result. The settings (model, text, documents, key-token rule, needles per forward, dtype) are
 recorded in ``settings.json`` and a rerun with others is refused. The dtype defaults to the one the
 folder's results were made in (float32 for those from before it was recorded), and for a new folder
-to the faster on this CPU (docs/scale.md: bfloat16 on an AMD EPYC with avx512_bf16). On 2 busy CPU cores one 12288-token forward
-took 177 s and one 16384-token forward 204 s (``--time-forward`` measures it again); each
-(length, spec) costs ``--docs`` forwards per task.
+to the faster on this CPU (docs/scale.md: bfloat16 on an AMD EPYC with avx512_bf16). On 2 busy
+CPU cores one 12288-token forward took 177 s and one 16384-token forward 204 s
+(``--time-forward`` measures it again); each (length, spec) costs ``--docs`` forwards per task.
 
 Key tokens by the n-gram rule with n = 4 (``--key-ngram``), K = 4096: on these 4 books' windows the
 default n = 8 finds 0-5 key tokens per window (too few for an interval), n = 4 finds 5, 69, 2 and

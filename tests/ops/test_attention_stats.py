@@ -92,7 +92,7 @@ def test_fused_blocks_stay_cache_sized_but_hold_enough_queries_within_the_budget
     mib = 2**20
     # tiny's shape: 4 MiB / (4 bytes x 8 heads x 1024 keys) = 128 queries
     assert fused_block_size(1, 8, 1024, 64 * mib) == 128
-    # SmolLM2's at 16384: 4 MiB holds 7 queries (block_size's floor: 16); raised to 32 (19 MiB)
-    assert fused_block_size(1, 9, 16384, 64 * mib) == FUSED_MIN_QUERIES == 32
+    # SmolLM2's at 16384: 4 MiB holds 7 queries (block_size's floor: 16); raised to 64 (36 MiB)
+    assert fused_block_size(1, 9, 16384, 64 * mib) == FUSED_MIN_QUERIES == 64
     # a budget of 8 MiB holds 14 (floor 16): the budget wins over the minimum
     assert fused_block_size(1, 9, 16384, 8 * mib) == 16

@@ -25,8 +25,9 @@ _NEG = -1e30  # a masked logit: exp underflows to 0 and 0 * _NEG stays finite
 # shape (H = 8, L = 1024, one thread) blocks of 4 MiB took 0.30 s, one block of 32 MiB 1.41 s.
 FUSED_BYTES = 4 * 2**20
 # ...but with at least this many queries a block: each block reads every key once, and at long L a
-# 4 MiB block holds few queries (7 at H = 9, L = 16384: 2,300 blocks; see docs/measure.md).
-FUSED_MIN_QUERIES = 32
+# 4 MiB block holds few queries (7 at H = 9, L = 16384: 2,300 blocks; see docs/measure.md). At
+# H = 9, L = 8192, one thread under load, 32 / 64 / 128 / 256 queries took 2.1 / 1.9 / 1.7 / 2.3x SDPA.
+FUSED_MIN_QUERIES = 64
 
 
 def _block_logits(q, k, m, scale, softcap, q0, k0):
