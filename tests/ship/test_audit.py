@@ -10,6 +10,7 @@ import json
 import math
 
 import pytest
+import torch
 
 from attntemp.assets import tiny_path
 from attntemp.ship.audit import AuditConfig, load_config, reference, run_audit
@@ -271,11 +272,39 @@ def test_the_human_table_names_each_engine_and_vllm_in_one_line(monkeypatch):
     assert "vllm: cannot run: this CPU lacks avx512f" in text and "transformers (transformers 5." in text
 
 
-def test_vllm_says_why_it_cannot_run_here():
+def test_vllm_says_why_it_cannot_run_without_its_venv(monkeypatch, tmp_path):
+    from attntemp.ship import llamacpp
+
+    monkeypatch.setattr(llamacpp, "engines_cache", lambda: tmp_path)  # an empty engines cache
     _, out = audit("llama3_1", "0", engines=("transformers", "vllm"))
     reason = out["engines"]["vllm"]["reason"]
     assert out["engines"]["vllm"]["verdict"] == "cannot run" and "\n" not in reason
-    assert "avx512f" in reason or "not installed" in reason or "does not measure" in reason
+    assert "avx512f" in reason or ("not installed" in reason and str(tmp_path) in reason)
+
+
+def test_vllms_log_probabilities_are_read_at_the_positions_the_proxy_predicts_at():
+    from attntemp.ship.audit_vllm import engine_logp, mean_kl
+
+    length, vocab = 8, 3
+    # top[p]: the distribution vLLM predicts at position p (of token p + 1); p encoded in its first value
+    rows = [{"top": [[[0, -float(p)], [1, -1.0], [2, -2.0]] for p in range(length - 1)]}]
+    (got,) = engine_logp({"rows": rows}, vocab, length)  # [3, V]: positions 4, 5, 6
+    assert got[:, 0].tolist() == [-4.0, -5.0, -6.0] and got[:, 2].tolist() == [-2.0] * 3
+    logp = torch.log_softmax(torch.tensor([[0.3, -1.0, 2.0]], dtype=torch.float64), -1)  # [1, V]
+    assert mean_kl([logp], [logp]) == 0.0
+    assert mean_kl([logp], [logp.flip(-1)]) > 0.1
+
+
+@pytest.mark.engines
+@pytest.mark.parametrize("name", ["qwen3_yarn", "gpt_oss", "gemma3_27b", "ministral3"])
+def test_vllm_audits_the_corpus(name):
+    """A proxy through vLLM's CPU build (opt-in: bash scripts/build_vllm_cpu.sh first)."""
+    code, out = audit(name, engines=("transformers", "vllm"))
+    e = out["engines"]["vllm"]
+    if "not installed" in e.get("reason", ""):
+        pytest.fail(f"{e['reason']} (opt-in: bash scripts/build_vllm_cpu.sh first)")
+    assert e["verdict"] == "agrees", e
+    assert e["kl"] <= 1e-5 and code == 0 and e["version"].startswith("vllm 0.")
 
 
 # ----------------------------------------------------------------------------- llama.cpp (opt-in)
