@@ -17,10 +17,12 @@ processes (one thread each) can share the work; the table is read back from the 
 Resumable on any machine: each (length, spec, task) result, with its per-window values, is one
 JSON file under ``--out`` (default ``docs/results/smollm2_distant/``, committed as they come);
 a rerun skips what is there and rewrites ``docs/results/smollm2_distant_table.md`` after every
-result. The settings (model, text, documents, key-token rule, needles per forward) are recorded in
-``settings.json`` and a rerun with others is refused. On 2 busy CPU cores one 12288-token forward
-took 177 s and one 16384-token forward 204 s (``--time-forward`` measures it again); each
-(length, spec) costs ``--docs`` forwards per task.
+result. The settings (model, text, documents, key-token rule, needles per forward, dtype) are
+recorded in ``settings.json`` and a rerun with others is refused. The dtype defaults to the one the
+folder's results were made in (float32 for those from before it was recorded), and for a new folder
+to the faster on this CPU (docs/scale.md: bfloat16 on an AMD EPYC with avx512_bf16). On 2 busy
+CPU cores one 12288-token forward took 177 s and one 16384-token forward 204 s
+(``--time-forward`` measures it again); each (length, spec) costs ``--docs`` forwards per task.
 
 Key tokens by the n-gram rule with n = 4 (``--key-ngram``), K = 4096: on these 4 books' windows the
 default n = 8 finds 0-5 key tokens per window (too few for an interval), n = 4 finds 5, 69, 2 and
@@ -43,6 +45,7 @@ from attntemp.evaluate.lm import token_nll
 from attntemp.evaluate.score import score as scored
 from attntemp.evaluate.tasks import EvalContext, get_task, tuning_context
 from attntemp.hf import introspect
+from attntemp.hf.devices import long_run_cpu_dtype
 from attntemp.hf.loading import load_model
 from attntemp.hf.rope_scaling import rope_for
 from attntemp.ops.spec import TemperatureSpec
@@ -236,10 +239,16 @@ def write_figure(all_results: dict[int, dict[str, dict[str, dict]]], settings: d
     style.save(fig, path)
 
 
+def recorded(out: Path) -> dict:
+    """The settings ``out`` holds results of (results made before the dtype was recorded: float32)."""
+    path = out / "settings.json"
+    return {"dtype": "float32", **json.loads(path.read_text())} if path.is_file() else {}
+
+
 def check_settings(out: Path, settings: dict) -> None:
     path = out / "settings.json"
     if path.is_file():
-        old = json.loads(path.read_text())
+        old = recorded(out)
         if old != settings:
             diff = {k: (old.get(k), v) for k, v in settings.items() if old.get(k) != v}
             raise SystemExit(f"--out {out} holds results made with other settings {diff}; give another --out")
@@ -305,6 +314,13 @@ def main(argv: list[str] | None = None) -> None:
         "--key-ngram", type=int, default=4, help="key tokens: context n-gram length (prose repeats 8-grams too rarely)"
     )
     ap.add_argument("--threads", type=int, default=2, help="torch threads")
+    ap.add_argument(
+        "--dtype",
+        default=None,
+        choices=("float32", "bfloat16"),
+        help="default: the one --out's results were made in; for a new --out the faster on this CPU "
+        "(attntemp.hf.devices.long_run_cpu_dtype: bfloat16 on an AMD CPU with avx512_bf16, else float32)",
+    )
     ap.add_argument("--out", default=str(ROOT / "docs/results/smollm2_distant"), help="per-result JSON folder")
     ap.add_argument("--time-forward", action="store_true", help="time one forward per length first")
     ap.add_argument(
@@ -324,7 +340,8 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"--soft={args.soft} is not allowed; expected a softening multiplier in (0, 1)")
     torch.set_num_threads(args.threads)
     lengths = [int(x) for x in args.lengths.split(",")]
-    model, tok = load_model(args.model)
+    dtype = args.dtype or recorded(Path(args.out)).get("dtype") or long_run_cpu_dtype()
+    model, tok = load_model(args.model, dtype=dtype)
     trained = introspect.trained_length(model)
     if args.time_forward:
         time_forward(model, lengths)
@@ -348,6 +365,7 @@ def main(argv: list[str] | None = None) -> None:
         "needles_per_forward": args.needles,
         "soft": args.soft,
         "trained": trained,
+        "dtype": dtype,
     }
     out = Path(args.out)
     check_settings(out, settings)

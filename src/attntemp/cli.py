@@ -1,9 +1,11 @@
 """The ``attntemp`` command line: one sub-command per module in ``attntemp.commands``.
 
 Every sub-command module defines ``register(subparsers)``, which adds its parser and sets
-``func(args) -> int``. Only the module of the command being run is imported (``attntemp --help``
-and ``--version`` import none, so they answer without loading torch); :data:`SUMMARIES` holds
-the one-line help of each command for the top-level listing. Bad input (a ``ValueError`` named
+``func(args) -> int``. A command line is first parsed by :func:`light_parser`, built from the
+flags snapshot (:mod:`attntemp.cli_flags`): ``--help``, argparse's errors and ``completion``
+answer from it without importing any command module (no torch, no transformers); only then is
+the module of the command being run imported and the line parsed again by the real parser.
+:data:`SUMMARIES` holds the one-line help of each command for the top-level listing. Bad input (a ``ValueError`` named
 by field and value, an ``OSError``, a damaged database: :func:`_bad_input`) becomes one line on
 stderr naming the flag (open progress bars ended first) and exit code 2, never a traceback; a
 program attntemp drove that failed (an engine: :class:`~attntemp.utils.errors.ExternalToolError`) is
@@ -19,6 +21,7 @@ import sys
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 
+from . import cli_flags
 from .utils.errors import ExternalToolError
 
 # Sub-command modules under attntemp.commands, in the order `attntemp --help` lists them.
@@ -60,10 +63,8 @@ SUMMARIES = {
 }
 
 
-def build_parser(only: Sequence[str] | None = None) -> argparse.ArgumentParser:
-    """The parser with every command's flags, or only those of the commands in ``only`` (the
-    others listed by name and summary, their modules not imported)."""
-    from .commands.output import add_json_flag
+def _top_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
+    """The top-level parser (``--version``) and its sub-command group, empty."""
     from .utils.version import VERSION
 
     parser = argparse.ArgumentParser(
@@ -72,11 +73,33 @@ def build_parser(only: Sequence[str] | None = None) -> argparse.ArgumentParser:
         "Temperature T divides the logits; the multiplier m = 1/T multiplies them.",
     )
     parser.add_argument("--version", action="version", version=f"attntemp {VERSION}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    return parser, parser.add_subparsers(dest="command", metavar="COMMAND")
+
+
+def build_parser(only: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser with every command's flags, or only those of the commands in ``only`` (the
+    others listed by name and summary, their modules not imported)."""
+    from .commands.output import add_json_flag
+
+    parser, sub = _top_parser()
     for name in COMMANDS:
         if only is None or name in only:
             importlib.import_module(f"attntemp.commands.{name}").register(sub)
             add_json_flag(sub.choices[name])
+        else:
+            sub.add_parser(name, help=SUMMARIES.get(name, ""), add_help=False)
+    return parser
+
+
+def light_parser(only: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """:func:`build_parser`'s parser from the flags snapshot (:mod:`attntemp.cli_flags`): the same
+    flags, help and errors, no command module imported (no torch: help, bad flags and completion
+    answer at once). It has no ``func``: :func:`main` runs a command with the real parser."""
+    flags = cli_flags.load()
+    parser, sub = _top_parser()
+    for name in COMMANDS:
+        if only is None or name in only:
+            cli_flags.add_light(sub, name, flags[name])
         else:
             sub.add_parser(name, help=SUMMARIES.get(name, ""), add_help=False)
     return parser
@@ -153,11 +176,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
         argv = [DEFAULT_COMMAND, *argv]
+    light = light_parser(only=argv[:1])
+    _one_line_errors(light)
+    light.parse_args(argv)  # --help and argparse's errors end here, before any command module is imported
     parser = build_parser(only=argv[:1])
     _one_line_errors(parser)
     args = parser.parse_args(argv)
     if getattr(args, "full_parser", False) is None:  # `completion`: every command's flags, not only its own
-        args.full_parser = build_parser
+        args.full_parser = light_parser
     try:
         with _library_noise(parser, args):
             return int(args.func(args) or 0)

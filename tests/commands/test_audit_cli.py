@@ -38,7 +38,7 @@ def test_a_shipped_config_is_named_by_its_name(capsys):
     from attntemp.assets import shipped_configs
     from attntemp.cli import main
 
-    assert "gpt_oss" in shipped_configs() and len(shipped_configs()) == 10
+    assert "gpt_oss" in shipped_configs() and len(shipped_configs()) == 17
     assert main(["audit", "--config", "qwen3_yarn", "--engines", "transformers", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert abs(out["reference"]["logit_multiplier"] - (0.1 * __import__("math").log(4) + 1) ** 2) < 1e-9

@@ -54,3 +54,23 @@ def test_answer_and_greedy_equals_separate_scoring(tiny, stdlib_docs):
     torch.testing.assert_close(lp, want_lp, atol=1e-4, rtol=1e-5)
     assert torch.equal(gen, want_gen)
     assert not torch.allclose(lp[2], lp[0])  # the multipliers reached the rows
+
+
+def test_kept_predictions_equal_the_full_pass_and_the_head_sees_only_them(tiny, stdlib_docs):
+    model, tok = tiny
+    ids = heldout_windows(tok, 300, n=2, docs=stdlib_docs)  # [2, 300]
+    keep = torch.zeros(299, dtype=torch.bool)  # [L-1]
+    keep[[3, 40, 41, 150]] = True
+    keep[250:] = True
+    with torch.no_grad():
+        full = token_nll(model, ids, start=2)  # [2, 297]
+        seen, handle = _head_inputs(model)
+        try:
+            kept = token_nll(model, ids, start=2, chunk=16, keep=keep)  # [2, 297]
+        finally:
+            handle.remove()
+    cols = keep[2:]  # [297]
+    torch.testing.assert_close(kept[:, cols], full[:, cols], atol=1e-5, rtol=1e-5)
+    assert kept[:, ~cols].isnan().all()  # a metric reading a prediction it did not keep gets NaN
+    assert sum(s[1] for s in seen) == int(cols.sum())  # the head ran on the kept positions only
+    assert max(s[1] for s in seen) == 16

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from attntemp.ops.attention_stats import STATS, attention_stats, reference_stats
+from attntemp.ops.attention_stats import FUSED_MIN_QUERIES, STATS, attention_stats, fused_block_size, reference_stats
 
 
 def qk(b=1, hq=6, hkv=2, lq=150, lk=150, d=16, seed=0):
@@ -97,3 +97,13 @@ def test_fused_block_equals_the_plain_one(hq, hkv, window, q0, blk):
     assert float(plain["entropy"].std()) > 0.2  # sharp and flat rows alike
     for name in STATS:
         torch.testing.assert_close(fused[name], plain[name], atol=1e-4, rtol=1e-5, equal_nan=True)
+
+
+def test_fused_blocks_stay_cache_sized_but_hold_enough_queries_within_the_budget():
+    mib = 2**20
+    # tiny's shape: 4 MiB / (4 bytes x 8 heads x 1024 keys) = 128 queries
+    assert fused_block_size(1, 8, 1024, 64 * mib) == 128
+    # SmolLM2's at 16384: 4 MiB holds 7 queries (block_size's floor: 16); raised to 64 (36 MiB)
+    assert fused_block_size(1, 9, 16384, 64 * mib) == FUSED_MIN_QUERIES == 64
+    # a budget of 8 MiB holds 14 (floor 16): the budget wins over the minimum
+    assert fused_block_size(1, 9, 16384, 8 * mib) == 16

@@ -10,9 +10,10 @@ import json
 import math
 
 import pytest
+import torch
 
 from attntemp.assets import tiny_path
-from attntemp.ship.audit import AuditConfig, run_audit
+from attntemp.ship.audit import AuditConfig, load_config, reference, run_audit
 
 CONFIGS = tiny_path().parent / "configs"  # the corpus, shipped: src/attntemp/assets/configs
 
@@ -90,9 +91,34 @@ HAND = {
     # Llama 4: NoPE layers q *= 1 + 0.1 ln(1 + floor((p + 1) / 8192))
     "llama4_scout": ({0: 1.0, 8190: 1.0, 8191: 1 + 0.1 * math.log(2), 32767: 1 + 0.1 * math.log(5)},
                      llama3_inv(128, 500000.0, 16.0, 8192, low=1.0, high=1.0)),
+    # Gemma 3 4B / 12B: query_pre_attn_scalar = head_dim = 256 (scale ratio 1); linear 8 on global layers only
+    "gemma3_4b": ({0: 1.0, 131071: 1.0}, [x / 8 for x in plain_inv(256, 1e6)]),
+    "gemma3_12b": ({0: 1.0, 131071: 1.0}, [x / 8 for x in plain_inv(256, 1e6)]),
+    # Mistral Large 3 (MLA, rope 64 of 192): af = mscale(36, 1)/mscale(36, 1) = 1; softmax scale
+    # * mscale(36, 1)^2 (mscale_all_dim); q *= 1 + 0.1 ln(1 + floor(p / 8192)) on every layer
+    "mistral_large3": ({0: yarn_m(36), 8191: yarn_m(36), 8192: yarn_m(36) * (1 + 0.1 * math.log(2)),
+                        294911: yarn_m(36) * (1 + 0.1 * math.log(36))}, yarn_inv(64, 10000, 36, 8192)),
+    # Mistral 4 (MLA, rope 64 of 128): the same factors
+    "mistral4": ({0: yarn_m(36), 8192: yarn_m(36) * (1 + 0.1 * math.log(2)),
+                  294911: yarn_m(36) * (1 + 0.1 * math.log(36))}, yarn_inv(64, 10000, 36, 8192)),
+    # Kimi K2.5 (DeepSeek-V3's code): af = 1, softmax scale * mscale(64, 1)^2; theta 50000 from 4096
+    "kimi_k2_5": ({0: yarn_m(64), 262143: yarn_m(64)}, yarn_inv(64, 50000, 64, 4096)),
+    # DeepSeek-V4: YaRN's frequencies (rope 64 of head_dim 512), attention_factor 1: m = 1
+    "deepseek_v4": ({0: 1.0, 1048575: 1.0}, yarn_inv(64, 10000, 16, 65536)),
+    # Qwen3-Next, 262144 -> 1M: static YaRN x4 on 0.25 of head_dim 256: m = (0.1 ln 4 + 1)^2
+    "qwen3_next_1m": ({0: yarn_m(4.0), 1048575: yarn_m(4.0)}, yarn_inv(64, 1e7, 4.0, 262144)),
 }  # fmt: skip
+# Corpus rows transformers 5.24 cannot run (the audit stops with one line): the reference alone is tested.
+NO_PROXY = {
+    "mistral4": "not a causal LM architecture",  # Mistral4Config exists, no Mistral4ForCausalLM
+    "deepseek_v4": "cannot build a proxy",  # its sliding / compressed layer kinds are not in the proxy
+}
+# transformers' deepseek_v3 has no llama_4_scaling_beta: it drops the schedule, x 1/(1 + 0.1 ln 36) at the end
+DIFFERS = {"mistral_large3": (294911, 1 / (1 + 0.1 * math.log(36)))}
 OTHER_GROUPS = {  # name -> (multiplier, inv_freq) of a second group
     "gemma3_27b": ("sliding_attention", math.sqrt(128 / 168), plain_inv(128, 10000.0)),
+    "gemma3_4b": ("sliding_attention", 1.0, plain_inv(256, 10000.0)),
+    "gemma3_12b": ("sliding_attention", 1.0, plain_inv(256, 10000.0)),
     "olmo3": ("sliding_attention", 1.0, plain_inv(128, 500000)),
     "gpt_oss": ("sliding_attention", yarn_m(32.0), yarn_inv(64, 150000, 32.0, 4096, truncate=False)),
 }
@@ -117,12 +143,10 @@ def test_the_corpus_has_every_family_the_issue_names():
     assert {p.stem for p in CONFIGS.glob("*.json")} == set(HAND)
 
 
-@pytest.mark.parametrize("name", sorted(HAND))
-def test_the_reference_is_the_hand_computed_one_and_transformers_agrees(name):
+def check_reference(name: str, ref: dict) -> None:
+    """``ref`` (the audit's reference) against :data:`HAND` and :data:`OTHER_GROUPS`."""
     expected_m, expected_inv = HAND[name]
     positions = sorted(expected_m)
-    code, out = audit(name, ",".join(map(str, positions)))
-    ref = out["reference"]
     assert ref["positions"] == positions
     for p, m in expected_m.items():
         assert close(at(positions, ref["logit_multiplier"], p), m), (p, ref["logit_multiplier"], m)
@@ -134,9 +158,37 @@ def test_the_reference_is_the_hand_computed_one_and_transformers_agrees(name):
         group, m, inv2 = OTHER_GROUPS[name]
         g = next(g for g in ref["groups"] if g["name"] == group)
         assert close(g["logit_multiplier"], m) and all_close(g["inv_freq"], inv2)
+
+
+@pytest.mark.parametrize("name", sorted(set(HAND) - set(NO_PROXY) - set(DIFFERS)))
+def test_the_reference_is_the_hand_computed_one_and_transformers_agrees(name):
+    code, out = audit(name, ",".join(map(str, sorted(HAND[name][0]))))
+    check_reference(name, out["reference"])
     engine = out["engines"]["transformers"]
     assert code == 0 and engine["verdict"] == "agrees", engine["summary"]
     assert engine["version"].startswith("transformers ")
+
+
+@pytest.mark.parametrize("name", sorted(NO_PROXY))
+def test_rows_transformers_cannot_run_stop_in_one_line_and_their_reference_is_the_hand_computed_one(name):
+    positions = tuple(sorted(HAND[name][0]))
+    check_reference(name, reference(load_config(str(CONFIGS / f"{name}.json")), positions))
+    with pytest.raises(ValueError, match=NO_PROXY[name]) as info:
+        audit(name)
+    assert "\n" not in " ".join(str(info.value).split()) and name in str(info.value)
+
+
+@pytest.mark.parametrize("name", sorted(DIFFERS))
+def test_transformers_drops_mistral_large_3s_position_schedule(name):
+    code, out = audit(name, ",".join(map(str, sorted(HAND[name][0]))))
+    check_reference(name, out["reference"])
+    engine = out["engines"]["transformers"]
+    position, ratio = DIFFERS[name]
+    assert code == 1 and engine["verdict"] == "differs", engine
+    got = engine["logit_multiplier"]  # one number: the same at every position
+    assert close(got, yarn_m(36)), got  # below 8192 the schedule is 1 and the two agree
+    assert close(got / HAND[name][0][position], ratio, 1e-5), (got, ratio)
+    assert "from position 8192" in engine["summary"], engine["summary"]
 
 
 def test_phi3_switches_to_the_long_factors_past_the_original_context():
@@ -220,11 +272,39 @@ def test_the_human_table_names_each_engine_and_vllm_in_one_line(monkeypatch):
     assert "vllm: cannot run: this CPU lacks avx512f" in text and "transformers (transformers 5." in text
 
 
-def test_vllm_says_why_it_cannot_run_here():
+def test_vllm_says_why_it_cannot_run_without_its_venv(monkeypatch, tmp_path):
+    from attntemp.ship import llamacpp
+
+    monkeypatch.setattr(llamacpp, "engines_cache", lambda: tmp_path)  # an empty engines cache
     _, out = audit("llama3_1", "0", engines=("transformers", "vllm"))
     reason = out["engines"]["vllm"]["reason"]
     assert out["engines"]["vllm"]["verdict"] == "cannot run" and "\n" not in reason
-    assert "avx512f" in reason or "not installed" in reason or "does not measure" in reason
+    assert "avx512f" in reason or ("not installed" in reason and str(tmp_path) in reason)
+
+
+def test_vllms_log_probabilities_are_read_at_the_positions_the_proxy_predicts_at():
+    from attntemp.ship.audit_vllm import engine_logp, mean_kl
+
+    length, vocab = 8, 3
+    # top[p]: the distribution vLLM predicts at position p (of token p + 1); p encoded in its first value
+    rows = [{"top": [[[0, -float(p)], [1, -1.0], [2, -2.0]] for p in range(length - 1)]}]
+    (got,) = engine_logp({"rows": rows}, vocab, length)  # [3, V]: positions 4, 5, 6
+    assert got[:, 0].tolist() == [-4.0, -5.0, -6.0] and got[:, 2].tolist() == [-2.0] * 3
+    logp = torch.log_softmax(torch.tensor([[0.3, -1.0, 2.0]], dtype=torch.float64), -1)  # [1, V]
+    assert mean_kl([logp], [logp]) == 0.0
+    assert mean_kl([logp], [logp.flip(-1)]) > 0.1
+
+
+@pytest.mark.engines
+@pytest.mark.parametrize("name", ["qwen3_yarn", "gpt_oss", "gemma3_27b", "ministral3"])
+def test_vllm_audits_the_corpus(name):
+    """A proxy through vLLM's CPU build (opt-in: bash scripts/build_vllm_cpu.sh first)."""
+    code, out = audit(name, engines=("transformers", "vllm"))
+    e = out["engines"]["vllm"]
+    if "not installed" in e.get("reason", ""):
+        pytest.fail(f"{e['reason']} (opt-in: bash scripts/build_vllm_cpu.sh first)")
+    assert e["verdict"] == "agrees", e
+    assert e["kl"] <= 1e-5 and code == 0 and e["version"].startswith("vllm 0.")
 
 
 # ----------------------------------------------------------------------------- llama.cpp (opt-in)

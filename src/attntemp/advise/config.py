@@ -44,7 +44,7 @@ class AdviseConfig(EvalOptions):
         parse=int,
     )
     max_short_cost: float = option(
-        0.01, "the most a candidate may cost in all-token perplexity below the trained length (0.01: 1%)"
+        0.01, "the most a candidate may cost in all-token perplexity below the trained length (0.01: one per cent)"
     )
     race_windows: int = option(16, "windows of the tuning pool the race may score")
     block: int = option(2, "windows per round of the race")

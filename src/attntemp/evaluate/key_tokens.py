@@ -256,8 +256,10 @@ class KeyTokens(Task):
         mask, rule = key_mask(ids, tok, ctx)  # [n, L-1]
         if not bool(mask.any()) and ctx.window_range is None:  # a block of a race may hold none: it adds nothing
             raise ValueError(_none_found(ids.shape[0], length, rule, ctx))
-        nll = multiplier_nll(model, ids, multipliers, ctx.batch_size).double()  # [k, n, L-1]
         start = tail_start(length, ctx.trained_length)
+        keep = mask.any(0)  # [L-1]: the LM head runs where a metric reads, key tokens and the tail
+        keep[start:] = True
+        nll = multiplier_nll(model, ids, multipliers, ctx.batch_size, keep).double()  # [k, n, L-1], NaN elsewhere
         counts = mask.sum(1)  # [n]
         common = {
             "rule": rule,
@@ -271,7 +273,7 @@ class KeyTokens(Task):
         }
         out = []
         for row in nll:  # [n, L-1]
-            key_nll = (row * mask).sum(1)  # [n]
+            key_nll = torch.where(mask, row, 0.0).sum(1)  # [n]
             out.append(
                 {
                     **common,

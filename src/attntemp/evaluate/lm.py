@@ -24,20 +24,49 @@ def _check_start(start: int, length: int) -> int:
     return start
 
 
-def token_nll(model: Any, ids: torch.Tensor, start: int = 0, chunk: int = 1024) -> torch.Tensor:
+def token_nll(
+    model: Any, ids: torch.Tensor, start: int = 0, chunk: int = 1024, keep: torch.Tensor | None = None
+) -> torch.Tensor:
     """``[b, L-1-start]`` NLL (nats) of the next-token predictions made at positions ``>= start``.
 
     The decoder's hidden states go through the LM head ``chunk`` positions at a time (final logit
-    soft-capping applied if the model has it), so no ``[b, L, V]`` tensor is formed. Gradients flow
-    when enabled (gradient tuning uses it as its loss)."""
+    soft-capping applied if the model has it), so no ``[b, L, V]`` tensor is formed; with ``keep``
+    (:func:`head_nll`) only the predictions a metric reads. Gradients flow when enabled (gradient
+    tuning uses it as its loss)."""
     _check_start(start, ids.shape[1])
     hidden = model.get_decoder()(input_ids=ids, use_cache=False).last_hidden_state  # [b, L, d]
+    return head_nll(model, hidden, ids, start, chunk, keep)
+
+
+def head_nll(
+    model: Any,
+    hidden: torch.Tensor,
+    ids: torch.Tensor,
+    start: int = 0,
+    chunk: int = 1024,
+    keep: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``[b, L-1-start]`` NLL of ``ids`` ``[b, L]`` from the decoder's hidden states ``[b, L, d]``.
+
+    ``keep`` ``[L-1]`` bool: the LM head and the cross entropy run on the kept predictions only
+    (key tokens and the tail: the head is ``2 d V`` FLOPs a position) and the others are NaN, so a
+    metric that reads one it did not keep shows NaN, never a number. Kept values equal the full
+    pass's (tested)."""
+    length = ids.shape[1]
+    cols = torch.arange(start, length - 1) if keep is None else start + keep[start:].nonzero().squeeze(1).cpu()  # [P]
     out = []
-    for a in range(start, ids.shape[1] - 1, chunk):
-        logits = _head_logits(model, hidden[:, a : min(a + chunk, ids.shape[1] - 1)])  # [b, c, V]
-        target = ids[:, a + 1 : a + 1 + logits.shape[1]].to(logits.device)  # [b, c]: the head may sit elsewhere
+    for a in range(0, cols.shape[0], chunk):
+        c = cols[a : a + chunk]  # [c]
+        h = hidden[:, int(c[0]) : int(c[-1]) + 1] if keep is None else hidden[:, c.to(hidden.device)]  # [b, c, d]
+        logits = _head_logits(model, h)  # [b, c, V]
+        target = ids[:, c + 1].to(logits.device)  # [b, c]: the head may sit elsewhere
         out.append(torch.nn.functional.cross_entropy(logits.transpose(1, 2), target, reduction="none"))
-    return torch.cat(out, dim=1)  # [b, L-1-start]
+    nll = torch.cat(out, dim=1) if out else hidden.new_zeros(ids.shape[0], 0)  # [b, P]
+    if keep is None:
+        return nll  # [b, L-1-start]
+    full = nll.new_full((ids.shape[0], length - 1 - start), float("nan"))  # [b, L-1-start]
+    full[:, (cols - start).to(full.device)] = nll
+    return full
 
 
 def _head_logits(model: Any, hidden: torch.Tensor) -> torch.Tensor:
@@ -96,15 +125,18 @@ def repeat_rows(ids: torch.Tensor, multipliers: Sequence[float]) -> tuple[torch.
 
 
 @torch.no_grad()
-def multiplier_nll(model: Any, ids: torch.Tensor, multipliers: Sequence[float], batch_size: int) -> torch.Tensor:
+def multiplier_nll(
+    model: Any, ids: torch.Tensor, multipliers: Sequence[float], batch_size: int, keep: torch.Tensor | None = None
+) -> torch.Tensor:
     """``[k, n, L-1]`` next-token NLL of ``ids`` ``[n, L]`` under each multiplier (a patched model;
-    one batch row per (m, window), m folded into q per row)."""
+    one batch row per (m, window), m folded into q per row); with ``keep`` ``[L-1]`` only those
+    predictions (the others NaN: :func:`head_nll`)."""
     rows, m = repeat_rows(ids, multipliers)
     out = []
     for a in range(0, rows.shape[0], batch_size):
         chunk, mc = rows[a : a + batch_size], m[a : a + batch_size]
         with batch_multipliers(model, mc):
-            out.append(token_nll(model, chunk.to(model.device)).cpu())  # [b, L-1]
+            out.append(token_nll(model, chunk.to(model.device), keep=keep).cpu())  # [b, L-1]
     return torch.cat(out).reshape(len(multipliers), ids.shape[0], -1)
 
 

@@ -68,6 +68,22 @@ def check_dtype(dtype: str | torch.dtype | None, device: str = "cpu") -> torch.d
     return DTYPES[checks.choice("dtype", dtype, DTYPES)]
 
 
+def long_run_cpu_dtype(cpuinfo: str | None = None) -> str:
+    """The faster dtype for a long real-model forward on this CPU (``/proc/cpuinfo``, or ``cpuinfo``
+    given), as measured by ``benchmarks/forward_breakdown.py`` (docs/scale.md): ``bfloat16`` on an
+    AMD CPU with ``avx512_bf16`` (an EPYC: SmolLM2's whole forward 1.14x as fast at 4096 tokens and
+    1.16x at 8192, its linear layers 2.4x), ``float32`` elsewhere (an Intel Xeon with
+    ``avx512_bf16`` ran it at 0.76x in bf16 at 2048 tokens; without bf16 instructions it is emulated)."""
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo") as f:
+                cpuinfo = f.read()
+        except OSError:
+            return "float32"
+    amd = "AuthenticAMD" in cpuinfo
+    return "bfloat16" if amd and re.search(r"\bavx512_bf16\b", cpuinfo) else "float32"
+
+
 def check_threads(threads: int | None) -> int | None:
     """``threads`` as an int >= 1 and at most 4 per usable CPU, or None (torch's own default)."""
     if threads is None:

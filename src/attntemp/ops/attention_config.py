@@ -32,7 +32,10 @@ from ..utils import checks
 from . import rope
 from .schedules import Llama4, yarn_mscale
 
-DEEPSEEK_TYPES = ("deepseek_v2", "deepseek_v3")  # softmax scale *= mscale(s, mscale_all_dim)^2
+# softmax scale *= mscale(s, mscale_all_dim)^2 (Mistral 4: transformers' yarn_apply_mscale)
+DEEPSEEK_TYPES = ("deepseek_v2", "deepseek_v3", "mistral4")
+# Kimi K2 / K2.5 name their text model kimi_k2; transformers' KimiK25Config runs it as deepseek_v3
+ALIASES = {"kimi_k2": "deepseek_v3"}
 SCALING_ON_FULL_ONLY = ("gemma3_text", "olmo3")  # legacy rope_scaling applies to full_attention layers only
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
 SIZES = {  # the largest a config may give (the largest released models are well inside), checked up front
@@ -56,13 +59,15 @@ PAPERS = {
 
 
 def text_config(config: dict[str, Any]) -> dict[str, Any]:
-    """The text part of a config (``text_config`` of a multimodal one), checked to be an object."""
+    """The text part of a config (``text_config`` of a multimodal one), checked to be an object;
+    a text ``model_type`` another architecture's code runs under its name (:data:`ALIASES`)."""
     if not isinstance(config, dict):
         raise ValueError(f"config={type(config).__name__} is not allowed; expected a JSON object")
     text = config.get("text_config", config)
     if not isinstance(text, dict):
         raise ValueError(f"config.text_config={text!r} is not allowed; expected a JSON object")
-    return text
+    alias = ALIASES.get(str(text.get("model_type")))
+    return text if alias is None else {**text, "model_type": alias}
 
 
 def _int(cfg: dict[str, Any], name: str, default: int | None = None) -> int:
@@ -88,9 +93,11 @@ def check_sizes(cfg: dict[str, Any]) -> None:
 
 def head_dims(cfg: dict[str, Any]) -> tuple[int, int]:
     """``(qk_dim, rotary_dim)``: the q.k dimension the softmax scale refers to, and the rotated part."""
-    if cfg.get("qk_rope_head_dim") is not None:  # DeepSeek's MLA: q = [nope | rope]
+    if cfg.get("qk_rope_head_dim") is not None and cfg.get("qk_nope_head_dim") is not None:  # MLA: [nope | rope]
         rot = _int(cfg, "qk_rope_head_dim")
         return _int(cfg, "qk_nope_head_dim") + rot, rot
+    if cfg.get("qk_rope_head_dim") is not None:  # DeepSeek-V4: head_dim, its last qk_rope_head_dim rotated
+        return _int(cfg, "head_dim"), _int(cfg, "qk_rope_head_dim")
     heads = _int(cfg, "num_attention_heads")
     hd = cfg["head_dim"] if cfg.get("head_dim") is not None else _int(cfg, "hidden_size") // heads
     qk = checks.positive_int("config.head_dim", hd)

@@ -24,6 +24,10 @@ _NEG = -1e30  # a masked logit: exp underflows to 0 and 0 * _NEG stays finite
 # The fused block's one [B, H, blk, Lk'] tensor is kept near the CPU's cache: on the tiny model's
 # shape (H = 8, L = 1024, one thread) blocks of 4 MiB took 0.30 s, one block of 32 MiB 1.41 s.
 FUSED_BYTES = 4 * 2**20
+# ...but with at least this many queries a block: each block reads every key once, and at long L a
+# 4 MiB block holds few queries (7 at H = 9, L = 16384: 2,300 blocks; see docs/measure.md). At
+# H = 9, L = 8192, one thread under load, 32 / 64 / 128 / 256 queries took 2.1 / 1.9 / 1.7 / 2.3x SDPA.
+FUSED_MIN_QUERIES = 64
 
 
 def _block_logits(q, k, m, scale, softcap, q0, k0):
@@ -183,6 +187,14 @@ def block_size(b: int, h: int, lk: int, budget_bytes: int = 64 * 2**20, temporar
     return int(max(16, min(lk, budget_bytes // max(1, 4 * temporaries * b * h * lk))))
 
 
+def fused_block_size(b: int, h: int, lk: int, budget_bytes: int) -> int:
+    """Queries per fused block: its one ``[B, H, blk, Lk]`` fp32 tensor near :data:`FUSED_BYTES`,
+    raised to :data:`FUSED_MIN_QUERIES` queries where that holds fewer (long contexts), never past
+    ``budget_bytes``."""
+    cached = block_size(b, h, lk, FUSED_BYTES, 1)
+    return min(max(cached, FUSED_MIN_QUERIES), block_size(b, h, lk, budget_bytes, 1))
+
+
 def attention_stats(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -202,7 +214,7 @@ def attention_stats(
     if multiplier is not None:
         multiplier = multiplier.to(q.device, torch.float32)  # m may live on the CPU (a tuner's table)
         multiplier = multiplier.expand(b, h, lq) if multiplier.dim() else multiplier.reshape(1, 1, 1)
-    blk = block_size(b, h, lk, budget_bytes) if softcap else block_size(b, h, lk, min(budget_bytes, FUSED_BYTES), 1)
+    blk = block_size(b, h, lk, budget_bytes) if softcap else fused_block_size(b, h, lk, budget_bytes)
     kx = extended_keys(k) if softcap is None else None  # [B, Hkv, Lk, D+2]: the fused path
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     parts: dict[str, list[torch.Tensor]] = {name: [] for name in STATS}

@@ -152,6 +152,26 @@ class Llama4(Schedule):
 
 
 @dataclass(frozen=True)
+class Llama4Scaling(Schedule):
+    """Mistral 3's ``llama_4_scaling_beta`` (Ministral 3, Mistral Large 3, Mistral 4; transformers'
+    ``get_llama_4_attn_scale``): ``m = 1 + beta * log1p(floor(pos / L0))``, L0 the rope's
+    ``original_max_position_embeddings``. Llama 4's form (:class:`Llama4`) counts from pos + 1."""
+
+    beta: float = 0.1
+    original_max_position_embeddings: float = 16384.0
+    position_dependent: bool = field(default=True, init=False)
+
+    def __post_init__(self) -> None:
+        checks.positive("beta", self.beta)
+        checks.positive("original_max_position_embeddings", self.original_max_position_embeddings)
+
+    def __call__(self, layer, num_heads, positions, n_keys):
+        p = positions.to(torch.float32)  # [Lq], 0-indexed
+        m = 1.0 + self.beta * torch.log1p(torch.floor(p / self.original_max_position_embeddings))  # [Lq]
+        return m.unsqueeze(0)  # [1, Lq]
+
+
+@dataclass(frozen=True)
 class SSMax(Schedule):
     """Scalable-Softmax (arXiv:2501.19399): ``m = s * ln n`` over the ``n`` visible keys.
 
@@ -286,6 +306,7 @@ SCHEDULES: dict[str, Callable[..., Schedule]] = {
     "yarn_sqrt": YarnSqrt,
     "logn": LogN,
     "llama4": Llama4,
+    "llama_4_scaling": Llama4Scaling,
     "ssmax": SSMax,
     "log_length": LogLength,
     "sqrt_logn": SqrtLogN,

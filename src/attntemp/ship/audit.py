@@ -246,9 +246,9 @@ def _engine_entry(ref: dict[str, Any], figures: list[dict[str, Any]], version: s
     }
 
 
-def vllm_unavailable() -> str:
-    """Why vLLM cannot be audited here: no AVX-512, not installed (scripts/build_vllm_cpu.sh's venv), or
-    not measured through yet."""
+def vllm_unavailable() -> str | None:
+    """Why vLLM cannot be audited here (no AVX-512, or not installed: scripts/build_vllm_cpu.sh's
+    venv); None when it can (:mod:`attntemp.ship.audit_vllm`)."""
     from .llamacpp import engines_cache
 
     cpuinfo = Path("/proc/cpuinfo")
@@ -256,7 +256,7 @@ def vllm_unavailable() -> str:
         return "this CPU lacks avx512f, which vLLM's CPU build needs"
     if not any(p.is_file() for p in engines_cache().glob("vllm-cpu-*/bin/python")):
         return f"vLLM is not installed (no {engines_cache()}/vllm-cpu-*; `bash scripts/build_vllm_cpu.sh`)"
-    return "vLLM is installed, but the audit does not measure through vLLM yet (transformers and llama.cpp only)"
+    return None
 
 
 @dataclass(frozen=True)
@@ -323,11 +323,12 @@ def run_audit(cfg: AuditConfig) -> AuditResult:
     ref = reference(config, positions)  # every value checked here, before any model is built
     model_type = attention_config.text_config(config)["model_type"]
     import transformers
+    from huggingface_hub.errors import StrictDataclassError  # a transformers config class refusing a field
 
     restore = _quiet_transformers()
     try:
         figures = transformers_figures(config, positions)
-    except (TypeError, KeyError, AttributeError, RuntimeError) as exc:
+    except (TypeError, KeyError, AttributeError, RuntimeError, StrictDataclassError) as exc:
         restore()
         raise ValueError(
             f"config={cfg.config!r}: transformers {transformers.__version__} cannot build a proxy of "
@@ -348,7 +349,12 @@ def _engine(name: str, config: dict[str, Any], ref: dict[str, Any], ours: dict[s
     if name == "transformers":
         return ours
     if name == "vllm":
-        return {"verdict": "cannot run", "reason": vllm_unavailable()}
+        reason = vllm_unavailable()
+        if reason is not None:
+            return {"verdict": "cannot run", "reason": reason}
+        from .audit_vllm import audit_vllm
+
+        return audit_vllm(config, ours)
     from .audit_llamacpp import audit_llamacpp
 
     return audit_llamacpp(config, ref, ours, cfg)

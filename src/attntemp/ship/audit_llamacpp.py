@@ -41,7 +41,7 @@ def cannot(reason: str) -> dict[str, Any]:
     return {"verdict": "cannot run", "reason": " ".join(reason.split())}
 
 
-def _save_proxy(config: dict[str, Any], folder: Path) -> Any:
+def save_proxy(config: dict[str, Any], folder: Path) -> Any:
     """The proxy with the tiny model's tokenizer, saved in float32 to ``folder``; the model."""
     tiny = tiny_path()
     vocab = 258  # the tiny tokenizer's ids: 256 bytes, BOS 256, EOS 257
@@ -55,7 +55,7 @@ def _save_proxy(config: dict[str, Any], folder: Path) -> Any:
 
 
 @torch.no_grad()
-def _logp(model: Any, ids: torch.Tensor, c: float) -> list[torch.Tensor]:
+def proxy_logp(model: Any, ids: torch.Tensor, c: float) -> list[torch.Tensor]:
     """The proxy's log-probabilities at llama-perplexity's scored positions, every softmax scale x c."""
     modules = [m for m in model.modules() if hasattr(m, "scaling") and hasattr(m, "layer_idx")]
     saved = [m.scaling for m in modules]
@@ -84,7 +84,7 @@ def audit_llamacpp(config: dict[str, Any], ref: dict[str, Any], ours: dict[str, 
 
 
 def _run(config: dict[str, Any], ref: dict[str, Any], llama: llamacpp.LlamaCpp, work: Path, threads) -> dict:
-    model = _save_proxy(config, work / "proxy")
+    model = save_proxy(config, work / "proxy")
     probe = torch.zeros(1, 4, dtype=torch.long)  # [1, 4]
     try:
         model(probe)
@@ -103,7 +103,7 @@ def _run(config: dict[str, Any], ref: dict[str, Any], llama: llamacpp.LlamaCpp, 
     runs: list[Any] = []
 
     def kl_at(log_c: float) -> float:
-        base = llamacpp.write_base(work / "base.kld", ids, _logp(model, ids, math.exp(log_c)))
+        base = llamacpp.write_base(work / "base.kld", ids, proxy_logp(model, ids, math.exp(log_c)))
         cmd = llamacpp.kl_command(llama, gguf, base, LENGTH, (), threads)
         try:
             runs.append(llamacpp.run_kl(cmd, LENGTH))

@@ -45,7 +45,7 @@ from ..ops.schedules import yarn_mscale
 from ..ops.spec import TemperatureSpec
 from ..utils import checks
 from ..utils.options import option
-from . import longrope_export
+from . import longrope_export, schedule_export
 from .bake import refuse_position_dependent
 
 ENGINES = ("transformers", "vllm", "llama.cpp")
@@ -395,9 +395,19 @@ def export(
     ``trained_length``: the model's trained context L0 (the rope's original_max_position_embeddings
     when the spec has none). ``rope_theta``: written into rope_parameters (engines replace the whole
     dict). ``gguf_arch``: the GGUF architecture name for llama.cpp's ``--override-kv`` key.
-    The exported logit multiplier is the spec's m times the square of its rope's own factor.
+    The exported logit multiplier is the spec's m times the square of its rope's own factor; Mistral
+    3's position schedule (``llama_4_scaling``) goes to each engine's own key
+    (:mod:`attntemp.ship.schedule_export`, which says which architectures read it).
     """
     checks.choice("engine", engine, ENGINES)
+    spec, scaling = schedule_export.split(spec)
+    result = _static(spec, engine, trained_length, rope_theta, gguf_arch)
+    return result if scaling is None else schedule_export.with_schedule(result, scaling, gguf_arch)
+
+
+def _static(
+    spec: TemperatureSpec, engine: str, trained_length: int | None, rope_theta: float | None, gguf_arch: str | None
+) -> ExportResult:
     m_spec = global_multiplier(spec, engine)
     params = _resolve_rope(spec, trained_length)
     m = m_spec * builtin_factor(params) ** 2 if params else m_spec

@@ -244,6 +244,11 @@ def tokens_past_start(spec: TemperatureSpec, tokens: int) -> int:
 
 def check_schedule_spec(model: torch.nn.Module, spec: TemperatureSpec) -> None:
     """Raise unless ``spec`` has a position-dependent schedule and ``model`` is a Llama."""
+    if spec.schedule not in SCHEDULED and spec.position_dependent:
+        raise ValueError(
+            f"schedule={spec.schedule!r} has no schedule checkpoint (it carries one of {list(SCHEDULED)}); "
+            "export it to the engines' own keys with `attntemp export`"
+        )
     if spec.schedule not in SCHEDULED:
         raise ValueError(
             f"schedule={spec.schedule!r} is not position-dependent; bake it with `attntemp bake` "
