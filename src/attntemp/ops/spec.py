@@ -5,7 +5,7 @@ The multiplier of head h in layer l at query position p with n visible keys is
     m = multiplier * layers[l] * heads[l][h] * schedule(l, p, n)
 
 where ``layers`` and ``heads`` are optional and ``schedule`` is one of
-``attntemp.ops.schedules.SCHEDULES`` (constant, yarn, yarn_sqrt, logn, llama4, ssmax). Per-layer
+``attntemp.ops.schedules.SCHEDULES`` (constant, gated_constant, yarn, yarn_sqrt, logn, llama4, ssmax, ...). Per-layer
 and per-head multipliers have this one representation: the ``layers`` and ``heads`` fields.
 ``rope`` optionally names a RoPE extension (``{"rope_type": "yarn", "factor": 4.0, ...}``) applied
 together with the temperatures.
