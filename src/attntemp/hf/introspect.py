@@ -43,3 +43,11 @@ def rope_geometry(config: Any) -> tuple[int, float, dict[str, Any]]:
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     dim = int(head_dim * params.get("partial_rotary_factor", 1.0))
     return dim, float(params["rope_theta"]), params
+
+
+def layer_types(model: torch.nn.Module) -> list[str]:
+    """Each decoder layer's attention type as the config names it (``full_attention``,
+    ``sliding_attention``): ``config.layer_types``, or every layer full where there is none."""
+    cfg = text_config(model)
+    types = getattr(cfg, "layer_types", None)
+    return list(types) if types else ["full_attention"] * int(cfg.num_hidden_layers)

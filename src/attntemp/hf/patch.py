@@ -29,7 +29,7 @@ from transformers.masking_utils import AttentionMaskInterface, eager_mask, flex_
 from ..ops.attention import fold_into_q, foldable, reference_scores, repeat_kv
 from ..ops.spec import TemperatureSpec
 from .flex_check import flex_gap, flex_is_right
-from .introspect import attention_modules, text_config
+from .introspect import attention_modules, layer_types, text_config
 from .rope_scaling import extend_context, put_rope_state, rope_state
 
 SUPPORTED = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3", "gpt_neox")
@@ -41,11 +41,13 @@ _SAVED = "_attntemp_saved"
 
 @dataclass
 class LayerState:
-    """What one attention module needs: the spec, its layer index and head count (cached m)."""
+    """What one attention module needs: the spec, its layer index, head count and layer type
+    (``full_attention`` / ``sliding_attention``: a spec may temper one type only), cached m."""
 
     spec: TemperatureSpec
     layer: int
     num_heads: int
+    layer_type: str | None = None
     batch_multiplier: torch.Tensor | None = None  # [B]: one extra m per batch row (sweeps)
     # extra(layer, positions [B|1, Lq], n_keys [B|1, Lq]) -> m broadcastable to [B, H, Lq];
     # multiplied in (e.g. learnable temperatures; gradients flow through it)
@@ -53,7 +55,10 @@ class LayerState:
     _static: torch.Tensor | None = field(default=None, repr=False)
 
     def multiplier(self, query: torch.Tensor, key: torch.Tensor, kwargs: dict) -> torch.Tensor | None:
-        """m broadcastable to query's ``[B, H, Lq]``, or None when it is exactly 1."""
+        """m broadcastable to query's ``[B, H, Lq]``, or None when it is exactly 1: always on a layer
+        whose type the spec does not target (nor do a sweep's or a learner's multipliers reach it)."""
+        if not self.spec.targets(self.layer_type):
+            return None
         m = self._spec_and_batch(query, key, kwargs)
         if self.extra is None:
             return m
@@ -66,10 +71,11 @@ class LayerState:
             return None
         if self.spec.position_dependent:
             pos = query_positions(query, key, kwargs)  # [B or 1, Lq]
-            m = self.spec.multipliers(self.layer, self.num_heads, pos, visible_keys(pos, kwargs))
+            m = self.spec.multipliers(self.layer, self.num_heads, pos, visible_keys(pos, kwargs), self.layer_type)
         else:
             if self._static is None or self._static.device != query.device:
-                self._static = self.spec.static_multipliers(self.layer, self.num_heads).to(query.device)
+                self._static = self.spec.static_multipliers(self.layer, self.num_heads, self.layer_type)
+                self._static = self._static.to(query.device)  # [H]
             m = self._static.unsqueeze(-1)  # [H, 1]
         if self.batch_multiplier is not None:
             m = m * self.batch_multiplier.to(query.device).reshape(-1, 1, 1)  # [B, H, Lq or 1]
@@ -170,8 +176,9 @@ def apply(model: torch.nn.Module, spec: TemperatureSpec) -> torch.nn.Module:
         if spec.rope:
             rp = dict(spec.rope)
             extend_context(model, rp.pop("rope_type"), rp.pop("factor"), **rp)
+        types = layer_types(model)
         for mod in mods:
-            setattr(mod, STATE, LayerState(spec, mod.layer_idx, cfg.num_attention_heads))
+            setattr(mod, STATE, LayerState(spec, mod.layer_idx, cfg.num_attention_heads, types[mod.layer_idx]))
         hf_model.set_attn_implementation(target)
     except Exception:
         restore(model)

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from ..hf import devices, patch, preflight, rope_scaling
-from ..hf.introspect import attention_modules, text_config
+from ..hf.introspect import attention_modules, layer_types, text_config
 from ..ops.spec import TemperatureSpec
 from ..utils import checks, install, outputs
 from ..utils.version import VERSION
@@ -122,9 +122,9 @@ def plan(model: torch.nn.Module, spec: TemperatureSpec) -> tuple[LayerBake, ...]
     heads = cfg.num_attention_heads
     spec.check_model(len(mods), heads)
     softcap = getattr(cfg, "attn_logit_softcapping", None)
-    out = []
+    out, types = [], layer_types(model)
     for mod in mods:
-        m = spec.static_multipliers(mod.layer_idx, heads)  # [H]
+        m = spec.static_multipliers(mod.layer_idx, heads, types[mod.layer_idx])  # [H]: ones on layers not targeted
         target = _target(mod)
         _check_layer(cfg.model_type, mod.layer_idx, target, m, softcap)
         out.append(LayerBake(mod.layer_idx, target, tuple(float(x) for x in m)))
