@@ -43,7 +43,7 @@ def test_a_wrong_sha256_is_refused(tmp_path):
     wheels(tmp_path / "cache", "0" * 64)
     with pytest.raises(
         ValueError, match=r"model='fake': the GGUF joined from .* has sha256 [0-9a-f]{64}, not the 0{64}"
-    ):  # noqa: E501
+    ):
         shipped.assemble(FAKE, tmp_path / "cache", tmp_path)
 
 

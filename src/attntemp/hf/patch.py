@@ -26,7 +26,7 @@ from transformers.integrations.flex_attention import flex_attention_forward
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, eager_mask, flex_attention_mask, sdpa_mask
 
-from ..ops.attention import fold_into_q, foldable, reference_scores, repeat_kv
+from ..ops.attention import fold_into_q, foldable, reference_scores, repeat_kv, windowed_sdpa
 from ..ops.spec import TemperatureSpec
 from .flex_check import flex_gap, flex_is_right
 from .introspect import attention_modules, layer_types, text_config
@@ -130,13 +130,34 @@ def _make(base: str):
         if m is not None and not foldable(softcap=kwargs.get("softcap")):
             return _softcap_attention(module, query, key, value, attention_mask, scaling, m, dropout=dropout, **kwargs)
         q = fold_into_q(query, m)  # [B, H, Lq, D]
+        window = kwargs.get("sliding_window")
+        if base == "sdpa" and attention_mask is None and window and q.shape[2] > window:
+            # a long prefill of a sliding layer, its mask left out by _windowed_mask: computed in window blocks
+            p = dropout if module.training else 0.0
+            out = windowed_sdpa(q, key, value, int(window), scale=scaling, dropout=p)  # [B, H, Lq, D]
+            return out.transpose(1, 2).contiguous(), None  # [B, Lq, H, D]
         return fn(module, q, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
 
     attention.__name__ = f"attntemp_{base}"
     return attention
 
 
-for _base, _mask in (("sdpa", sdpa_mask), ("flex_attention", flex_attention_mask), ("eager", eager_mask)):
+def _windowed_mask(*args, **kwargs):
+    """transformers' SDPA mask, except for the sliding window of a long prefill without padding
+    (no cache offset, more queries than the window): None there, and the attention function
+    computes the window in blocks (:func:`attntemp.ops.attention.windowed_sdpa`) instead of an
+    ``[L, L]`` mask (4 GiB of booleans at 65536 tokens)."""
+    window, pad = kwargs.get("local_size"), kwargs.get("attention_mask")
+    q_len, kv_len = kwargs.get("q_length", 0), kwargs.get("kv_length") or 0
+    long = window is not None and q_len > window and kwargs.get("allow_is_causal_skip", True)
+    offsets = (kwargs.get("q_offset"), kwargs.get("kv_offset"), kv_len - q_len)
+    at_start = not any(isinstance(x, torch.Tensor) or x for x in offsets)
+    if long and at_start and not args and (pad is None or bool(pad.all())):
+        return None
+    return sdpa_mask(*args, **kwargs)
+
+
+for _base, _mask in (("sdpa", _windowed_mask), ("flex_attention", flex_attention_mask), ("eager", eager_mask)):
     AttentionInterface.register(f"attntemp_{_base}", _make(_base))
     AttentionMaskInterface.register(f"attntemp_{_base}", _mask)
 
