@@ -1,0 +1,92 @@
+"""Every command on a tiny random Gemma 3 saved with the shipped tokenizer (no download): 2 sliding
+layers (window 16, RoPE base 1e4) and 1 global (1e6), 4 query heads and 1 KV head, QK-norm and
+query_pre_attn_scalar as in Gemma 3 270M, at 128 tokens (8 windows)."""
+
+import json
+import shutil
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, Gemma3TextConfig
+
+from attntemp.analysis.measure import AttentionStats
+from attntemp.assets import tiny_path
+from attntemp.cli import main
+from attntemp.ops.spec import TemperatureSpec
+
+TYPES = ["sliding_attention", "sliding_attention", "full_attention"]
+GLOBAL = TemperatureSpec(multiplier=1.3, layer_types=["full_attention"])
+
+
+@pytest.fixture(scope="module")
+def gemma(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tiny_gemma3")
+    rope = {"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}  # fmt: skip
+    cfg = Gemma3TextConfig(vocab_size=258, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
+                           num_attention_heads=4, num_key_value_heads=1, head_dim=16, query_pre_attn_scalar=16,
+                           sliding_window=16, layer_types=TYPES, rope_parameters=rope, max_position_embeddings=64,
+                           bos_token_id=256, eos_token_id=257, pad_token_id=257)  # fmt: skip
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(cfg).save_pretrained(out)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(tiny_path() / name, out / name)
+    return str(out)
+
+
+def run(capsys, *argv):
+    code = main([*argv, "--json"] if argv[0] != "export" else list(argv))
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    return captured.out
+
+
+def test_measure_gives_windowed_layers_their_window_and_tempers_the_global_one(gemma, tmp_path, capsys):
+    spec = GLOBAL.save(tmp_path / "g.json")
+    run(capsys, "measure", "--model", gemma, "--length", "128", "--docs", "2", "--out", str(tmp_path / "a"))
+    run(capsys, "measure", "--model", gemma, "--length", "128", "--docs", "2", "--spec", str(spec),
+        "--out", str(tmp_path / "b"))  # fmt: skip
+    plain, tempered = (AttentionStats.load(tmp_path / x / "stats.json") for x in "ab")
+    n_keys = plain.stats["norm_entropy"]  # [layers, heads, buckets]
+    assert n_keys.shape[0] == 3
+    same = plain.by_head("entropy")[:2], tempered.by_head("entropy")[:2]
+    assert (same[0] == same[1]).all()  # sliding layers untouched by a global-only spec
+    assert (tempered.by_head("entropy")[2] < plain.by_head("entropy")[2]).all()  # m = 1.3 sharpens the global one
+    # a windowed head's entropy stays below ln(window) in every bucket; the global one's grows past it
+    assert (plain.stats["entropy"][:2] <= torch.log(torch.tensor(16.0)).item() + 1e-5).all()
+    assert (plain.stats["entropy"][2][:, -1] > torch.log(torch.tensor(16.0)).item()).any()
+
+
+def test_sweep_and_global_tune_on_the_global_layers(gemma, tmp_path, capsys):
+    out = run(capsys, "sweep", "--model", gemma, "--lengths", "128", "--rope", "none,yarn", "--multipliers", "1,1.3",
+              "--tasks", "perplexity", "--docs", "2", "--out", str(tmp_path / "s"))  # fmt: skip
+    assert json.loads(out)
+    tuned = run(capsys, "tune", "--model", gemma, "--length", "128", "--docs", "2", "--grid", "3", "--iters", "1",
+                "--rope", "yarn", "--tasks", "perplexity", "--out", str(tmp_path / "t"))  # fmt: skip
+    assert json.loads(tuned) and (tmp_path / "t" / "spec.json").is_file()
+
+
+def test_gradient_tune_per_head(gemma, tmp_path, capsys):
+    run(capsys, "tune", "--model", gemma, "--length", "128", "--docs", "2", "--method", "gradient",
+        "--granularity", "head", "--steps", "2", "--tasks", "perplexity", "--out", str(tmp_path / "g"))  # fmt: skip
+    spec = TemperatureSpec.load(tmp_path / "g" / "spec.json")
+    assert spec.heads is not None and len(spec.heads) == 3 and len(spec.heads[0]) == 4
+
+
+def test_bake_a_global_layer_spec_and_export_refuses_it(gemma, tmp_path, capsys):
+    from safetensors.torch import load_file
+
+    spec = str(GLOBAL.save(tmp_path / "g.json"))
+    summary = json.loads(run(capsys, "bake", "--model", gemma, "--spec", spec, "--out", str(tmp_path / "baked")))
+    assert summary["max_abs_diff"] <= 1e-4 and summary["targets"] == ["q_norm"]
+    before, after = (load_file(f"{d}/model.safetensors") for d in (gemma, tmp_path / "baked"))
+    changed = sorted(k for k in before if not torch.equal(before[k], after[k]))
+    assert changed == ["model.layers.2.self_attn.q_norm.weight"]  # the global layer's QK-norm, nothing else
+    assert torch.allclose(1 + after[changed[0]], 1.3 * (1 + before[changed[0]]))  # Gemma's norm multiplies by 1 + w
+    assert main(["export", "--spec", spec, "--engine", "transformers"]) == 2
+    assert "layer_types=['full_attention'] only" in capsys.readouterr().err
+
+
+def test_audit_of_the_config(gemma, capsys):
+    out = json.loads(run(capsys, "audit", "--config", f"{gemma}/config.json", "--engines", "transformers"))
+    assert out["model_type"] == "gemma3_text" and out["engines"]["transformers"]["verdict"] == "agrees"
