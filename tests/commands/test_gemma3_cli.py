@@ -61,16 +61,25 @@ def test_sweep_and_global_tune_on_the_global_layers(gemma, tmp_path, capsys):
     out = run(capsys, "sweep", "--model", gemma, "--lengths", "128", "--rope", "none,yarn", "--multipliers", "1,1.3",
               "--tasks", "perplexity", "--docs", "2", "--out", str(tmp_path / "s"))  # fmt: skip
     assert json.loads(out)
-    tuned = run(capsys, "tune", "--model", gemma, "--length", "128", "--docs", "2", "--grid", "3", "--iters", "1",
-                "--rope", "yarn", "--tasks", "perplexity", "--out", str(tmp_path / "t"))  # fmt: skip
-    assert json.loads(tuned) and (tmp_path / "t" / "spec.json").is_file()
+    run(capsys, "tune", "--model", gemma, "--length", "128", "--docs", "2", "--grid", "3", "--iters", "1",
+        "--rope", "yarn", "--tasks", "perplexity", "--layer-types", "full_attention", "--bracket", "0.5,2",
+        "--out", str(tmp_path / "t"))  # fmt: skip
+    spec = TemperatureSpec.load(tmp_path / "t" / "spec.json")
+    assert spec.layer_types == ("full_attention",) and spec.multiplier != 1.0
+    assert dict(spec.rope)["rope_type"] == "yarn"
 
 
-def test_gradient_tune_per_head(gemma, tmp_path, capsys):
+def test_gradient_tune_per_head_on_the_global_heads_only(gemma, tmp_path, capsys):
     run(capsys, "tune", "--model", gemma, "--length", "128", "--docs", "2", "--method", "gradient",
-        "--granularity", "head", "--steps", "2", "--tasks", "perplexity", "--out", str(tmp_path / "g"))  # fmt: skip
+        "--granularity", "head", "--steps", "3", "--tasks", "perplexity", "--layer-types", "full_attention",
+        "--out", str(tmp_path / "g"))  # fmt: skip
     spec = TemperatureSpec.load(tmp_path / "g" / "spec.json")
-    assert spec.heads is not None and len(spec.heads) == 3 and len(spec.heads[0]) == 4
+    assert spec.layer_types == ("full_attention",) and spec.heads is not None
+    assert spec.heads[0] == spec.heads[1] == (1.0, 1.0, 1.0, 1.0)  # the sliding heads never moved
+    assert all(m != 1.0 for m in spec.heads[2])  # the global ones learned
+    assert main(["tune", "--model", gemma, "--objective", "entropy", "--layer-types", "full_attention",
+                 "--out", str(tmp_path / "e")]) == 2  # fmt: skip
+    assert "--layer-types=['full_attention'] with --objective='entropy' is not allowed" in capsys.readouterr().err
 
 
 def test_bake_a_global_layer_spec_and_export_refuses_it(gemma, tmp_path, capsys):
@@ -90,3 +99,20 @@ def test_bake_a_global_layer_spec_and_export_refuses_it(gemma, tmp_path, capsys)
 def test_audit_of_the_config(gemma, capsys):
     out = json.loads(run(capsys, "audit", "--config", f"{gemma}/config.json", "--engines", "transformers"))
     assert out["model_type"] == "gemma3_text" and out["engines"]["transformers"]["verdict"] == "agrees"
+
+
+@pytest.mark.slow
+def test_measure_sweep_and_bake_on_the_real_gemma3_270m(tmp_path, capsys):
+    """`attntemp measure --model gemma3-270m --length 1024` and the others on the real model (one
+    Gutenberg document each; minutes on a CPU)."""
+    text = ["--text", "gutenberg:austen-emma", "--docs", "1", "--threads", "1"]
+    run(capsys, "measure", "--model", "gemma3-270m", "--length", "1024", *text, "--out", str(tmp_path / "m"))
+    stats = AttentionStats.load(tmp_path / "m" / "stats.json")
+    entropy = stats.by_head("entropy")  # [18, 4]
+    assert entropy.shape == (18, 4) and (entropy[[0, 1, 2, 3, 4]] <= torch.log(torch.tensor(512.0)).item()).all()
+    sweep = run(capsys, "sweep", "--model", "gemma3-270m", "--lengths", "1024", "--rope", "none", "--multipliers",
+                "1,1.2", "--tasks", "perplexity", *text, "--batch-size", "1", "--out", str(tmp_path / "s"))  # fmt: skip
+    assert json.loads(sweep)
+    spec = str(GLOBAL.save(tmp_path / "g.json"))
+    summary = json.loads(run(capsys, "bake", "--model", "gemma3-270m", "--spec", spec, "--out", str(tmp_path / "b")))
+    assert summary["max_abs_diff"] <= 1e-3 and summary["targets"] == ["q_norm"]

@@ -15,7 +15,7 @@ generation with a KV cache applies position schedules correctly.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +35,7 @@ from .rope_scaling import extend_context, put_rope_state, rope_state
 SUPPORTED = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3", "gpt_neox")
 WRAPPED = ("sdpa", "flex_attention", "eager")  # attn_implementation values apply can wrap
 STATE = "_attntemp_state"
+_ONLY = "_attntemp_only_layer_types"  # set by only_layer_types: what a spec without layer_types tempers
 PROBE = "_attntemp_probe"  # callable(module, query, key, m, scaling, kwargs) -> new m or None
 _SAVED = "_attntemp_saved"
 
@@ -183,6 +184,9 @@ def apply(model: torch.nn.Module, spec: TemperatureSpec) -> torch.nn.Module:
     if getattr(model, _SAVED, None) is not None:
         raise ValueError("the model is already patched by attntemp; call attntemp.restore(model) first")
     check_supported(model)
+    only = getattr(model, _ONLY, None)
+    if only is not None and spec.layer_types is None:
+        spec = spec.with_layer_types(only)
     hf_model: Any = model  # a transformers model: set_attn_implementation
     cfg = text_config(model)
     mods = attention_modules(model)
@@ -245,6 +249,18 @@ def restore(model: torch.nn.Module) -> torch.nn.Module:
         hf_model.set_attn_implementation(impl)
     object.__setattr__(model, _SAVED, None)
     return model
+
+
+@contextmanager
+def only_layer_types(model: torch.nn.Module, layer_types: Sequence[str] | None) -> Iterator[torch.nn.Module]:
+    """Inside this block every spec patched onto ``model`` without layer types of its own tempers
+    ``layer_types`` only (a tuner's candidates, its sweeps and its learner; None: no change)."""
+    old = getattr(model, _ONLY, None)
+    object.__setattr__(model, _ONLY, None if layer_types is None else tuple(layer_types))
+    try:
+        yield model
+    finally:
+        object.__setattr__(model, _ONLY, old)
 
 
 @contextmanager

@@ -343,6 +343,12 @@ class TemperatureSpec:
         }
         return cls(schedule="yarn", schedule_params={"s": float(factor)}, rope=rope)
 
+    def with_layer_types(self, layer_types: Sequence[str] | None) -> TemperatureSpec:
+        """This spec tempering ``layer_types`` only (None: every layer)."""
+        d = self.to_dict()
+        d["layer_types"] = None if layer_types is None else list(layer_types)
+        return TemperatureSpec.from_dict(d)
+
     def with_rope(self, rope: dict[str, Any] | None) -> TemperatureSpec:
         d = self.to_dict()
         d["rope"] = rope
