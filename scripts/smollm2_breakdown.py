@@ -130,11 +130,6 @@ def tune_slope(model, tok, ctx, trained: int, args, out: Path) -> float:
     return round(b, 6)
 
 
-def kind_of(name: str) -> str:
-    """A spec's row in the figure: YaRN rows as ``smollm2_distant`` draws them, the others by name."""
-    return distant.kind_of(name) if name.startswith("YaRN") else name.replace(" (", "\n(") + " (vs m = 1)"
-
-
 def main(argv: list[str] | None = None) -> None:
     ap = distant.parser(__doc__)
     ap.set_defaults(
@@ -159,7 +154,7 @@ def main(argv: list[str] | None = None) -> None:
     def publish() -> str:  # the table and the figure from every result on disk
         found = distant.stored(out, {n: [name for name, _ in v.values()] for n, v in of(slope).items()})
         if args.figure:
-            distant.write_figure(found, settings, Path(args.figure), kind_of)
+            distant.write_figure(found, settings, Path(args.figure), distant.kind_by_name)
         return distant.write_table(found, settings, Path(args.table))
 
     todo = [

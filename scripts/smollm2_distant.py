@@ -175,6 +175,12 @@ def kind_of(name: str) -> str:
     return "YaRN, YaRN's m\n(vs YaRN, m = 1)" if "YaRN's m" in name else "YaRN, m = 1\n(vs m = 1, no RoPE change)"
 
 
+def kind_by_name(name: str) -> str:
+    """A figure row per spec for tables of many specs without a RoPE change: YaRN rows as
+    :func:`kind_of` draws them, every other spec a row of its own, against m = 1."""
+    return kind_of(name) if name.startswith("YaRN") else name.replace(" (", "\n(") + " (vs m = 1)"
+
+
 def _panel(ax, task_name: str, metric: str, kinds: list[str], all_results: dict, kind=kind_of) -> None:
     """One metric's paired comparisons for the specs of ``kinds``, a colour per length."""
     from attntemp.analysis import style
