@@ -115,4 +115,4 @@ def test_measure_sweep_and_bake_on_the_real_gemma3_270m(tmp_path, capsys):
     assert json.loads(sweep)
     spec = str(GLOBAL.save(tmp_path / "g.json"))
     summary = json.loads(run(capsys, "bake", "--model", "gemma3-270m", "--spec", spec, "--out", str(tmp_path / "b")))
-    assert summary["max_abs_diff"] <= 1e-3 and summary["targets"] == ["q_norm"]
+    assert summary["max_abs_diff"] <= 1e-2 and summary["targets"] == ["q_norm"]  # logits of tens: 1e-4 of them
