@@ -116,3 +116,20 @@ def test_measure_sweep_and_bake_on_the_real_gemma3_270m(tmp_path, capsys):
     spec = str(GLOBAL.save(tmp_path / "g.json"))
     summary = json.loads(run(capsys, "bake", "--model", "gemma3-270m", "--spec", spec, "--out", str(tmp_path / "b")))
     assert summary["max_abs_diff"] <= 1e-2 and summary["targets"] == ["q_norm"]  # logits of tens: 1e-4 of them
+
+
+@pytest.mark.slow
+def test_tune_on_the_global_heads_and_audit_of_the_real_config(tmp_path, capsys):
+    """The real Gemma 3 270M: a global m searched on its 12 global heads only (1 document at 1024
+    tokens, minutes on a CPU), and `audit` of its converted config."""
+    from attntemp.hf.loading import resolve
+
+    run(capsys, "tune", "--model", "gemma3-270m", "--length", "1024", "--docs", "1", "--batch-size", "1",
+        "--text", "gutenberg:austen-emma", "--tasks", "perplexity", "--grid", "3", "--iters", "1",
+        "--layer-types", "full_attention", "--check-lengths", "", "--threads", "1",
+        "--out", str(tmp_path / "t"))  # fmt: skip
+    spec = TemperatureSpec.load(tmp_path / "t" / "spec.json")
+    assert spec.layer_types == ("full_attention",) and 0.5 <= spec.multiplier <= 2.5
+    out = json.loads(run(capsys, "audit", "--config", str(resolve("gemma3-270m") / "config.json"), "--engines",
+                         "transformers"))  # fmt: skip
+    assert out["model_type"] == "gemma3_text" and out["engines"]["transformers"]["verdict"] == "agrees"
