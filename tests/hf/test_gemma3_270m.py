@@ -12,7 +12,6 @@ import os
 import pytest
 import torch
 
-from attntemp.evaluate.corpus import gutenberg_dir
 from attntemp.hf.introspect import layer_types
 from attntemp.hf.loading import load_model, resolve
 from attntemp.hf.patch import patch
@@ -28,7 +27,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 @pytest.fixture(scope="module")
 def gemma():
     model, tok = load_model("gemma3-270m")
-    text = (gutenberg_dir(os.path.join(ROOT, "..", "shared", "data", "gutenberg")) / "austen-emma.txt").read_text()
+    books = os.environ.get("ATTNTEMP_GUTENBERG") or os.path.join(ROOT, "..", "shared", "data", "gutenberg")
+    text = open(os.path.join(books, "austen-emma.txt"), encoding="utf-8").read()
     start = text.index("Emma Woodhouse, handsome")
     ids = tok(text[start : start + 4000], return_tensors="pt").input_ids  # [1, ~900]
     return model, tok, ids
