@@ -176,7 +176,13 @@ def kind_of(name: str) -> str:
     return "YaRN, YaRN's m\n(vs YaRN, m = 1)" if "YaRN's m" in name else "YaRN, m = 1\n(vs m = 1, no RoPE change)"
 
 
-def _panel(ax, task_name: str, metric: str, kinds: list[str], all_results: dict) -> None:
+def kind_by_name(name: str) -> str:
+    """A figure row per spec for tables of many specs without a RoPE change: YaRN rows as
+    :func:`kind_of` draws them, every other spec a row of its own, against m = 1."""
+    return kind_of(name) if name.startswith("YaRN") else name.replace(" (", "\n(") + " (vs m = 1)"
+
+
+def _panel(ax, task_name: str, metric: str, kinds: list[str], all_results: dict, kind=kind_of) -> None:
     """One metric's paired comparisons for the specs of ``kinds``, a colour per length."""
     from attntemp.analysis import style
 
@@ -184,20 +190,20 @@ def _panel(ax, task_name: str, metric: str, kinds: list[str], all_results: dict)
     for j, (_length, results) in enumerate(sorted(all_results.items())):
         yarn1 = yarn_base(results)
         for name, by_task in results.items():
-            if name == BASE or kind_of(name) not in kinds or task_name not in by_task:
+            if name == BASE or kind(name) not in kinds or task_name not in by_task:
                 continue
-            ref = yarn1 if "(vs YaRN, m = 1)" in kind_of(name) else BASE
+            ref = yarn1 if "(vs YaRN, m = 1)" in kind(name) else BASE
             base = results[ref].get(task_name) if ref else None
             ci = None if base is None else task.paired(by_task[task_name], base, metric)
             if ci is not None:
-                y = kinds.index(kind_of(name)) + (j - 1) * 0.22
+                y = kinds.index(kind(name)) + (j - 1) * 0.22
                 err = [[ci.value - ci.low], [ci.high - ci.value]]
                 ax.errorbar(ci.value, y, xerr=err, fmt="o", ms=4, capsize=2, color=style.OTHER_COLORS[j])
     ax.axvline(task.metric(metric).null, **style.NULL)
 
 
-def write_figure(all_results: dict[int, dict[str, dict[str, dict]]], settings: dict, path: Path) -> None:
-    """The table's paired comparisons as one figure: a panel per metric, a row per kind of spec,
+def write_figure(all_results: dict[int, dict[str, dict[str, dict]]], settings: dict, path: Path, kind=kind_of) -> None:
+    """The table's paired comparisons as one figure: a panel per metric, a row per ``kind`` of spec,
     a colour per length, each point with its 95% interval (a missing one: not run yet). The top
     row weighs RoPE and softening against m = 1; the bottom row, on its own scale, a temperature
     on YaRN against YaRN at m = 1 (a few percent, invisible beside YaRN's own effect)."""
@@ -205,7 +211,7 @@ def write_figure(all_results: dict[int, dict[str, dict[str, dict]]], settings: d
 
     from attntemp.analysis import style
 
-    kinds = list(dict.fromkeys(kind_of(n) for res in all_results.values() for n in res if n != BASE))
+    kinds = list(dict.fromkeys(kind(n) for res in all_results.values() for n in res if n != BASE))
     groups = [[k for k in kinds if "(vs YaRN, m = 1)" not in k], [k for k in kinds if "(vs YaRN, m = 1)" in k]]
     groups = [g for g in groups if g]
     fig, axes = plt.subplots(
@@ -218,7 +224,7 @@ def write_figure(all_results: dict[int, dict[str, dict[str, dict]]], settings: d
     )
     for row, group in zip(axes, groups, strict=True):
         for ax, (task_name, metric, label) in zip(row, PANELS, strict=True):
-            _panel(ax, task_name, metric, group, all_results)
+            _panel(ax, task_name, metric, group, all_results, kind)
             ax.set_xlabel(label, fontsize=8)
             ax.set_yticks(range(len(group)), group if ax is row[0] else [""] * len(group), fontsize=8)
             ax.set_ylim(len(group) - 0.5, -0.5)
@@ -299,8 +305,10 @@ def time_forward(model, lengths: list[int]) -> None:
         print(f"one forward at {n}: {time.perf_counter() - t0:.0f} s", flush=True)
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parser(doc: str) -> argparse.ArgumentParser:
+    """The flags this script and its siblings share (model, text, documents, key-token rule, needles,
+    threads, output folder, the key-token search of YaRN's m)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("--model", default="smollm2", help="model (tiny for a quick check of the script)")
     ap.add_argument("--table", default=str(ROOT / "docs/results/smollm2_distant_table.md"), help="table file")
     ap.add_argument("--figure", default=str(ROOT / "docs/img/smollm2_distant.png"), help="figure file ('' for none)")
@@ -308,7 +316,6 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--docs", type=int, default=4, help="evaluation documents (one window each) per cell")
     ap.add_argument("--text", default="../shared/data/gutenberg", help="a folder of documents")
     ap.add_argument("--soft", type=float, default=0.9, help="the softening multiplier m < 1 (T = 1/m)")
-    ap.add_argument("--tuned-spec", default="docs/results/smollm2_tune12k_spec.json", help="a tuned global m")
     ap.add_argument("--needles", type=int, default=8, help="needles per forward")
     ap.add_argument(
         "--key-ngram", type=int, default=4, help="key tokens: context n-gram length (prose repeats 8-grams too rarely)"
@@ -323,28 +330,29 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument("--out", default=str(ROOT / "docs/results/smollm2_distant"), help="per-result JSON folder")
     ap.add_argument("--time-forward", action="store_true", help="time one forward per length first")
-    ap.add_argument(
-        "--tune-key-tokens", action="store_true", help="also tune YaRN's global m on key tokens at --tune-length"
-    )
-    ap.add_argument("--tune-length", type=int, default=12288, help="the length of that search")
-    ap.add_argument("--tune-docs", type=int, default=3, help="tuning-pool documents of that search")
+    ap.add_argument("--tune-length", type=int, default=12288, help="the length of the key-token searches")
+    ap.add_argument("--tune-docs", type=int, default=3, help="tuning-pool documents of those searches")
     ap.add_argument("--bracket", type=lambda v: [float(x) for x in v.split(",")], default=[0.9, 1.2], help="LO,HI")
-    ap.add_argument("--grid", type=int, default=3, help="that search's log grid")
-    ap.add_argument("--iters", type=int, default=2, help="that search's golden-section steps")
+    ap.add_argument("--grid", type=int, default=3, help="those searches' log grid")
+    ap.add_argument("--iters", type=int, default=2, help="those searches' golden-section steps")
     ap.add_argument("--only", default="", help="score only the specs whose name holds this text (A|B: either)")
     ap.add_argument("--tasks", default=",".join(TASKS), help="comma list of the tasks to score")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def setup(args: argparse.Namespace) -> tuple:
+    """Flags checked, then ``(model, tok, trained, ctx, settings, out)``: the model loaded, the
+    evaluation context built and the settings checked against those of ``--out``'s results."""
     if not set(args.tasks.split(",")) <= set(TASKS):
         raise SystemExit(f"--tasks={args.tasks} is not allowed; expected a comma list of {', '.join(TASKS)}")
     if not 0 < args.soft < 1:
         raise SystemExit(f"--soft={args.soft} is not allowed; expected a softening multiplier in (0, 1)")
     torch.set_num_threads(args.threads)
-    lengths = [int(x) for x in args.lengths.split(",")]
     dtype = args.dtype or recorded(Path(args.out)).get("dtype") or long_run_cpu_dtype()
     model, tok = load_model(args.model, dtype=dtype)
     trained = introspect.trained_length(model)
     if args.time_forward:
-        time_forward(model, lengths)
+        time_forward(model, [int(x) for x in args.lengths.split(",")])
     text = corpus.load_text(args.text)
     docs, tuners = corpus.pool(text, "evaluation"), corpus.pool(text, "tuning")
     ctx = EvalContext(
@@ -369,6 +377,18 @@ def main(argv: list[str] | None = None) -> None:
     }
     out = Path(args.out)
     check_settings(out, settings)
+    return model, tok, trained, ctx, settings, out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = parser(__doc__)
+    ap.add_argument("--tuned-spec", default="docs/results/smollm2_tune12k_spec.json", help="a tuned global m")
+    ap.add_argument(
+        "--tune-key-tokens", action="store_true", help="also tune YaRN's global m on key tokens at --tune-length"
+    )
+    args = ap.parse_args(argv)
+    model, tok, trained, ctx, settings, out = setup(args)
+    lengths = [int(x) for x in args.lengths.split(",")]
     tuned = TemperatureSpec.load(args.tuned_spec).multiplier if args.tuned_spec else None
     key_spec = out / f"tuned_key_tokens_{args.tune_length}_spec.json"
     if args.tune_key_tokens:

@@ -129,5 +129,23 @@ def test_bad_requests():
     with pytest.raises(ValueError, match="already extended"):
         extend_context(m, "linear", 2.0)
     restore_rope(m)
-    with pytest.raises(ValueError, match="per-layer-type RoPE"):
-        extend_context(model("gemma3_text"), "linear", 2.0)
+
+
+def test_per_layer_type_rope_extends_the_global_layers_only():
+    """Gemma 3: YaRN on the full-attention layers, the sliding ones keep their trained RoPE."""
+    m = model("gemma3_text")  # layer 0 sliding (window 24), layer 1 full; trained to 128
+    x = torch.randint(1, 97, (1, 200), generator=torch.Generator().manual_seed(5))
+    before = copy.deepcopy(m.config.rope_parameters)
+    with torch.no_grad():
+        plain = m(x).logits
+        with extended(m, "yarn", 2.0, attention_factor=1.0):
+            params = m.config.rope_parameters
+            assert params["sliding_attention"] == before["sliding_attention"]
+            assert params["full_attention"]["rope_type"] == "yarn" and params["full_attention"]["factor"] == 2.0
+            rotary = m.model.rotary_emb
+            assert torch.equal(rotary.sliding_attention_inv_freq, rotary.sliding_attention_original_inv_freq)
+            want, _ = rope.yarn(16, before["full_attention"]["rope_theta"], factor=2.0,
+                                original_max_position_embeddings=128, attention_factor=1.0)  # fmt: skip
+            assert torch.allclose(rotary.full_attention_inv_freq, want.float())
+            assert (m(x).logits - plain).abs().max() > 1e-4
+        assert m.config.rope_parameters == before and torch.equal(m(x).logits, plain)

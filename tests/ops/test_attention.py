@@ -9,6 +9,7 @@ from attntemp.ops.attention import (
     reference_attention,
     reference_scores,
     tempered_sdpa,
+    windowed_sdpa,
 )
 from attntemp.ops.softmax import tempered_softmax
 
@@ -121,3 +122,17 @@ def test_bad_multiplier(m, match):
     q, k, v = qkv()
     with pytest.raises(ValueError, match=match):
         tempered_sdpa(q, k, v, m)
+
+
+@pytest.mark.parametrize("hkv, lq, lk, window, block", [(8, 70, 70, 16, 0), (2, 70, 70, 16, 7), (2, 20, 50, 9, 0),
+                                                        (4, 33, 33, 40, 0), (1, 64, 64, 1, 5)])  # fmt: skip
+def test_windowed_sdpa_equals_the_masked_reference(hkv, lq, lk, window, block):
+    q, k, v = qkv(hkv=hkv, lq=lq, lk=lk)
+    p = torch.arange(lq).unsqueeze(1) + lk - lq  # [Lq, 1]: absolute positions, bottom-right aligned
+    j = torch.arange(lk).unsqueeze(0)  # [1, Lk]
+    mask = (j <= p) & (j > p - window)  # [Lq, Lk]
+    ref = reference_attention(q, k, v, None, is_causal=False, attn_mask=mask, scale=0.3)  # [B, Hq, Lq, D]
+    got = windowed_sdpa(q, k, v, window, scale=0.3, block=block)
+    assert got.shape == ref.shape and (got - ref).abs().max() < 1e-5
+    wider = windowed_sdpa(q, k, v, window + 3, scale=0.3, block=block)
+    assert lq <= window or (wider - ref).abs().max() > 1e-3  # the window is really applied

@@ -119,3 +119,15 @@ def test_sqrt_logn_is_one_up_to_the_trained_length_then_sqrt_of_log_ratio():
     assert m[:2].tolist() == [1.0, 1.0]
     assert m[2:].tolist() == pytest.approx([math.sqrt(math.log(1025) / math.log(1024)), math.sqrt(1.2)], rel=1e-6)
     assert S.sqrt_logn(8).position_dependent
+
+
+def test_gated_constant_is_one_up_to_the_trained_length_then_the_constant():
+    n = torch.tensor([1, 8191, 8192, 8193, 24576])
+    m = S.gated_constant(8192, 0.8)(0, 3, n - 1, n)
+    assert m.shape == (1, 5) and m.dtype == torch.float32
+    assert m.flatten().tolist() == pytest.approx([1.0, 1.0, 1.0, 0.8, 0.8])
+    spec = TemperatureSpec(schedule="gated_constant", schedule_params={"trained_len": 8192, "multiplier": 1.25})
+    assert spec.position_dependent and not spec.is_identity and TemperatureSpec.from_json(spec.to_json()) == spec
+    assert spec.multipliers(0, 2, n - 1, n)[:, 2:].tolist() == [[1.0, 1.25, 1.25]] * 2  # [H, Lq], exact
+    with pytest.raises(ValueError, match="multiplier=0"):
+        TemperatureSpec(schedule="gated_constant", schedule_params={"trained_len": 8192, "multiplier": 0})

@@ -157,7 +157,8 @@ def test_interrupted_save_leaves_nothing(tmp_path, monkeypatch):
 def test_failed_check_raises_and_leaves_nothing(tmp_path, monkeypatch):
     real = B.reload_logits
     monkeypatch.setattr(B, "reload_logits", lambda *a: real(*a) + 1e-3)
-    with pytest.raises(ValueError, match=r"max abs diff 0.001 > 0.0001 on 64 tokens; nothing was written"):
+    msg = r"max abs diff 0.001 > 0.0001 \(0.0001 x the largest logit\) on 64 tokens; nothing was written"
+    with pytest.raises(ValueError, match=msg):
         B.save_baked(model("llama"), None, TemperatureSpec(multiplier=1.5), tmp_path / "out")
     assert list(tmp_path.iterdir()) == []
 

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
-from ..hf.introspect import attention_modules, text_config
+from ..hf.introspect import attention_modules, layer_types, text_config
 from ..hf.patch import PROBE, STATE, LayerState, query_positions
 from ..ops.spec import TemperatureSpec
 from ..utils import checks
@@ -332,7 +332,8 @@ class Monitor:
                 "the cached keys carry it: switch temperatures only"
             )
         spec.check_model(len(mods), self._heads)
-        self._switched = {i: LayerState(spec, i, self._heads) for i in self._layers}
+        types = layer_types(self.model)
+        self._switched = {i: LayerState(spec, i, self._heads, types[i]) for i in self._layers}
         self._attach(True)  # every layer's m comes from the probe now
 
     # ----------------------------------------------------------------------------- results

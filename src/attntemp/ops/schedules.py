@@ -134,6 +134,33 @@ class SqrtLogN(LogN):
 
 
 @dataclass(frozen=True)
+class GatedConstant(Schedule):
+    """A constant gated by length: ``m = multiplier`` for a query that sees more than ``trained_len``
+    keys, 1 for one that sees at most that many.
+
+    Nothing changes up to the trained length L0 (unlike ``constant``, which tempers every query);
+    only the queries past it, the ones whose attention spreads over more keys than in training,
+    get ``multiplier`` (< 1 softens, > 1 sharpens). The step at L0 is the gate of Qwen v1's log-n
+    (1 up to L0); here the value past it is one number instead of ``log_{L0}(p)``. A query of a
+    sliding-window layer never sees more than its window, so it is never gated on when the window
+    is at most L0.
+    """
+
+    trained_len: int = 2048
+    multiplier: float = 1.0
+    position_dependent: bool = field(default=True, init=False)
+
+    def __post_init__(self) -> None:
+        checks.positive_int("trained_len", self.trained_len)
+        checks.positive("multiplier", self.multiplier)
+
+    def __call__(self, layer, num_heads, positions, n_keys):
+        past = n_keys.to(torch.float32) > self.trained_len  # [Lq]
+        m = torch.where(past, self.multiplier, 1.0).to(torch.float32)  # [Lq]
+        return m.unsqueeze(0)  # [1, Lq]
+
+
+@dataclass(frozen=True)
 class Llama4(Schedule):
     """Llama 4 (NoPE layers): ``m = 1 + attn_scale * log1p(floor((pos + 1) / floor_scale))``."""
 
@@ -288,6 +315,10 @@ def sqrt_logn(trained_len: int) -> SqrtLogN:
     return SqrtLogN(trained_len)
 
 
+def gated_constant(trained_len: int, multiplier: float) -> GatedConstant:
+    return GatedConstant(trained_len, float(multiplier))
+
+
 def llama4(floor_scale: float = 8192.0, attn_scale: float = 0.1) -> Llama4:
     return Llama4(float(floor_scale), float(attn_scale))
 
@@ -310,4 +341,5 @@ SCHEDULES: dict[str, Callable[..., Schedule]] = {
     "ssmax": SSMax,
     "log_length": LogLength,
     "sqrt_logn": SqrtLogN,
+    "gated_constant": GatedConstant,
 }

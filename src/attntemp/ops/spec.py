@@ -5,7 +5,7 @@ The multiplier of head h in layer l at query position p with n visible keys is
     m = multiplier * layers[l] * heads[l][h] * schedule(l, p, n)
 
 where ``layers`` and ``heads`` are optional and ``schedule`` is one of
-``attntemp.ops.schedules.SCHEDULES`` (constant, yarn, yarn_sqrt, logn, llama4, ssmax). Per-layer
+``attntemp.ops.schedules.SCHEDULES`` (constant, gated_constant, yarn, yarn_sqrt, logn, llama4, ssmax, ...). Per-layer
 and per-head multipliers have this one representation: the ``layers`` and ``heads`` fields.
 ``rope`` optionally names a RoPE extension (``{"rope_type": "yarn", "factor": 4.0, ...}``) applied
 together with the temperatures.
@@ -31,7 +31,8 @@ from .rope import EXTENSIONS
 
 GRANULARITIES = ("global", "layer", "head")  # one m for the model, one per layer, one per head
 FORMAT = "attntemp.TemperatureSpec/1"
-FIELDS = ("multiplier", "layers", "heads", "schedule", "schedule_params", "rope")
+FIELDS = ("multiplier", "layers", "heads", "schedule", "schedule_params", "rope", "layer_types")
+LAYER_TYPES = ("full_attention", "sliding_attention")  # transformers' config.layer_types values
 
 
 def _freeze(name: str, params: Params) -> tuple[tuple[str, Any], ...]:
@@ -93,6 +94,15 @@ def _heads(heads: Any) -> tuple[tuple[float, ...], ...] | None:
     return table
 
 
+def _layer_types(types: Any) -> tuple[str, ...] | None:
+    """None, or a non-empty list of ``LAYER_TYPES`` as a sorted tuple (a ValueError naming the value)."""
+    if types is None:
+        return None
+    if isinstance(types, (str, bytes)) or not isinstance(types, Sequence) or not types:
+        raise ValueError(f"layer_types={types!r} is not allowed; expected a non-empty list of {list(LAYER_TYPES)}")
+    return tuple(sorted({checks.choice("layer_types[]", t, LAYER_TYPES) for t in types}))
+
+
 # RoPE keys every extension takes; the rest come from each rope function's own parameters.
 _ROPE_COMMON = {"rope_type", "factor", "original_max_position_embeddings"}
 
@@ -136,7 +146,10 @@ class TemperatureSpec:
     ``multiplier``: global m. ``layers``: one m per layer. ``heads``: one row of m per layer (a
     list of lists or a ``[layers, heads]`` tensor). ``schedule`` / ``schedule_params``: a position
     schedule (``schedules.SCHEDULES`` name and its keyword arguments). ``rope``: optional RoPE
-    extension for ``attntemp.extend_context`` (a dict). Stored normalised: tuples, sorted pairs.
+    extension for ``attntemp.extend_context`` (a dict). ``layer_types``: the layer types the spec
+    tempers (``full_attention``, ``sliding_attention``; None: every layer), the others keep m = 1;
+    whoever asks a layer's m then says its type. Stored normalised: tuples, sorted pairs (JSON
+    leaves ``layer_types`` out when it is None, so older specs read and write unchanged).
     """
 
     multiplier: float
@@ -145,6 +158,7 @@ class TemperatureSpec:
     schedule: str
     schedule_params: tuple[tuple[str, Any], ...]
     rope: tuple[tuple[str, Any], ...]
+    layer_types: tuple[str, ...] | None
     _schedule: schedules.Schedule = field(init=False, repr=False, compare=False)
 
     def __init__(
@@ -155,6 +169,7 @@ class TemperatureSpec:
         schedule: str = "constant",
         schedule_params: Params = (),
         rope: Params = (),
+        layer_types: Sequence[str] | None = None,
     ) -> None:
         set_ = object.__setattr__
         set_(self, "multiplier", _number("multiplier", multiplier))
@@ -165,6 +180,7 @@ class TemperatureSpec:
         set_(self, "schedule", checks.choice("schedule", schedule, schedules.SCHEDULES))
         set_(self, "schedule_params", _freeze("schedule_params", schedule_params))
         set_(self, "rope", _freeze("rope", rope))
+        set_(self, "layer_types", _layer_types(layer_types))
         try:
             set_(self, "_schedule", schedules.SCHEDULES[schedule](**dict(self.schedule_params)))
         except (TypeError, ValueError) as exc:
@@ -206,8 +222,20 @@ class TemperatureSpec:
                     raise ValueError(f"heads[{i}] has {len(row)} values; the model has {num_heads} heads")
         self._schedule.check_model(num_layers, num_heads)
 
-    def static_multipliers(self, layer: int, num_heads: int) -> torch.Tensor:
-        """The position-independent part ``multiplier * layers[l] * heads[l]`` as ``[H]`` fp32."""
+    def targets(self, layer_type: str | None) -> bool:
+        """Whether a layer of ``layer_type`` is tempered (every layer when ``layer_types`` is None);
+        a ValueError when the spec targets layer types and the caller did not say the layer's."""
+        if self.layer_types is None:
+            return True
+        if layer_type is None:
+            raise ValueError(f"the spec tempers layer_types={list(self.layer_types)} only; give each layer's type")
+        return layer_type in self.layer_types
+
+    def static_multipliers(self, layer: int, num_heads: int, layer_type: str | None = None) -> torch.Tensor:
+        """The position-independent part ``multiplier * layers[l] * heads[l]`` as ``[H]`` fp32
+        (ones on a layer whose type the spec does not target)."""
+        if not self.targets(layer_type):
+            return torch.ones(num_heads, dtype=torch.float32)  # [H]
         m = torch.full((num_heads,), self.multiplier, dtype=torch.float32)  # [H]
         if self.layers is not None:
             m = m * self.layers[layer]
@@ -217,10 +245,12 @@ class TemperatureSpec:
             m = m * self.schedule_multiplier()
         return m
 
-    def multipliers(self, layer: int, num_heads: int, positions: torch.Tensor, n_keys: torch.Tensor) -> torch.Tensor:
+    def multipliers(
+        self, layer: int, num_heads: int, positions: torch.Tensor, n_keys: torch.Tensor, layer_type: str | None = None
+    ) -> torch.Tensor:
         """m for each head and query: ``[H, Lq]`` (positions, n_keys ``[Lq]``) or ``[B, H, Lq]``."""
-        static = self.static_multipliers(layer, num_heads).to(positions.device)  # [H]
-        if not self.position_dependent:
+        static = self.static_multipliers(layer, num_heads, layer_type).to(positions.device)  # [H]
+        if not self.position_dependent or not self.targets(layer_type):
             return static.unsqueeze(-1)  # [H, 1]
         flat_p, flat_n = positions.reshape(-1), n_keys.reshape(-1)  # [B*Lq]
         sched = self._schedule(layer, num_heads, flat_p, flat_n)  # [1 or H, B*Lq]
@@ -236,6 +266,10 @@ class TemperatureSpec:
         d.pop("_schedule", None)
         d["schedule_params"] = {k: _deep_list(v) for k, v in self.schedule_params}
         d["rope"] = {k: _deep_list(v) for k, v in self.rope} or None
+        if self.layer_types is None:
+            d.pop("layer_types")
+        else:
+            d["layer_types"] = list(self.layer_types)
         for key in ("layers", "heads"):
             if d[key] is not None:
                 d[key] = json.loads(json.dumps(d[key]))
@@ -309,14 +343,22 @@ class TemperatureSpec:
         }
         return cls(schedule="yarn", schedule_params={"s": float(factor)}, rope=rope)
 
+    def with_layer_types(self, layer_types: Sequence[str] | None) -> TemperatureSpec:
+        """This spec tempering ``layer_types`` only (None: every layer)."""
+        d = self.to_dict()
+        d["layer_types"] = None if layer_types is None else list(layer_types)
+        return TemperatureSpec.from_dict(d)
+
     def with_rope(self, rope: dict[str, Any] | None) -> TemperatureSpec:
         d = self.to_dict()
         d["rope"] = rope
         return TemperatureSpec.from_dict(d)
 
-    def heads_table(self, num_layers: int, num_heads: int) -> torch.Tensor:
-        """The static multipliers as a ``[layers, heads]`` table (for plots and baking)."""
-        return torch.stack([self.static_multipliers(i, num_heads) for i in range(num_layers)])
+    def heads_table(self, num_layers: int, num_heads: int, layer_types: Sequence[str] | None = None) -> torch.Tensor:
+        """The static multipliers as a ``[layers, heads]`` table (for plots and baking); ``layer_types``:
+        the model's type of each layer, needed when the spec targets layer types."""
+        types = list(layer_types) if layer_types is not None else [None] * num_layers
+        return torch.stack([self.static_multipliers(i, num_heads, types[i]) for i in range(num_layers)])  # [L, H]
 
 
 def log_multiplier_table(spec: TemperatureSpec, num_layers: int, num_heads: int) -> list[list[float]]:

@@ -24,13 +24,15 @@ from ..ops.intervals import Interval, mean_interval
 from ..ops.spec import TemperatureSpec
 
 
-def tune_multipliers(folder: Path, shape: tuple[int, int]) -> np.ndarray | None:
-    """The ``[layers, heads]`` multipliers of the spec a tuning run saved (``spec.json``), if any."""
+def tune_multipliers(
+    folder: Path, shape: tuple[int, int], layer_types: list[str] | None = None
+) -> np.ndarray | None:
+    """The ``[layers, heads]`` multipliers of the spec a tuning run saved (``spec.json``), if any
+    (``layer_types``: the model's, for a spec that tempers some layer types only)."""
     path = folder / "spec.json"
     if not path.is_file():
         return None
-    spec = TemperatureSpec.load(path)
-    return np.stack([spec.static_multipliers(layer, shape[1]).numpy() for layer in range(shape[0])])
+    return TemperatureSpec.load(path).heads_table(shape[0], shape[1], layer_types).numpy()  # [L, H]
 
 
 def plot_entropy_shift(info: dict, path: Path, title: str, multipliers: np.ndarray | None = None) -> Path:

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from ..hf import devices, patch, preflight, rope_scaling
-from ..hf.introspect import attention_modules, text_config
+from ..hf.introspect import attention_modules, layer_types, text_config
 from ..ops.spec import TemperatureSpec
 from ..utils import checks, install, outputs
 from ..utils.version import VERSION
@@ -122,9 +122,9 @@ def plan(model: torch.nn.Module, spec: TemperatureSpec) -> tuple[LayerBake, ...]
     heads = cfg.num_attention_heads
     spec.check_model(len(mods), heads)
     softcap = getattr(cfg, "attn_logit_softcapping", None)
-    out = []
+    out, types = [], layer_types(model)
     for mod in mods:
-        m = spec.static_multipliers(mod.layer_idx, heads)  # [H]
+        m = spec.static_multipliers(mod.layer_idx, heads, types[mod.layer_idx])  # [H]: ones on layers not targeted
         target = _target(mod)
         _check_layer(cfg.model_type, mod.layer_idx, target, m, softcap)
         out.append(LayerBake(mod.layer_idx, target, tuple(float(x) for x in m)))
@@ -318,7 +318,9 @@ def save_baked(
     The reference is ``attntemp.patch(model, spec)`` on a fixed input of ``check_tokens`` tokens,
     computed before baking; the saved folder (safetensors, tokenizer unless None, ``attntemp_spec.json``)
     is reloaded with plain ``AutoModelForCausalLM.from_pretrained`` and must match within ``atol``
-    (a longrope spec is checked past its L0, where its long_factor applies).
+    times the largest reference logit's size (at least 1): fp32 rounding of the scaled weights is
+    relative, and Gemma 3's logits reach tens (a longrope spec is checked past its L0, where its
+    long_factor applies).
     Everything is written to a temporary folder next to ``out_dir`` and renamed at the end: a failed
     or interrupted bake leaves nothing at ``out_dir``, and the next bake into the same parent folder
     cleans up after it (:func:`attntemp.utils.install.recover`). Files get the modes the umask gives.
@@ -345,10 +347,11 @@ def save_baked(
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
         diff = float((reload_logits(tmp, ids, impl) - want).abs().max())
-        if not diff <= atol:
+        tol = atol * max(1.0, float(want.abs().max()))
+        if not diff <= tol:
             raise ValueError(
-                f"baked checkpoint differs from the patched model: max abs diff {diff:.3g} "
-                f"> {atol} on {check_tokens} tokens; nothing was written to {str(out)!r}"
+                f"baked checkpoint differs from the patched model: max abs diff {diff:.3g} > {tol:.3g} "
+                f"({atol:g} x the largest logit) on {check_tokens} tokens; nothing was written to {str(out)!r}"
             )
         record = _record(model, spec, steps, diff, check_tokens)
         (tmp / SPEC_FILE).write_text(json.dumps(record, indent=2) + "\n")

@@ -126,6 +126,11 @@ class ExportResult:
 def global_multiplier(spec: TemperatureSpec, engine: str) -> float:
     """The one static m of the spec; raise when it varies by layer or head, or by position."""
     refuse_position_dependent(spec, f"exported to {engine}", "its settings have no per-position temperature")
+    if spec.layer_types is not None:
+        raise ValueError(
+            f"the spec tempers layer_types={list(spec.layer_types)} only; {engine} has one temperature for every "
+            f"layer: bake it into q_proj with `attntemp bake`{_after_bake(engine)}"
+        )
     if spec.layers and spec.heads and len(spec.layers) != len(spec.heads):
         raise ValueError(f"the spec has {len(spec.layers)} layers values but {len(spec.heads)} heads rows")
     rows = len(spec.layers or spec.heads or (0,))

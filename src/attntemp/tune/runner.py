@@ -24,8 +24,9 @@ from ..evaluate.tasks import TASKS, EvalContext, EvalOptions, eval_context, tuni
 from ..hf import introspect, preflight
 from ..hf.learnable import SCHEDULES as LEARNABLE_SCHEDULES
 from ..hf.loading import load_model
+from ..hf.patch import only_layer_types
 from ..hf.rope_scaling import SCALINGS, rope_for
-from ..ops.spec import GRANULARITIES, TemperatureSpec
+from ..ops.spec import GRANULARITIES, LAYER_TYPES, TemperatureSpec
 from ..utils import checks, options, outputs
 from ..utils.options import option
 from .entropy import TARGETS, tune_entropy
@@ -83,6 +84,12 @@ class TuneConfig(EvalOptions):
         f"with --rope-factors learn, the temperature: {', '.join(ROPE_TEMPERATURES)} (learned jointly at "
         "--granularity/--schedule; m = 1; LongRoPE's fixed attention_factor sqrt(1 + ln s / ln L0))",
     )
+    layer_types: tuple[str, ...] = option(
+        (),
+        f"temper only these layer types, comma list of {', '.join(LAYER_TYPES)} (Gemma 3's global layers: "
+        "full_attention); the others keep m = 1 (default: every layer)",
+        parse=options.names,
+    )
     bracket: tuple[float, ...] = option((0.5, 2.5), "search: the range of m, LO,HI", parse=options.floats)
     grid: int = option(9, "search: log-spaced points that bracket the optimum (one batched pass)")
     iters: int = option(8, "search: golden-section steps in ln m after the grid")
@@ -132,6 +139,13 @@ class TuneConfig(EvalOptions):
             checks.positive_int(f"check_lengths[{i}]", n)
         for i, t in enumerate(self.tasks):
             checks.choice(f"tasks[{i}]", t, TASKS)
+        for i, t in enumerate(self.layer_types):
+            checks.choice(f"layer_types[{i}]", t, LAYER_TYPES)
+        if self.layer_types and self.objective == "entropy":
+            raise ValueError(
+                f"layer_types={list(self.layer_types)} with objective='entropy' is not allowed: entropy matching "
+                "sets every layer's m; tune by search or gradient"
+            )
         if not self.tasks:
             raise ValueError("tasks is empty; give at least one evidence task, e.g. perplexity")
         if corpus.same_source(self.second_text(), self.text):
@@ -349,7 +363,9 @@ def _run(cfg: TuneConfig, out: Path, model=None, tok=None) -> dict[str, Any]:
     trained = introspect.trained_length(model)
     ctx = eval_context(cfg, trained, tuning=True)
     t0 = time.perf_counter()
-    spec, info = _tune(cfg, model, tok, ctx, out)
+    with only_layer_types(model, cfg.layer_types or None):  # the tuner's specs temper these layers only
+        spec, info = _tune(cfg, model, tok, ctx, out)
+    spec = spec.with_layer_types(cfg.layer_types) if cfg.layer_types else spec
     seconds = time.perf_counter() - t0
     spec.save(out / "spec.json")
     at_length = _scored(model, tok, cfg.length, spec, cfg, ctx)

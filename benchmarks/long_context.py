@@ -1,0 +1,74 @@
+"""Benchmark: one forward's time and peak memory at long contexts, under the patch (m = 1), the
+way attntemp scores a window: the decoder, then the LM head in chunks (``evaluate.lm.token_nll``).
+Sliding-window layers run in window blocks (no [L, L] mask), global layers through SDPA's causal
+kernel. Each length runs in a fresh interpreter (peak RSS is per process).
+
+    python benchmarks/long_context.py [--model gemma3-270m] [--lengths 32768,49152,65536] [--threads 1] [--out F]
+
+Prints one JSON object: the machine, and per length the forward's seconds, the process's peak
+resident memory, and its peak above the loaded model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+from _harness import current_rss_bytes, machine, peak_rss_bytes, reset_peak_rss
+
+import attntemp
+from attntemp.evaluate.lm import token_nll
+from attntemp.hf.patch import patch
+
+
+def child(model_name: str, length: int, threads: int) -> dict[str, float]:
+    """In a fresh process: one patched forward of ``length`` random tokens, its seconds and memory."""
+    torch.set_num_threads(threads)
+    model, _ = attntemp.load_model(model_name)
+    ids = torch.randint(3, model.get_input_embeddings().num_embeddings, (1, length))  # [1, L]
+    with torch.no_grad(), patch(model, attntemp.TemperatureSpec()):
+        token_nll(model, ids[:, :1100])  # warm-up: kernels, and the sliding layers' windowed path
+        reset_peak_rss()
+        base = current_rss_bytes()
+        t0 = time.perf_counter()
+        nll = token_nll(model, ids)  # [1, L-1]
+        seconds = time.perf_counter() - t0
+    if not bool(torch.isfinite(nll).all()):
+        raise SystemExit(f"a non-finite loss at {length}: the forward measured is broken")
+    return {
+        "forward_s": round(seconds, 1),
+        "peak_rss_gib": round(peak_rss_bytes() / 2**30, 2),
+        "peak_extra_gib": round((peak_rss_bytes() - base) / 2**30, 2),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="gemma3-270m")
+    ap.add_argument("--lengths", default="32768,49152,65536")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", default="", help="also write the JSON here, after each length")
+    ap.add_argument("--child", type=int, default=0, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(child(args.model, args.child, args.threads)))
+        return
+    out: dict[str, object] = {"model": args.model, "threads": args.threads, "machine": machine()}
+    for n in (int(x) for x in args.lengths.split(",")):
+        cmd = [sys.executable, __file__, "--model", args.model, "--threads", str(args.threads), "--child", str(n)]
+        done = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        out[str(n)] = json.loads(done.stdout.strip().splitlines()[-1])
+        print(f"{n}: {out[str(n)]}", file=sys.stderr, flush=True)
+        if args.out:
+            Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    out["load_average_after"] = machine()["load_average"]
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""Gemma 3 270M past its trained length (32768), judged by the use of distant context: the table of
+``smollm2_distant.py`` (tail and key-token perplexity, needles; paired 95% intervals) on the model
+whose 60 sliding-window heads (512 tokens) never see past their window and whose 12 global heads do.
+
+Specs at each length L (s = L / 32768), every temperature on the global layers only (the sliding
+ones keep m = 1, their window being far inside the trained length):
+
+- no RoPE change at m = 1, and at a softening m = ``--soft`` on the global layers;
+- softening gated past L0 (``gated_constant``: m = 1 up to 32768 keys, ``--soft`` past them);
+- YaRN on the global layers (as Gemma 3's larger models ship their linear scaling) at m = 1;
+- YaRN with the global layers' m tuned on key tokens at ``--tune-length`` on the tuning pool.
+
+    python scripts/gemma3_distant.py --plan                       # the forwards it needs, then stop
+    nice -n 10 python scripts/gemma3_distant.py --threads 1 > runs/gemma3_distant.log 2>&1 &
+
+Resumable as ``smollm2_distant.py`` is: one JSON per (length, spec, task) under ``--out``
+(``docs/results/gemma3_distant/``), the table and the figure rewritten after each result.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from attntemp.hf.patch import only_layer_types
+from attntemp.hf.rope_scaling import rope_for
+from attntemp.ops.spec import TemperatureSpec
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling script whose code this shares
+import smollm2_distant as distant
+
+ROOT = distant.ROOT
+GLOBAL = ("full_attention",)
+
+
+def specs(length: int, trained: int, soft: float, tuned_key: tuple[float, int] | None) -> dict[str, TemperatureSpec]:
+    """The specs of one length, in table order; every multiplier on the global layers only."""
+    s = length / trained
+    gated = {"trained_len": trained, "multiplier": soft}
+    out = {
+        distant.BASE: TemperatureSpec(),
+        f"no RoPE change, m = {soft:g} on global layers (softer)": TemperatureSpec(multiplier=soft, layer_types=GLOBAL),
+        f"no RoPE change, m = {soft:g} past {trained} on global layers (softer, gated)": TemperatureSpec(
+            schedule="gated_constant", schedule_params=gated, layer_types=GLOBAL
+        ),
+    }
+    if length > trained:
+        yarn = rope_for("yarn", length, trained)
+        out[f"YaRN s = {s:g}, m = 1"] = TemperatureSpec(rope=yarn)
+        if tuned_key is not None:
+            m, at = tuned_key
+            name = f"YaRN s = {s:g}, global m = {m:.4g} (tuned at {at} on key tokens)"
+            out[name] = TemperatureSpec(multiplier=m, rope=yarn, layer_types=GLOBAL)
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = distant.parser(__doc__)
+    ap.set_defaults(
+        model="gemma3-270m",
+        table=str(ROOT / "docs/results/gemma3_distant_table.md"),
+        figure=str(ROOT / "docs/img/gemma3_distant.png"),
+        out=str(ROOT / "docs/results/gemma3_distant"),
+        lengths="32768,65536",
+        tune_length=49152,
+        threads=1,
+    )
+    ap.add_argument("--plan", action="store_true", help="print the results still to make and their forwards, then stop")
+    args = ap.parse_args(argv)
+    model, tok, trained, ctx, settings, out = distant.setup(args)
+    lengths = [int(x) for x in args.lengths.split(",")]
+    key_spec = out / f"tuned_key_tokens_{args.tune_length}_spec.json"
+    of = {n: specs(n, trained, args.soft, (1.0, args.tune_length)) for n in lengths}  # names with a stand-in m
+    todo = [(n, name, t) for n in lengths for t in args.tasks.split(",") for name in of[n]]
+    todo = [c for c in todo if "tuned at" in c[1] or not distant.result_path(out, *c).is_file()]
+    search = 0 if key_spec.is_file() else (args.grid + args.iters + 2) * args.tune_docs
+    print(f"{len(todo)} results to make, {len(todo) * args.docs} forwards, and up to {search} forwards of "
+          f"the key-token search at {args.tune_length}", flush=True)  # fmt: skip
+    if args.plan:
+        return
+    if not key_spec.is_file():
+        with only_layer_types(model, GLOBAL):  # the search's m on the global layers only
+            distant.tune_key_tokens(model, tok, ctx, trained, args, out, key_spec)
+    tuned = (TemperatureSpec.load(str(key_spec)).multiplier, args.tune_length)
+    of = {n: specs(n, trained, args.soft, tuned) for n in lengths}
+
+    def publish() -> str:  # the table and the figure from every result on disk
+        found = distant.stored(out, {n: list(v) for n, v in of.items()})
+        if args.figure:
+            distant.write_figure(found, settings, Path(args.figure), distant.kind_by_name)
+        return distant.write_table(found, settings, Path(args.table))
+
+    publish()
+    for n in lengths:
+        for task in args.tasks.split(","):
+            for name, spec in of[n].items():
+                if any(part in name for part in args.only.split("|")):
+                    distant.score(model, tok, n, name, spec, task, ctx, out)
+                    publish()
+    print(publish())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,35 @@
+"""scripts/gemma3_distant.py on the tiny model (trained to 256; its layers all global): the plan
+counts the forwards, the key-token search runs on the global layers, the table fills and resumes."""
+
+import pytest
+from script_loader import load_script
+
+
+@pytest.fixture(scope="module")
+def script():
+    return load_script("gemma3_distant")
+
+
+def run(script, tmp_path, *extra):
+    argv = ["--model", "tiny", "--text", "stdlib", "--lengths", "512", "--docs", "2", "--needles", "2",
+            "--tune-length", "384", "--tune-docs", "2", "--grid", "3", "--iters", "1", "--threads", "1",
+            "--out", str(tmp_path / "out"), "--table", str(tmp_path / "table.md"), "--figure", str(tmp_path / "f.png"),
+            *extra]  # fmt: skip
+    script.main(argv)
+    return (tmp_path / "table.md").read_text() if (tmp_path / "table.md").is_file() else ""
+
+
+@pytest.mark.slow  # 2.5 min on 2 busy cores: a search and 10 forwards of the tiny model
+def test_plan_then_a_resumable_table_on_the_global_layers(script, tmp_path, capsys):
+    run(script, tmp_path, "--plan")
+    assert capsys.readouterr().out.startswith("10 results to make, 20 forwards, and up to 12 forwards")
+    table = run(script, tmp_path, "--tasks", "key_tokens", "--only", "no RoPE change")
+    rows = {r.split(" | ")[1]: r for r in table.splitlines() if r.startswith("| 512 |")}
+    assert list(rows)[:3] == ["no RoPE change, m = 1", "no RoPE change, m = 0.9 on global layers (softer)",
+                              "no RoPE change, m = 0.9 past 256 on global layers (softer, gated)"]  # fmt: skip
+    assert (tmp_path / "out" / "tuned_key_tokens_384_spec.json").is_file()
+    gated = rows["no RoPE change, m = 0.9 past 256 on global layers (softer, gated)"]
+    assert gated.count("not run yet") == 2 and "; vs m = 1: " in gated  # key tokens made, needles not
+    capsys.readouterr()
+    run(script, tmp_path, "--plan")
+    assert capsys.readouterr().out.startswith("7 results to make, 14 forwards, and up to 0 forwards")

@@ -1,0 +1,53 @@
+"""scripts/smollm2_breakdown.py on the tiny model (trained to 256): it reuses smollm2_distant's
+results under their names, searches the slope once (resumable), and fills its table in order."""
+
+import json
+
+import pytest
+from script_loader import load_script
+
+
+@pytest.fixture(scope="module")
+def scripts():
+    return load_script("smollm2_breakdown"), load_script("smollm2_distant")
+
+
+COMMON = ["--model", "tiny", "--text", "stdlib", "--docs", "2", "--needles", "2", "--threads", "1",
+          "--tune-length", "384", "--tune-docs", "2", "--grid", "3", "--iters", "1"]  # fmt: skip
+
+
+def paths(tmp_path, name):
+    out = ["--out", str(tmp_path / "out"), "--table", str(tmp_path / f"{name}.md")]
+    return [*out, "--figure", str(tmp_path / f"{name}.png")]
+
+
+def test_breakdown_reuses_distant_results_and_tunes_the_slope_once(scripts, tmp_path, capsys):
+    breakdown, distant = scripts
+    distant.main([*COMMON, *paths(tmp_path, "d"), "--lengths", "512", "--tuned-spec", "", "--tune-key-tokens",
+                  "--only", "no RoPE change, m = 1|on key tokens"])  # fmt: skip
+    capsys.readouterr()
+    argv = [*COMMON, *paths(tmp_path, "b"), "--lengths", "512", "--slope-bracket", "0.05,0.5"]
+    breakdown.main([*argv, "--plan"])
+    plan = capsys.readouterr().out
+    assert plan.startswith("18 results to make, 36 forwards")  # 9 kinds of 11 not made yet, 2 tasks each
+    assert "512 base key_tokens" not in plan and "512 yarn tuned needles" not in plan
+    breakdown.main([*argv, "--only", "log-n|b = "])
+    made = capsys.readouterr().out
+    search = json.loads((tmp_path / "out" / "tuned_slope_key_tokens_384_search.json").read_text())
+    assert len(search) >= 4 and all(0.05 - 1e-6 <= float(b) <= 0.5 + 1e-6 for b in search)
+    assert "512 key_tokens no RoPE change, log-n past 256 (sharper, gated):" in made
+    table = (tmp_path / "b.md").read_text()
+    rows = {r.split(" | ")[1]: r for r in table.splitlines() if r.startswith("| 512 |")}
+    slope_row = next(r for n, r in rows.items() if n.startswith("no RoPE change, (n / 256)^b past it"))
+    assert "not run yet" not in slope_row and "; vs m = 1: " in slope_row
+    assert rows["no RoPE change, m = 0.8 past 256 (softer, gated)"].count("not run yet") == 4
+    yarn_tuned = next(r for n, r in rows.items() if n.endswith("(tuned at 384 on key tokens)"))
+    assert "not run yet" not in yarn_tuned  # made by smollm2_distant.py, read back under its name
+    breakdown.main([*argv, "--plan"])
+    assert capsys.readouterr().out.startswith("14 results to make")  # the slope is stored: no new search
+    assert (tmp_path / "b.png").stat().st_size > 10_000
+
+
+def test_a_bad_slope_bracket_is_refused_before_loading(scripts, tmp_path):
+    with pytest.raises(SystemExit, match="--slope-bracket="):
+        scripts[0].main([*COMMON, *paths(tmp_path, "b"), "--slope-bracket", "0.5,0.1"])
