@@ -70,12 +70,14 @@ def _run(config: dict[str, Any], python: Path, work: Path) -> dict[str, Any]:
     ids[:, 0] = 256  # BOS, as the llama.cpp audit has it
     try:
         model(ids[:1, :4])
-        got = run_logprobs(python, work / "proxy", ids, None, -1, work)
     except (RuntimeError, TypeError, ValueError) as exc:
         return cannot(f"the proxy's own forward fails in transformers ({type(exc).__name__}: {str(exc)[:160]})")
+    try:
+        got = run_logprobs(python, work / "proxy", ids, None, -1, work)
     except ExternalToolError as exc:
         lines = [line for line in str(exc).splitlines() if line.strip()]
-        return cannot(f"vLLM cannot run this proxy: {(lines or [''])[-1][-240:]}")
+        said = [line for line in lines if "Error" in line] or lines or [""]  # its exception, not a last warning
+        return cannot(f"vLLM cannot run this proxy: {said[-1].strip()[-240:]}")
     theirs = engine_logp(got, model.config.vocab_size, LENGTH)
     fit = functools.cache(lambda log_c: mean_kl(proxy_logp(model, ids, math.exp(log_c)), theirs))
     kl = fit(0.0)
