@@ -24,9 +24,7 @@ from ..ops.intervals import Interval, mean_interval
 from ..ops.spec import TemperatureSpec
 
 
-def tune_multipliers(
-    folder: Path, shape: tuple[int, int], layer_types: list[str] | None = None
-) -> np.ndarray | None:
+def tune_multipliers(folder: Path, shape: tuple[int, int], layer_types: list[str] | None = None) -> np.ndarray | None:
     """The ``[layers, heads]`` multipliers of the spec a tuning run saved (``spec.json``), if any
     (``layer_types``: the model's, for a spec that tempers some layer types only)."""
     path = folder / "spec.json"
