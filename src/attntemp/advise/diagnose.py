@@ -11,7 +11,6 @@ thresholds of :meth:`AttentionStats.compare`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +19,8 @@ import torch
 
 from ..analysis.measure import AttentionStats, measure
 from ..evaluate.corpus import heldout_windows
-from ..evaluate.score import Result
 from ..evaluate.task_base import EvalContext, get_task
 from ..ops.spec import TemperatureSpec
-
-Merge = Callable[[str, int], tuple[dict[str, Any], int] | None]  # (task, length) -> merged metrics, windows
 
 
 def describe(task: str, metrics: dict[str, Any]) -> dict[str, str]:
@@ -64,14 +60,6 @@ def head_shift(long: AttentionStats, short: AttentionStats, trained: int) -> dic
         "norm_entropy_shift": np.round(d_ent, 4).tolist(),
         "recent_mass_shift": np.round(d_recent, 4).tolist(),
     }
-
-
-def scores_at(results: dict[tuple[str, int], list[Result]], merge: Callable, task: str, n: int) -> dict[str, Any]:
-    parts = results.get((task, n))
-    if not parts:
-        return {}
-    metrics = merge(task, parts)
-    return {"windows": get_task(task).windows_of(metrics), **describe(task, metrics), "_metrics": metrics}
 
 
 def summary(trained: int, length: int, objective: str, at: dict[int, dict[str, dict[str, Any]]], heads: dict) -> str:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..evaluate.score import Result
+from ..evaluate.score import Result, merged
 from ..evaluate.task_base import get_task
 from ..ops.intervals import Interval
 from ..ops.spec import TemperatureSpec
@@ -82,10 +82,6 @@ class RaceResult:
         return [e for e in self.entries if e.reason is None]
 
 
-def merged(task: str, parts: Sequence[Result]) -> dict[str, Any]:
-    return get_task(task).merge([p.metrics for p in parts])
-
-
 def _interval_dict(ci: Interval | None, verdict: str | None) -> dict[str, Any] | None:
     return None if ci is None else {**ci.to_dict(), "verdict": verdict}
 
@@ -123,9 +119,8 @@ def _short_cut(settings: RaceSettings, alive: list[Entry], base: Entry, windows:
     for e in (x for x in alive if x is not base and x.reason is None):
         for n in settings.short_lengths:
             mine = e.parts[(SHORT_TASK, n)]
-            ci = task.paired(
-                merged(SHORT_TASK, mine), merged(SHORT_TASK, base.parts[(SHORT_TASK, n)][: len(mine)]), "ppl"
-            )
+            theirs = base.parts[(SHORT_TASK, n)][: len(mine)]  # "no change" on the same blocks
+            ci = task.paired(merged(SHORT_TASK, mine), merged(SHORT_TASK, theirs), SHORT_METRIC)
             if ci is None:
                 continue
             e.comparisons.setdefault("short_cost", {})[str(n)] = _interval_dict(ci, task.verdict(ci, SHORT_METRIC))

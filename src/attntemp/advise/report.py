@@ -12,7 +12,6 @@ import numpy as np
 
 from ..analysis.style import DPI, NULL, integer_ticks, plain_ticks, plt
 from ..evaluate.task_base import get_task
-from .candidates import BASELINE
 
 
 def _row(*cells: Any) -> str:
@@ -217,7 +216,3 @@ def diagnosis_figure(ev: dict[str, Any], path: Path) -> Path:
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
     return path
-
-
-def baseline_first(names: list[str]) -> list[str]:
-    return [BASELINE] + [n for n in names if n != BASELINE]

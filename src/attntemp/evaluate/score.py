@@ -210,8 +210,3 @@ def _rows_per_spec(ctx: EvalContext) -> int:
 def merged(task: str, parts: Sequence[Result]) -> dict[str, Any]:
     """The metrics of consecutive window blocks of one spec as one result (:meth:`Task.merge`)."""
     return get_task(task).merge([p.metrics for p in parts])
-
-
-def context_fields(ctx: EvalContext) -> dict[str, Any]:
-    """``ctx``'s plain fields (documents by count): for a record of what was scored."""
-    return {f.name: (len(getattr(ctx, f.name)) if f.name in _DOC_FIELDS else getattr(ctx, f.name)) for f in fields(ctx)}
