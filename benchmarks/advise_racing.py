@@ -28,7 +28,7 @@ from attntemp.advise.race import race
 from attntemp.advise.run import setup
 from attntemp.evaluate.score import ScoreStore
 from attntemp.hf.loading import load_model
-from attntemp.hf.preflight import source_config, trained_length
+from attntemp.hf.preflight import source_config, source_trained_length
 
 
 def decision(result, engine: str) -> dict:
@@ -68,7 +68,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     model, _ = load_model(args.model, threads=args.threads)
-    trained = trained_length(source_config(args.model) or {}) or 256
+    trained = source_trained_length(source_config(args.model)) or 256
     with tempfile.TemporaryDirectory() as tmp:
         store = ScoreStore(Path(tmp) / "scores.db")
         for scale in (float(x) for x in args.scales.split(",")):

@@ -17,6 +17,7 @@ from _harness import time_interleaved
 import attntemp
 from attntemp.evaluate import corpus
 from attntemp.evaluate.tasks import EvalContext, get_task
+from attntemp.hf.introspect import trained_length
 
 
 def main() -> None:
@@ -27,7 +28,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
     model, tok = attntemp.load_model(args.model)
-    ctx = EvalContext(model.config.max_position_embeddings, corpus.load_text("stdlib"), n_docs=4)
+    ctx = EvalContext(trained_length(model), corpus.load_text("stdlib"), n_docs=4)
     ms = torch.linspace(0.8, 1.3, args.k).tolist()
     task = get_task("perplexity")
     out = {}

@@ -12,6 +12,7 @@ import json
 
 import torch
 
+from attntemp.hf.introspect import trained_length
 from attntemp.hf.loading import load_model
 from attntemp.ops.spec import GRANULARITIES
 from attntemp.tune.gradient import run_gradient_tuning
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
     torch.manual_seed(0)
     model, tok = load_model(args.model)
-    rope = rope_for(args.rope, args.length, model.config.max_position_embeddings)
+    rope = rope_for(args.rope, args.length, trained_length(model))
     _, evidence = run_gradient_tuning(
         model,
         tok,

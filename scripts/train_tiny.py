@@ -27,6 +27,7 @@ from tqdm import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from attntemp.evaluate import corpus, lm, model_card
+from attntemp.hf.introspect import trained_length
 
 BOS, EOS = "<bos>", "<eos>"
 BOS_ID, EOS_ID = 256, 257
@@ -275,7 +276,7 @@ def at_length(model, tokenizer, long: torch.Tensor, length: int, trials: int) ->
 
 
 def ctx_quarter(model) -> int:
-    return model.config.max_position_embeddings // 4
+    return trained_length(model) // 4
 
 
 CARD = """# attntemp tiny: the embedded default model

@@ -127,7 +127,7 @@ def preflight_advise(cfg: AdviseConfig, model: Any = None, tok: Any = None) -> A
     corpus.source_files(cfg.text, name="text")
     if cfg.second_text():
         corpus.source_files(cfg.second_text() or "", name="heldout_text")
-    trained = preflight.trained_length(config or {}) or cfg.length
+    trained = preflight.source_trained_length(config) or cfg.length
     check = _check_length(cfg, trained)
     limits.check_lengths("length", [cfg.length], [cfg.objective], tok, indexed=False, opts=cfg, trained=trained)
     text = config and preflight.text_part(config)

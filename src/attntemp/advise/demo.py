@@ -89,7 +89,7 @@ def demo_config(model: str = "tiny", **overrides: Any) -> DemoConfig:
     given = {k: v for k, v in overrides.items() if v is not None}
     merged = {"out": default_out(model), **MODEL_DEFAULTS.get(model, {}), **given}
     if not merged.get("length"):
-        trained = preflight.trained_length(preflight.source_config(model) or {})
+        trained = preflight.source_trained_length(preflight.source_config(model))
         merged["length"] = 2 * trained if trained else 0
     return DemoConfig(model=model, **merged)
 

@@ -120,7 +120,7 @@ def preflight_generate(cfg: GenerateConfig) -> tuple[str, TemperatureSpec | None
     spec = TemperatureSpec.load(cfg.spec) if cfg.spec else None
     config = preflight.source_config(cfg.model)
     if cfg.monitor and cfg.reference is None:
-        check_reference_text(cfg, preflight.trained_length(config or {}))
+        check_reference_text(cfg, preflight.source_trained_length(config))
     preflight.check_spec("spec", cfg.spec, spec, config)
     # config is the text part already; a character of the prompt is at most about one token
     preflight.check_generation("max_new_tokens", cfg.max_new_tokens, config, len(prompt), cfg.max_new_tokens)

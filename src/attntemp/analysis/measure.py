@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..hf.introspect import attention_modules, text_config
+from ..hf.introspect import attention_modules, model_geometry, text_config
 from ..hf.patch import probing, run_decoder
 from ..ops.attention_stats import STATS, attention_stats
 from ..ops.spec import TemperatureSpec
@@ -200,7 +200,7 @@ def measure(
     cfg = text_config(model)
     meta = {
         "model_type": cfg.model_type,
-        "trained_length": getattr(cfg, "max_position_embeddings", None),
+        "trained_length": model_geometry(model).trained_length,
         "spec": None if spec is None else spec.to_dict(),
         "batch": int(input_ids.shape[0]),
     }

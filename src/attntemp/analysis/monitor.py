@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
-from ..hf.introspect import attention_modules, layer_types, text_config
+from ..hf.introspect import attention_modules, model_geometry
 from ..hf.patch import PROBE, STATE, LayerState, query_positions
 from ..ops.spec import TemperatureSpec
 from ..utils import checks
@@ -178,7 +178,7 @@ class Monitor:
         self._layers = [m.layer_idx for m in mods]
         self._rest = [m for m in mods if m.layer_idx != self._layers[0]]  # probed on recorded steps only
         self._attached = True  # whether the probe is on those modules (``probed`` puts it on all)
-        self._heads = text_config(model).num_attention_heads
+        self._heads = model_geometry(model).num_heads
         self._switched: dict[int, LayerState] | None = None
         self._run, self._index, self._recording, self._keys = -1, -1, False, -1
         self._groups: dict[int, list[RowGroup]] = {}  # layers kept for one stacked call at the step's end
@@ -332,7 +332,7 @@ class Monitor:
                 "the cached keys carry it: switch temperatures only"
             )
         spec.check_model(len(mods), self._heads)
-        types = layer_types(self.model)
+        types = model_geometry(self.model).layer_types
         self._switched = {i: LayerState(spec, i, self._heads, types[i]) for i in self._layers}
         self._attach(True)  # every layer's m comes from the probe now
 

@@ -39,7 +39,7 @@ def preflight_sweep(cfg: SweepConfig, model=None, tok=None) -> tuple[Any, dict[s
     config = model.config.to_dict() if model is not None else preflight.source_config(cfg.model)
     tok = tok if tok is not None else preflight.load_tokenizer(cfg.model)
     trained = cfg.trained_length or (
-        introspect.trained_length(model) if model is not None else preflight.trained_length(config or {})
+        introspect.trained_length(model) if model is not None else preflight.source_trained_length(config)
     )
     cfg = limits.fit_needles(cfg, cfg.lengths, tok)
     limits.check_lengths("lengths", cfg.lengths, cfg.tasks, tok, opts=cfg, trained=trained)

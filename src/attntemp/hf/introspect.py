@@ -1,11 +1,14 @@
 """What attntemp reads off a transformers model: its text config, attention modules in layer
-order, RoPE geometry and trained context length. Reads only; changes nothing."""
+order, its geometry (:class:`~attntemp.ops.geometry.ModelGeometry`: RoPE, layer types, trained
+context length). Reads only; changes nothing."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import torch
+
+from ..ops.geometry import ModelGeometry
 
 
 def text_config(model: torch.nn.Module) -> Any:
@@ -21,13 +24,16 @@ def attention_modules(model: torch.nn.Module) -> list[Any]:
     return sorted(mods, key=lambda m: m.layer_idx)
 
 
+def model_geometry(model: torch.nn.Module) -> ModelGeometry:
+    """The model's attention geometry, from its (text) config: :class:`~attntemp.ops.geometry.ModelGeometry`."""
+    return ModelGeometry.from_config(model.config)
+
+
 def trained_length(model: torch.nn.Module) -> int:
-    """L0, the context the model was trained at: the config's ``max_position_embeddings``, or the
-    ``original_max_position_embeddings`` of a RoPE extension already in its config."""
-    cfg = text_config(model)
-    params = getattr(cfg, "rope_parameters", None) or {}
-    original = params.get("original_max_position_embeddings") if isinstance(params, dict) else None
-    return int(original or cfg.max_position_embeddings)
+    """L0, the context the model was trained at (:attr:`ModelGeometry.trained_length`: the context,
+    or the L0 of a RoPE extension already in its config)."""
+    geometry = model_geometry(model)
+    return geometry.positions() if geometry.trained_length is None else geometry.trained_length
 
 
 def per_type_rope(config: Any) -> dict[str, Any] | None:
@@ -49,14 +55,10 @@ def rope_geometry(config: Any, layer_type: str | None = None) -> tuple[int, floa
         )
     if "rope_theta" not in params:
         raise ValueError(f"model_type={config.model_type!r} has no rope_theta: not a RoPE model")
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    dim = int(head_dim * params.get("partial_rotary_factor", 1.0))
-    return dim, float(params["rope_theta"]), params
+    return ModelGeometry.from_config(config).rotary_dim, float(params["rope_theta"]), params
 
 
 def layer_types(model: torch.nn.Module) -> list[str]:
     """Each decoder layer's attention type as the config names it (``full_attention``,
-    ``sliding_attention``): ``config.layer_types``, or every layer full where there is none."""
-    cfg = text_config(model)
-    types = getattr(cfg, "layer_types", None)
-    return list(types) if types else ["full_attention"] * int(cfg.num_hidden_layers)
+    ``sliding_attention``), as :attr:`ModelGeometry.layer_types` reads them."""
+    return list(model_geometry(model).layer_types)

@@ -30,10 +30,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..ops.geometry import stated_l0
 from ..ops.spec import GRANULARITIES, TemperatureSpec
 from ..utils import checks
 from . import patch
-from .introspect import attention_modules, text_config
+from .introspect import attention_modules, model_geometry, trained_length
 from .rope_factors import LearnableRopeFactors, install
 
 SCHEDULES = ("log_length", "log_length_slope")  # the second learns b alone: a stays at init (0: m = 1 up to L0)
@@ -145,9 +146,8 @@ def base_spec(init: TemperatureSpec | None, rope: dict[str, Any] | None) -> Temp
 
 
 def trained_length_of(model: nn.Module, base: TemperatureSpec) -> int:
-    """L0: the rope's original_max_position_embeddings, else the config's max_position_embeddings."""
-    rope = dict(base.rope)
-    return int(rope.get("original_max_position_embeddings") or text_config(model).max_position_embeddings)
+    """L0: the one the spec's rope states, else the model's trained length."""
+    return int(stated_l0(dict(base.rope)) or trained_length(model))
 
 
 def learnable_of(model: nn.Module) -> LearnableTemperatures | None:
@@ -182,7 +182,7 @@ def apply_learnable(
     l0 = (trained_length or trained_length_of(model, base)) if schedule else None
     weight = next(model.parameters())
     dtype = torch.float64 if weight.dtype == torch.float64 else torch.float32
-    heads = text_config(model).num_attention_heads
+    heads = model_geometry(model).num_heads
     temps = LearnableTemperatures(
         len(attention_modules(model)), heads, granularity, init, schedule, l0, dtype, weight.device, learn_temperature
     )

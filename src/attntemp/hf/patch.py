@@ -27,9 +27,10 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, eager_mask, flex_attention_mask, sdpa_mask
 
 from ..ops.attention import fold_into_q, foldable, reference_scores, repeat_kv, windowed_sdpa
+from ..ops.geometry import ModelGeometry
 from ..ops.spec import TemperatureSpec
 from .flex_check import flex_gap, flex_is_right
-from .introspect import attention_modules, layer_types, text_config
+from .introspect import attention_modules, model_geometry, text_config
 from .rope_scaling import extend_context, put_rope_state, rope_state
 
 SUPPORTED = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3", "gpt_neox")
@@ -189,21 +190,22 @@ def apply(model: torch.nn.Module, spec: TemperatureSpec) -> torch.nn.Module:
         spec = spec.with_layer_types(only)
     hf_model: Any = model  # a transformers model: set_attn_implementation
     cfg = text_config(model)
+    geometry = model_geometry(model)
     mods = attention_modules(model)
-    spec.check_model(len(mods), cfg.num_attention_heads)
+    spec.check_model(len(mods), geometry.num_heads)
     impl = cfg._attn_implementation
     softcap = getattr(cfg, "attn_logit_softcapping", None)
     target = "attntemp_eager" if impl == "eager" or softcap else f"attntemp_{impl}"
-    if target == "attntemp_flex_attention" and not _flex_right(model, cfg):
+    if target == "attntemp_flex_attention" and not _flex_right(model, geometry):
         target = "attntemp_sdpa"
     object.__setattr__(model, _SAVED, (impl, rope_state(model)))  # restore puts back exactly this
     try:
         if spec.rope:
             rp = dict(spec.rope)
             extend_context(model, rp.pop("rope_type"), rp.pop("factor"), **rp)
-        types = layer_types(model)
         for mod in mods:
-            setattr(mod, STATE, LayerState(spec, mod.layer_idx, cfg.num_attention_heads, types[mod.layer_idx]))
+            state = LayerState(spec, mod.layer_idx, geometry.num_heads, geometry.layer_types[mod.layer_idx])
+            setattr(mod, STATE, state)
         hf_model.set_attn_implementation(target)
     except Exception:
         restore(model)
@@ -211,14 +213,14 @@ def apply(model: torch.nn.Module, spec: TemperatureSpec) -> torch.nn.Module:
     return model
 
 
-def _flex_right(model: torch.nn.Module, cfg: Any) -> bool:
+def _flex_right(model: torch.nn.Module, geometry: ModelGeometry) -> bool:
     """Whether the compiled flex kernel agrees with SDPA for this model's heads on its device
     (:mod:`.flex_check`, once per shape); where not, say so in one line: apply then uses SDPA."""
     p = next(model.parameters())
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    if flex_is_right(cfg.num_attention_heads, head_dim, str(p.device), p.dtype):
+    heads, head_dim = geometry.num_heads, geometry.head_dim
+    if flex_is_right(heads, head_dim, str(p.device), p.dtype):
         return True
-    gap = flex_gap(cfg.num_attention_heads, head_dim, str(p.device), p.dtype)
+    gap = flex_gap(heads, head_dim, str(p.device), p.dtype)
     print(
         f"attntemp: flex_attention differs from SDPA on this machine by {gap:.3g} (head_dim {head_dim}; "
         "torch's compiled CPU kernel, see docs/concepts.md): the patched model runs SDPA instead",

@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..ops.geometry import ModelGeometry, stated_l0
 from ..utils import digest, resources
 from . import source
 from .loading import cache_dir, resolve
@@ -115,22 +116,21 @@ def check_prompts(name: str, value: Any, trials: int, tokens: int) -> None:
 
 
 def max_positions(cfg: dict[str, Any], rope: dict[str, Any] | None = None) -> int | None:
-    """The positions the config is set up for: ``max_position_embeddings`` times the RoPE factor
-    of ``rope`` (a spec's extension) when given; None when the config does not say."""
-    n = cfg.get("max_position_embeddings")
-    if not isinstance(n, int) or isinstance(n, bool):
+    """The positions the config is set up for: its :attr:`ModelGeometry.max_positions` times the
+    RoPE factor of ``rope`` (a spec's extension) when given; None when the config does not say."""
+    n = ModelGeometry.from_config(cfg).max_positions
+    if n is None:
         return None
     factor = float((rope or {}).get("factor", 1.0))
-    l0 = int((rope or {}).get("original_max_position_embeddings") or n)
+    l0 = int(stated_l0(rope) or n)
     return max(n, int(l0 * factor))
 
 
-def trained_length(cfg: dict[str, Any]) -> int | None:
-    """L0 from a config dict, as :func:`attntemp.hf.introspect.trained_length` reads it from a model."""
-    params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
-    original = params.get("original_max_position_embeddings") if isinstance(params, dict) else None
-    n = original or cfg.get("max_position_embeddings")
-    return int(n) if isinstance(n, int) and not isinstance(n, bool) else None
+def source_trained_length(cfg: dict[str, Any] | None) -> int | None:
+    """L0 of a source config (:attr:`ModelGeometry.trained_length`, as
+    :func:`attntemp.hf.introspect.trained_length` reads it from a model); None without a config
+    (a hub id before its first download) or where it does not say."""
+    return None if cfg is None else ModelGeometry.from_config(cfg).trained_length
 
 
 def fingerprint(name: str) -> str | None:

@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from ..ops import attention_config
+from ..ops import geometry
 from ..utils import checks
 
 PROBE = "attntemp_audit_probe"
@@ -61,12 +61,12 @@ def proxy_config(
     of its layer pattern, which engines such as llama.cpp's Gemma 3 hard-code rather than read; a
     deeper random proxy amplifies float32 rounding into the logits). ``hidden_size /
     num_attention_heads`` keeps the model's ratio where it is an integer."""
-    cfg = attention_config.text_config(config)
-    kinds = attention_config.layer_kinds(cfg)
+    cfg = geometry.config_dict(config)
+    kinds = geometry.layer_kinds(cfg)
     check_layer_types(kinds)
     keep = [i for i, k in enumerate(kinds) if k not in kinds[:i]]
     keep = list(range(keep[-1] + 1)) if full_depth else keep
-    qk_dim, _ = attention_config.head_dims(cfg)
+    qk_dim, _ = geometry.head_dims(cfg)
     fields = {k: copy.deepcopy(v) for k, v in cfg.items() if k not in DROP}
     fields.update({k: v for k, v in SMALL.items() if k in cfg})  # the rest: build_proxy, where the class has them
     if cfg.get("q_lora_rank"):

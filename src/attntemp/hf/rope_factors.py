@@ -20,9 +20,10 @@ import torch
 from torch import nn
 
 from ..ops import rope_factors as math_
+from ..ops.geometry import stated_l0
 from ..ops.rope import longrope_attention_factor
 from ..utils import checks
-from .introspect import rope_geometry, text_config
+from .introspect import rope_geometry, text_config, trained_length
 from .rope_scaling import put_rope_state, rope_state, rotary_modules
 
 
@@ -130,10 +131,9 @@ def factors_for(
     ``rope_for`` writes them; LongRoPE initialises its search from PI, NTK and YaRN the same way),
     with s = ``rope['factor']`` (else ``length / L0``) and the cos/sin factor 1, or LongRoPE's fixed
     ``sqrt(1 + ln s / ln L0)`` when ``longrope_scale``."""
-    config = text_config(model)
-    dim, base, _ = rope_geometry(config)
+    dim, base, _ = rope_geometry(text_config(model))
     params = dict(rope or {})
-    l0 = int(params.get("original_max_position_embeddings") or config.max_position_embeddings)
+    l0 = int(stated_l0(params) or trained_length(model))
     kind = params.get("rope_type", "none")
     if kind not in math_.INITS:
         raise ValueError(

@@ -17,29 +17,24 @@ from typing import Any
 import torch
 
 from ..ops import rope
+from ..ops.geometry import stated_positions
 from ..ops.rope import EXTENSIONS
 from ..utils import checks
-from .introspect import per_type_rope, rope_geometry, text_config
+from .introspect import per_type_rope, rope_geometry, text_config, trained_length
 
 SCALINGS = ("none", "linear", "ntk", "dynamic", "yarn")  # what `--rope` takes: s from the length alone
 _SAVED = "_attntemp_rope_saved"
 
 
 def rope_parameters_for(
-    config,
-    method: str,
-    factor: float,
-    original_max_position_embeddings: int | None,
-    layer_type: str | None = None,
-    **params: Any,
+    config, method: str, factor: float, l0: int, layer_type: str | None = None, **params: Any
 ) -> dict[str, Any]:
-    """The transformers ``rope_parameters`` dict for ``method`` (checked by attntemp.rope), of
-    ``layer_type``'s layers where the RoPE is per layer type."""
+    """The transformers ``rope_parameters`` dict for ``method`` (checked by attntemp.rope) from the
+    trained length ``l0``, of ``layer_type``'s layers where the RoPE is per layer type."""
     checks.choice("method", method, EXTENSIONS)
     dim, base, current = rope_geometry(config, layer_type)
     if current.get("rope_type", "default") != "default":
         raise ValueError(f"the model already uses rope_type={current['rope_type']!r}; restore it before extending")
-    l0 = original_max_position_embeddings or config.max_position_embeddings
     keep: dict[str, Any] = {k: current[k] for k in ("rope_theta", "partial_rotary_factor") if k in current}
     if method == "ntk":
         rope.ntk(dim, base, factor)
@@ -79,10 +74,10 @@ def extend_context(
 ) -> dict[str, Any]:
     """Set RoPE scaling ``method`` (linear, ntk, dynamic, yarn, llama3, longrope) on ``model``.
 
-    ``factor`` is the scale s >= 1; ``original_max_position_embeddings`` defaults to the config's
-    ``max_position_embeddings`` (the trained length). Extra ``params`` go to the rope type (yarn:
-    beta_fast, beta_slow, attention_factor, mscale, mscale_all_dim, truncate; llama3:
-    low_freq_factor, high_freq_factor; longrope: short_factor, long_factor). Note yarn's
+    ``factor`` is the scale s >= 1; ``original_max_position_embeddings`` defaults to the model's
+    trained length (its ``max_position_embeddings``: the RoPE must be plain). Extra ``params`` go
+    to the rope type (yarn: beta_fast, beta_slow, attention_factor, mscale, mscale_all_dim,
+    truncate; llama3: low_freq_factor, high_freq_factor; longrope: short_factor, long_factor). Note yarn's
     attention_factor (default 0.1 ln s + 1) scales cos and sin, i.e. the logits by its square.
     Undo with :func:`restore_rope`. Returns the rope_parameters written.
 
@@ -95,13 +90,14 @@ def extend_context(
         raise ValueError("the model's RoPE is already extended by attntemp; call restore_rope first")
     per_type = per_type_rope(config)
     layer_type = None if per_type is None else "full_attention"
-    new = rope_parameters_for(config, method, factor, original_max_position_embeddings, layer_type, **params)
+    l0 = original_max_position_embeddings or trained_length(model)
+    new = rope_parameters_for(config, method, factor, l0, layer_type, **params)
     if per_type is not None:
         new = {**copy.deepcopy(per_type), "full_attention": new}
     rotaries = _rotary_modules(model)
     if not rotaries:
         raise ValueError(f"model_type={config.model_type!r}: no rotary embedding module found")
-    saved = (copy.deepcopy(config.rope_parameters), config.max_position_embeddings, rotaries)
+    saved = (copy.deepcopy(config.rope_parameters), stated_positions(config), rotaries)
     object.__setattr__(model, _SAVED, saved)
     try:
         config.rope_parameters = new
@@ -146,7 +142,7 @@ class RopeState:
     themselves, with their buffers) and what :func:`restore_rope` would put back."""
 
     parameters: Any
-    max_position_embeddings: Any
+    max_positions: Any  # the config's max_position_embeddings
     rotaries: tuple[tuple[torch.nn.Module, str, Any], ...]
     saved: Any
 
@@ -156,7 +152,7 @@ def rope_state(model: torch.nn.Module) -> RopeState:
     config = text_config(model)
     return RopeState(
         copy.deepcopy(getattr(config, "rope_parameters", None)),
-        getattr(config, "max_position_embeddings", None),
+        stated_positions(config),
         tuple(_rotary_modules(model)),
         getattr(model, _SAVED, None),
     )
@@ -167,8 +163,8 @@ def put_rope_state(model: torch.nn.Module, state: RopeState) -> None:
     config = text_config(model)
     if state.parameters is not None:
         config.rope_parameters = copy.deepcopy(state.parameters)
-    if state.max_position_embeddings is not None:
-        config.max_position_embeddings = state.max_position_embeddings
+    if state.max_positions is not None:
+        config.max_position_embeddings = state.max_positions
     for parent, name, module in state.rotaries:
         setattr(parent, name, module)
     object.__setattr__(model, _SAVED, state.saved)

@@ -15,9 +15,10 @@ each group and query position p (0-indexed):
   scaling of SSMax arXiv:2501.19399), Mistral 3's ``1 + beta ln(1 + floor(p / L0))``.
 
 The effective pre-softmax logit multiplier is ``m(p) = af(p)^2 * scale_ratio * schedule(p)``.
-A config is read as a plain dict (``text_config`` first when there is one); both the legacy
-``rope_scaling`` + ``rope_theta`` spelling and transformers 5's ``rope_parameters`` (per layer
-type or not) are read. Bad values raise ``ValueError`` naming the field.
+The config's geometry (layer types, head dimensions, each layer type's RoPE parameters, L0) is its
+:class:`~attntemp.ops.geometry.ModelGeometry`, which reads both the legacy ``rope_scaling`` +
+``rope_theta`` spelling and transformers 5's ``rope_parameters`` (per layer type or not); the
+softmax-scale and schedule fields are read here. Bad values raise ``ValueError`` naming the field.
 """
 
 from __future__ import annotations
@@ -30,22 +31,11 @@ import torch
 
 from ..utils import checks
 from . import rope
+from .geometry import FULL, ModelGeometry, config_dict, rope_source, stated_l0
 from .schedules import Llama4, yarn_mscale
 
 # softmax scale *= mscale(s, mscale_all_dim)^2 (Mistral 4: transformers' yarn_apply_mscale)
 DEEPSEEK_TYPES = ("deepseek_v2", "deepseek_v3", "mistral4")
-# Kimi K2 / K2.5 name their text model kimi_k2; transformers' KimiK25Config runs it as deepseek_v3
-ALIASES = {"kimi_k2": "deepseek_v3"}
-SCALING_ON_FULL_ONLY = ("gemma3_text", "olmo3")  # legacy rope_scaling applies to full_attention layers only
-ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
-SIZES = {  # the largest a config may give (the largest released models are well inside), checked up front
-    "num_hidden_layers": (1024, "layers"),
-    "hidden_size": (65536, "hidden units"),
-    "num_attention_heads": (1024, "heads"),
-    "num_key_value_heads": (1024, "heads"),
-    "head_dim": (4096, "dimensions"),
-    "max_position_embeddings": (2**31 - 1, "positions"),
-}
 MAX_FACTOR = 1e4  # RoPE factor: a context 10,000 times the trained one
 MULTIPLIERS = (1e-3, 1e3)  # the logit multiplier a config may mean: attention is uniform or one-hot outside
 PAPERS = {
@@ -58,187 +48,56 @@ PAPERS = {
 }
 
 
-def text_config(config: dict[str, Any]) -> dict[str, Any]:
-    """The text part of a config (``text_config`` of a multimodal one), checked to be an object;
-    a text ``model_type`` another architecture's code runs under its name (:data:`ALIASES`)."""
-    if not isinstance(config, dict):
-        raise ValueError(f"config={type(config).__name__} is not allowed; expected a JSON object")
-    text = config.get("text_config", config)
-    if not isinstance(text, dict):
-        raise ValueError(f"config.text_config={text!r} is not allowed; expected a JSON object")
-    alias = ALIASES.get(str(text.get("model_type")))
-    return text if alias is None else {**text, "model_type": alias}
-
-
-def _int(cfg: dict[str, Any], name: str, default: int | None = None) -> int:
-    value = cfg.get(name, default)
-    if value is None:
-        raise ValueError(f"config has no {name!r}; expected a positive integer there")
-    return checks.positive_int(f"config.{name}", value)
-
-
-def check_sizes(cfg: dict[str, Any]) -> None:
-    """The config's sizes, each (where given) a positive integer within :data:`SIZES`, and the
-    query heads a multiple of the KV heads; before anything is built from them."""
-    for name, (most, what) in SIZES.items():
-        if cfg.get(name) is not None and _int(cfg, name) > most:
-            raise ValueError(f"config.{name}={cfg[name]!r} is not allowed; expected at most {most} {what}")
-    heads, kv = cfg.get("num_attention_heads"), cfg.get("num_key_value_heads")
-    if heads is not None and kv is not None and _int(cfg, "num_attention_heads") % _int(cfg, "num_key_value_heads"):
-        raise ValueError(
-            f"config.num_key_value_heads={kv!r} is not allowed: it must divide num_attention_heads={heads!r} "
-            "(each KV head serves a whole group of query heads)"
-        )
-
-
-def head_dims(cfg: dict[str, Any]) -> tuple[int, int]:
-    """``(qk_dim, rotary_dim)``: the q.k dimension the softmax scale refers to, and the rotated part."""
-    if cfg.get("qk_rope_head_dim") is not None and cfg.get("qk_nope_head_dim") is not None:  # MLA: [nope | rope]
-        rot = _int(cfg, "qk_rope_head_dim")
-        return _int(cfg, "qk_nope_head_dim") + rot, rot
-    if cfg.get("qk_rope_head_dim") is not None:  # DeepSeek-V4: head_dim, its last qk_rope_head_dim rotated
-        return _int(cfg, "head_dim"), _int(cfg, "qk_rope_head_dim")
-    heads = _int(cfg, "num_attention_heads")
-    hd = cfg["head_dim"] if cfg.get("head_dim") is not None else _int(cfg, "hidden_size") // heads
-    qk = checks.positive_int("config.head_dim", hd)
-    prf = _rope_dicts(cfg).get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0))
-    factor = checks.positive("config.partial_rotary_factor", prf if prf is not None else 1.0)
-    return qk, int(qk * min(factor, 1.0))
-
-
-def _rope_dicts(cfg: dict[str, Any]) -> dict[str, Any]:
-    rp = cfg.get("rope_parameters")
-    if rp is None:
-        return {}
-    if not isinstance(rp, dict):
-        raise ValueError(f"config.rope_parameters={rp!r} is not allowed; expected an object")
-    return rp
-
-
-def layer_kinds(cfg: dict[str, Any]) -> list[tuple[str, bool]]:
-    """``(layer_type, uses_rope)`` per layer: ``layer_types`` (or Gemma's ``sliding_window_pattern``),
-    and Llama 4's ``no_rope_layers`` (0 = NoPE; default every ``no_rope_layer_interval``-th layer)."""
-    n = _int(cfg, "num_hidden_layers")
-    types = cfg.get("layer_types")
-    if types is None and cfg.get("model_type") == "gemma3_text":
-        pattern = _int(cfg, "sliding_window_pattern", 6)
-        types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n)]
-    types = types or ["full_attention"] * n
-    if len(types) != n or not all(isinstance(t, str) for t in types):
-        raise ValueError(f"config.layer_types has {len(types)} entries; expected {n} strings (num_hidden_layers)")
-    uses = [True] * n
-    if cfg.get("model_type") == "llama4_text":
-        interval = _int(cfg, "no_rope_layer_interval", 4)
-        uses = [bool(u) for u in (cfg.get("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(n)])]
-        if len(uses) != n:
-            raise ValueError(f"config.no_rope_layers has {len(uses)} entries; expected {n} (num_hidden_layers)")
-    return list(zip(types, uses, strict=True))
-
-
-def rope_for(cfg: dict[str, Any], layer_type: str) -> dict[str, Any]:
-    """The RoPE parameters of one layer type: ``rope_type``, ``rope_theta`` and the type's own keys."""
-    rp = _rope_dicts(cfg)
-    if isinstance(rp.get(layer_type), dict):
-        params = dict(rp[layer_type])
-    elif rp and not any(isinstance(v, dict) for v in rp.values()):
-        params = dict(rp)
-    else:
-        scaling = cfg.get("rope_scaling") or {}
-        if not isinstance(scaling, dict):
-            raise ValueError(f"config.rope_scaling={scaling!r} is not allowed; expected an object or null")
-        theta = cfg.get("rope_theta", 10000.0)
-        if layer_type == "sliding_attention" and cfg.get("model_type") in SCALING_ON_FULL_ONLY:
-            return {"rope_type": "default", "rope_theta": cfg.get("rope_local_base_freq", theta)}
-        params = {"rope_theta": theta, **scaling}
-    params["rope_type"] = params.pop("type", None) or params.get("rope_type") or "default"
-    params.setdefault("rope_theta", cfg.get("rope_theta", 10000.0))
-    checks.choice("config rope_type", params["rope_type"], ROPE_TYPES)
-    return params
-
-
-def _source(cfg: dict[str, Any], layer_type: str) -> str:
-    """Where a layer type's RoPE parameters are read from, as the config spells it."""
-    rp = cfg.get("rope_parameters")
-    if isinstance(rp, dict) and isinstance(rp.get(layer_type), dict):
-        return f"config.rope_parameters.{layer_type}"
-    return "config.rope_parameters" if rp else "config.rope_scaling"
-
-
-def _l0(cfg: dict[str, Any], params: dict[str, Any]) -> int:
-    """L0, the trained length: ``original_max_position_embeddings`` (at most the context,
-    ``max_position_embeddings``), else ``max_position_embeddings``."""
-    name = "original_max_position_embeddings"
-    value = params.get(name) if params.get(name) is not None else cfg.get(name)
-    if value is None:
-        return _int(cfg, "max_position_embeddings")
-    l0 = checks.positive_int(name, value)
-    most = cfg.get("max_position_embeddings")
-    if isinstance(most, int) and l0 > most:
-        raise ValueError(
-            f"{name}={value!r} is not allowed; expected at most max_position_embeddings={most} (the trained length "
-            "cannot exceed the context the scaling extends it to)"
-        )
-    return l0
-
-
-def base_length(cfg: dict[str, Any], params: dict[str, Any]) -> int:
-    """The length a RoPE scaling starts from: L0 (:func:`_l0`), except for dynamic NTK, which
-    scales from ``max_position_embeddings`` (its only base length: transformers 5's
-    ``_compute_dynamic_ntk_parameters`` and its reset below ``original_max_seq_len``, vLLM's
-    ``DynamicNTKScalingRotaryEmbedding``); ``original_max_position_embeddings`` is not one of its
-    keys (transformers' ``_validate_dynamic_rope_parameters`` takes ``factor`` and ``rope_theta``)."""
-    if params.get("rope_type") == "dynamic":
-        return _int(cfg, "max_position_embeddings")
-    return _l0(cfg, params)
-
-
-def ignored(cfg: dict[str, Any]) -> list[str]:
+def ignored(geometry: ModelGeometry) -> list[str]:
     """Config values no engine reads, each as a line saying why (the audit prints them)."""
-    params = rope_for(cfg, "full_attention")
-    name = "original_max_position_embeddings"
-    value = params.get(name) if params.get(name) is not None else cfg.get(name)
-    if params["rope_type"] == "dynamic" and value is not None:
-        return [
-            f"config {name}={value!r} is ignored: dynamic NTK scales from max_position_embeddings="
-            f"{cfg.get('max_position_embeddings')!r} (transformers and vLLM read no other base length)"
-        ]
-    return []
+    value = geometry.ignored_l0()
+    if value is None:
+        return []
+    return [
+        f"config original_max_position_embeddings={value!r} is ignored: dynamic NTK scales from "
+        f"max_position_embeddings={geometry.max_positions!r} (transformers and vLLM read no other base length)"
+    ]
 
 
-def _factor(cfg: dict[str, Any], params: dict[str, Any]) -> float:
+def _factor(geometry: ModelGeometry, params: dict[str, Any]) -> float:
     if params.get("factor") is not None:
         return checks.within("factor", params["factor"], 1.0, MAX_FACTOR, " (a context 10,000 times L0 at most)")
-    return _int(cfg, "max_position_embeddings") / _l0(cfg, params)
+    return geometry.positions() / geometry.l0(params)
 
 
-def rope_arguments(cfg: dict[str, Any], params: dict[str, Any], position: int) -> dict[str, Any]:
+def rope_arguments(geometry: ModelGeometry, params: dict[str, Any], position: int) -> dict[str, Any]:
     """The keyword arguments of ``ops.rope``'s function for these parameters at ``position``."""
     kind = params["rope_type"]
     if kind == "default":
         return {}
     if kind in ("linear", "dynamic"):
         extra = (
-            {"max_position_embeddings": base_length(cfg, params), "seq_len": position + 1} if kind == "dynamic" else {}
+            {"max_position_embeddings": geometry.base_length(params), "seq_len": position + 1}
+            if kind == "dynamic"
+            else {}
         )
-        return {"factor": _factor(cfg, params), **extra}
+        return {"factor": _factor(geometry, params), **extra}
     keys = {
         "yarn": ("beta_fast", "beta_slow", "truncate", "mscale", "mscale_all_dim", "attention_factor"),
         "llama3": ("low_freq_factor", "high_freq_factor"),
         "longrope": ("short_factor", "long_factor", "attention_factor"),
     }[kind]
     out = {k: params[k] for k in keys if params.get(k) is not None}
-    out["original_max_position_embeddings"] = _l0(cfg, params)
-    out["factor"] = _factor(cfg, params)
+    out["original_max_position_embeddings"] = geometry.l0(params)
+    out["factor"] = _factor(geometry, params)
     if kind == "longrope":
         out["seq_len"] = position + 1
     return out
 
 
-def rope_at(cfg: dict[str, Any], params: dict[str, Any], rotary_dim: int, position: int) -> tuple[torch.Tensor, float]:
+def rope_at(
+    geometry: ModelGeometry, params: dict[str, Any], rotary_dim: int, position: int
+) -> tuple[torch.Tensor, float]:
     """``(inv_freq [rotary_dim/2], attention_factor)`` of ``params`` at ``position``, from ``ops.rope``."""
     base = checks.positive("rope_theta", params["rope_theta"])
     try:
-        return rope.compute_inv_freq(params["rope_type"], rotary_dim, base, **rope_arguments(cfg, params, position))
+        kw = rope_arguments(geometry, params, position)
+        return rope.compute_inv_freq(params["rope_type"], rotary_dim, base, **kw)
     except TypeError as exc:  # a key the type does not take
         raise ValueError(f"rope parameters {params!r}: {exc}") from None
 
@@ -261,14 +120,14 @@ class Group:
     rotary_dim: int
     scale_ratio: float  # softmax scale * sqrt(qk_dim)
     scale_rule: str
+    geometry: ModelGeometry = field(repr=False, compare=False)
     schedule: tuple[str, dict[str, float]] | None = None
-    config: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def rope_at(self, position: int) -> tuple[torch.Tensor | None, float]:
         """``(inv_freq or None for NoPE, attention factor on cos/sin)`` at ``position``."""
         if self.rope is None:
             return None, 1.0
-        return rope_at(self.config, self.rope, self.rotary_dim, position)
+        return rope_at(self.geometry, self.rope, self.rotary_dim, position)
 
     def schedule_at(self, position: int) -> float:
         """The position schedule's factor on q (1 without one)."""
@@ -278,7 +137,7 @@ class Group:
         if kind == "llama4":
             pos = torch.tensor([position], dtype=torch.float64)  # [1]
             return float(Llama4(p["floor_scale"], p["attn_scale"])(0, 1, pos, pos + 1)[0, 0])
-        return mistral_position_scale(position, p["beta"], int(p["original_max_position_embeddings"]))
+        return mistral_position_scale(position, p["beta"], int(stated_l0(p)))
 
     def multiplier_at(self, position: int) -> float:
         """``af(p)^2 * scale_ratio * schedule(p)``: the effective pre-softmax logit multiplier."""
@@ -303,20 +162,21 @@ class Group:
         return "; ".join(parts)
 
 
-def _scale(cfg: dict[str, Any], params: dict[str, Any] | None, qk_dim: int) -> tuple[float, str]:
+def _scale(cfg: dict[str, Any], geometry: ModelGeometry, params: dict[str, Any] | None) -> tuple[float, str]:
     """The softmax scale relative to ``1/sqrt(qk_dim)``, with its rule."""
+    qk_dim = geometry.head_dim
     if cfg.get("query_pre_attn_scalar") is not None:
         scalar = checks.positive("config.query_pre_attn_scalar", cfg["query_pre_attn_scalar"])
         return math.sqrt(qk_dim / scalar), f"sqrt(d_qk / query_pre_attn_scalar) = sqrt({qk_dim}/{scalar:g}) (Gemma)"
     if cfg.get("model_type") in DEEPSEEK_TYPES and params and params.get("mscale_all_dim"):
-        s = _factor(cfg, params)
+        s = _factor(geometry, params)
         all_dim = checks.positive("mscale_all_dim", params["mscale_all_dim"])
         rule = f"(0.1 * {all_dim:g} ln {s:g} + 1)^2 (DeepSeek-V2 arXiv:2405.04434 mscale_all_dim)"
         return yarn_mscale(s, all_dim) ** 2, rule
     return 1.0, "1 (softmax scale 1/sqrt(d_qk))"
 
 
-def _schedule(cfg: dict[str, Any], params: dict[str, Any] | None, uses_rope: bool) -> Any:
+def _schedule(cfg: dict[str, Any], geometry: ModelGeometry, params: dict[str, Any] | None, uses_rope: bool) -> Any:
     if cfg.get("model_type") == "llama4_text" and cfg.get("attn_temperature_tuning") and not uses_rope:
         fs = checks.positive("config.floor_scale", cfg.get("floor_scale", 8192))
         return "llama4", {
@@ -325,7 +185,7 @@ def _schedule(cfg: dict[str, Any], params: dict[str, Any] | None, uses_rope: boo
         }
     if params and params.get("llama_4_scaling_beta") is not None:
         beta = checks.positive("llama_4_scaling_beta", params["llama_4_scaling_beta"])
-        return "mistral", {"beta": beta, "original_max_position_embeddings": float(_l0(cfg, params))}
+        return "mistral", {"beta": beta, "original_max_position_embeddings": float(geometry.l0(params))}
     return None
 
 
@@ -355,33 +215,36 @@ def _check_multiplier(cfg: dict[str, Any], group: Group, source: str) -> None:
 
 def groups(config: dict[str, Any]) -> list[Group]:
     """The config's layer groups, in the order of their first layer."""
-    cfg = text_config(config)
+    cfg = config_dict(config)
     if cfg.get("rope_parameters") is not None and cfg.get("rope_scaling") is not None:
         raise ValueError(
             "config has both rope_parameters and rope_scaling: which one an engine reads differs (transformers 5 "
             "reads rope_parameters, older engines rope_scaling); keep one"
         )
-    check_sizes(cfg)
-    qk_dim, rotary_dim = head_dims(cfg)
-    if rotary_dim < 2 or rotary_dim % 2:
-        raise ValueError(f"the rotary dimension is {rotary_dim}; expected an even integer >= 2 (head_dim x partial)")
+    geometry = ModelGeometry.from_config(cfg)  # sizes, head dims, layer types, RoPE types and L0 checked
+    if geometry.rotary_dim < 2 or geometry.rotary_dim % 2:
+        raise ValueError(
+            f"the rotary dimension is {geometry.rotary_dim}; expected an even integer >= 2 (head_dim x partial)"
+        )
     found: dict[tuple[str, bool], list[int]] = {}
-    for i, kind in enumerate(layer_kinds(cfg)):
+    for i, kind in enumerate(zip(geometry.layer_types, geometry.rope_layers, strict=True)):
         found.setdefault(kind, []).append(i)
-    out = []
-    for (layer_type, uses_rope), layers in found.items():
-        params = rope_for(cfg, layer_type)
-        ratio, rule = _scale(cfg, params, qk_dim)
-        name = layer_type + ("" if uses_rope else " NoPE")
-        group = Group(name, tuple(layers), params if uses_rope else None, qk_dim, rotary_dim, ratio, rule,
-                      _schedule(cfg, params, uses_rope), cfg)  # fmt: skip
-        try:
-            group.rope_at(0)  # every value checked before any work
-        except ValueError as exc:
-            raise ValueError(f"{_source(cfg, layer_type)}.{exc}") from None
-        _check_multiplier(cfg, group, _source(cfg, layer_type))
-        out.append(group)
-    return out
+    return [_group(cfg, geometry, layer_type, uses_rope, layers) for (layer_type, uses_rope), layers in found.items()]
+
+
+def _group(cfg: dict[str, Any], geometry: ModelGeometry, layer_type: str, uses_rope: bool, layers: list[int]) -> Group:
+    """One group, every value checked before any work (each error naming its field)."""
+    params = geometry.rope_of(layer_type)
+    ratio, rule = _scale(cfg, geometry, params)
+    name = layer_type + ("" if uses_rope else " NoPE")
+    group = Group(name, tuple(layers), params if uses_rope else None, geometry.head_dim, geometry.rotary_dim,
+                  ratio, rule, geometry, _schedule(cfg, geometry, params, uses_rope))  # fmt: skip
+    try:
+        group.rope_at(0)
+    except ValueError as exc:
+        raise ValueError(f"{rope_source(cfg, layer_type)}.{exc}") from None
+    _check_multiplier(cfg, group, rope_source(cfg, layer_type))
+    return group
 
 
 def primary(found: list[Group]) -> Group:
@@ -394,17 +257,17 @@ def primary(found: list[Group]) -> Group:
 
 def default_positions(config: dict[str, Any]) -> tuple[int, ...]:
     """Positions where the figures change: 0, 1, around L0 and 2 L0, the schedules' steps, the end."""
-    cfg = text_config(config)
     found = groups(config)  # every value checked first, each error naming its field
-    params = rope_for(cfg, "full_attention")
-    l0 = base_length(cfg, params) if params["rope_type"] != "default" else _int(cfg, "max_position_embeddings")
-    end = _int(cfg, "max_position_embeddings") - 1
+    geometry = found[0].geometry
+    params = geometry.rope_of(FULL)
+    l0 = geometry.base_length(params) if params["rope_type"] != "default" else geometry.positions()
+    end = geometry.positions() - 1
     points = {0, 1, l0 - 1, l0, 2 * l0 - 1, 2 * l0, end}
     for g in found:
         if g.schedule and g.schedule[0] == "llama4":
             fs = int(g.schedule[1]["floor_scale"])
             points |= {fs - 2, fs - 1, 2 * fs - 1, 4 * fs - 1}
         elif g.schedule:
-            l0s = int(g.schedule[1]["original_max_position_embeddings"])
+            l0s = int(stated_l0(g.schedule[1]))
             points |= {l0s - 1, l0s, 2 * l0s, 4 * l0s}
     return tuple(sorted(p for p in points if 0 <= p <= max(end, 1)))

@@ -27,6 +27,7 @@ import torch
 from ..utils import checks
 from . import rope as rope_math
 from . import schedules
+from .geometry import stated_l0
 from .rope import EXTENSIONS
 
 GRANULARITIES = ("global", "layer", "head")  # one m for the model, one per layer, one per head
@@ -111,7 +112,7 @@ def _rope_keys(rope_type: str) -> set[str]:
     """The keys ``rope`` may hold for ``rope_type`` (what ``attntemp.extend_context`` passes on)."""
     params = set(inspect.signature(rope_math.ROPE_FUNCTIONS[rope_type]).parameters) - {"dim", "base"}
     if rope_type == "dynamic":
-        params.discard("max_position_embeddings")  # extend_context passes it from the model
+        params -= {"max_position_embeddings"}  # extend_context passes it from the model
     return params | _ROPE_COMMON
 
 
@@ -127,7 +128,7 @@ def _check_rope(rope: dict[str, Any]) -> None:
     if unknown:
         raise ValueError(f"rope has unknown key(s) {unknown} for {kind!r}; allowed: {sorted(_rope_keys(kind))}")
     extra = {k: v for k, v in rope.items() if k not in _ROPE_COMMON}
-    l0 = rope.get("original_max_position_embeddings", 2048)
+    l0 = 2048 if stated_l0(rope) is None else stated_l0(rope)
     try:
         if kind in ("linear", "ntk"):
             rope_math.ROPE_FUNCTIONS[kind](64, 10000.0, factor)

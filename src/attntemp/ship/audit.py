@@ -27,6 +27,7 @@ from typing import Any
 from ..assets import configs_path, shipped_configs
 from ..ops import attention_config
 from ..ops.attention_config import Group
+from ..ops.geometry import config_dict
 from ..utils import checks
 from ..utils.options import ints, names, option
 
@@ -90,7 +91,7 @@ def load_config(path: str) -> dict[str, Any]:
         raise ValueError(f"config={path!r} is not valid JSON ({str(exc)[:80]})") from None
     if not isinstance(data, dict):
         raise ValueError(f"config={path!r}: a config JSON must be an object, not {type(data).__name__}")
-    if not isinstance(attention_config.text_config(data).get("model_type"), str):
+    if not isinstance(config_dict(data).get("model_type"), str):
         raise ValueError(f"config={path!r} has no model_type; expected the model's config.json")
     return data
 
@@ -141,7 +142,7 @@ def reference(config: dict[str, Any], positions: tuple[int, ...]) -> dict[str, A
         "formula": top["formula"],
         "primary": top["name"],
         "groups": rows,
-        "notes": attention_config.ignored(attention_config.text_config(config)),
+        "notes": attention_config.ignored(main.geometry),
     }
 
 
@@ -321,7 +322,7 @@ def run_audit(cfg: AuditConfig) -> AuditResult:
     config = load_config(cfg.config)
     positions = tuple(sorted(set(cfg.positions or attention_config.default_positions(config))))
     ref = reference(config, positions)  # every value checked here, before any model is built
-    model_type = attention_config.text_config(config)["model_type"]
+    model_type = config_dict(config)["model_type"]
     import transformers
     from huggingface_hub.errors import StrictDataclassError  # a transformers config class refusing a field
 

@@ -27,7 +27,8 @@ from typing import Any
 import torch
 
 from ..hf import devices, patch, preflight, rope_scaling
-from ..hf.introspect import attention_modules, layer_types, text_config
+from ..hf.introspect import attention_modules, model_geometry, text_config
+from ..ops.geometry import stated_l0
 from ..ops.spec import TemperatureSpec
 from ..utils import checks, install, outputs
 from ..utils.version import VERSION
@@ -117,12 +118,12 @@ def plan(model: torch.nn.Module, spec: TemperatureSpec) -> tuple[LayerBake, ...]
         raise ValueError("the model is patched by attntemp; call attntemp.restore(model) before baking")
     patch.check_supported(model)
     refuse_position_dependent(spec)
-    cfg = text_config(model)
+    cfg, geometry = text_config(model), model_geometry(model)
     mods = attention_modules(model)
-    heads = cfg.num_attention_heads
+    heads = geometry.num_heads
     spec.check_model(len(mods), heads)
     softcap = getattr(cfg, "attn_logit_softcapping", None)
-    out, types = [], layer_types(model)
+    out, types = [], geometry.layer_types
     for mod in mods:
         m = spec.static_multipliers(mod.layer_idx, heads, types[mod.layer_idx])  # [H]: ones on layers not targeted
         target = _target(mod)
@@ -301,7 +302,7 @@ def tokens_to_check(spec: TemperatureSpec, tokens: int) -> int:
     rope = dict(spec.rope)
     if rope.get("rope_type") != "longrope":
         return tokens
-    return max(tokens, int(rope["original_max_position_embeddings"]) + 16)
+    return max(tokens, int(stated_l0(rope)) + 16)
 
 
 def save_baked(

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..ops import rope
+from ..ops.geometry import stated_l0
 from ..ops.schedules import yarn_mscale
 from ..ops.spec import TemperatureSpec
 from ..utils import checks
@@ -162,7 +163,7 @@ def _resolve_rope(spec: TemperatureSpec, trained_length: int | None) -> dict[str
     params: dict[str, Any] = {k: list(v) if isinstance(v, tuple) else v for k, v in spec.rope}
     if trained_length is not None:
         checks.positive_int("trained_length", trained_length)
-        l0 = params.get("original_max_position_embeddings")
+        l0 = stated_l0(params)
         if l0 is not None and int(l0) != trained_length:
             raise ValueError(
                 f"trained_length={trained_length} disagrees with the spec's rope original_max_position_embeddings={l0}"
@@ -180,21 +181,24 @@ def builtin_factor(params: dict[str, Any]) -> float:
             params["factor"], params.get("mscale"), params.get("mscale_all_dim"), params.get("attention_factor")
         )
     if kind == "longrope":
-        return rope.longrope_attention_factor(
-            params["factor"], params["original_max_position_embeddings"], params.get("attention_factor")
-        )
+        return rope.longrope_attention_factor(params["factor"], stated_l0(params), params.get("attention_factor"))
     return 1.0
 
 
 def _need(params: dict[str, Any], key: str, engine: str) -> Any:
     if params.get(key) is None:
-        hint = (
-            " (pass trained_length / --trained-length: the model's max_position_embeddings)"
-            if (key == "original_max_position_embeddings")
-            else ""
-        )
-        raise ValueError(f"rope_type={params['rope_type']!r} for {engine} needs {key}{hint}")
+        raise ValueError(f"rope_type={params['rope_type']!r} for {engine} needs {key}")
     return params[key]
+
+
+def _need_l0(params: dict[str, Any], engine: str) -> int:
+    """The rope's L0, which ``engine`` needs: raise (saying how to give it) where it has none."""
+    if stated_l0(params) is None:
+        raise ValueError(
+            f"rope_type={params['rope_type']!r} for {engine} needs original_max_position_embeddings (pass "
+            "trained_length / --trained-length: the model's max_position_embeddings)"
+        )
+    return int(stated_l0(params))
 
 
 def _num(x: float) -> str:
@@ -228,7 +232,7 @@ def _transformers(m: float, params: dict[str, Any], rope_theta: float | None) ->
     kind = params.get("rope_type")
     if kind in ("yarn", "longrope"):
         _need(params, "factor", "transformers")
-        _need(params, "original_max_position_embeddings", "transformers")
+        _need_l0(params, "transformers")
         rp = _rope_dict(params, rope_theta, attention_factor=transformers_attention_factor(m))
         note = f"attention_factor = sqrt(m) = {rp['attention_factor']:.6g} on cos/sin (replaces the default)"
         return ExportResult(
@@ -251,8 +255,8 @@ def _transformers(m: float, params: dict[str, Any], rope_theta: float | None) ->
 def _vllm(m: float, params: dict[str, Any], rope_theta: float | None) -> ExportResult:
     kind = params.get("rope_type")
     if kind == "longrope":
-        for key in ("factor", "original_max_position_embeddings"):
-            _need(params, key, "vllm")
+        _need(params, "factor", "vllm")
+        _need_l0(params, "vllm")
         lr, flags, said = longrope_export.vllm_settings(params, m, rope_theta)
         theta = _theta_note(rope_theta, "vLLM --hf-overrides")
         return ExportResult("vllm", m, lr, flags, said + theta, longrope_export.PHI3_VLLM)
@@ -264,7 +268,7 @@ def _vllm(m: float, params: dict[str, Any], rope_theta: float | None) -> ExportR
     args: tuple[str, ...] = ("--hf-overrides", json.dumps({"rope_parameters": rp}))
     if kind == "yarn":
         s = float(_need(params, "factor", "vllm"))
-        l0 = int(_need(params, "original_max_position_embeddings", "vllm"))
+        l0 = _need_l0(params, "vllm")
         rp.update(attention_factor=transformers_attention_factor(m), attn_factor=vllm_attn_factor(m, s))
         args = ("--hf-overrides", json.dumps({"rope_parameters": rp}), "--max-model-len", str(round(s * l0)))
     legacy = json.dumps({"rope_scaling": {k: v for k, v in rp.items() if k != "attention_factor"}})
@@ -331,7 +335,7 @@ def _llamacpp_plain(m: float, params: dict[str, Any], gguf_arch: str | None) -> 
     if params.get("rope_type") == "linear":
         s = float(_need(params, "factor", "llama.cpp"))
         args += ["--rope-scaling", "linear", "--rope-scale", _num(s)]
-        l0 = params.get("original_max_position_embeddings")
+        l0 = stated_l0(params)
         length = round(s * int(l0)) if l0 else None
         args += ["--ctx-size", str(length)] if length else []
     f = rope.cos_sin_factor(m)
@@ -348,8 +352,8 @@ def _llamacpp_plain(m: float, params: dict[str, Any], gguf_arch: str | None) -> 
 def _llamacpp(m: float, params: dict[str, Any], gguf_arch: str | None) -> ExportResult:
     kind = params.get("rope_type")
     if kind == "longrope":
-        for key in ("factor", "original_max_position_embeddings"):
-            _need(params, key, "llama.cpp")
+        _need(params, "factor", "llama.cpp")
+        _need_l0(params, "llama.cpp")
         flags, said = longrope_export.llamacpp_settings(params, m, gguf_arch)
         length = longrope_export.context_length(params)
         return ExportResult("llama.cpp", m, None, flags, said, longrope_export.LLAMACPP, perplexity_args(flags, length))
@@ -367,7 +371,7 @@ def _llamacpp(m: float, params: dict[str, Any], gguf_arch: str | None) -> Export
             "rope truncate=False cannot be exported to llama.cpp: it always truncates the "
             "YaRN correction range (floor/ceil)"
         )
-    l0 = int(_need(params, "original_max_position_embeddings", "llama.cpp"))
+    l0 = _need_l0(params, "llama.cpp")
     length = round(s * l0)
     args = ["--rope-scaling", "yarn", "--rope-scale", _num(s), "--yarn-orig-ctx", str(l0), "--ctx-size", str(length)]
     for key, flag in (("beta_fast", "--yarn-beta-fast"), ("beta_slow", "--yarn-beta-slow")):

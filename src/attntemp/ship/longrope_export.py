@@ -23,6 +23,7 @@ import json
 from typing import Any
 
 from ..ops import rope
+from ..ops.geometry import stated_l0
 
 PHI3_VLLM = "vLLM rotary_embedding/phi3_long_rope_scaled_rope.py (17d618b0f944)"
 LLAMACPP = (
@@ -36,7 +37,7 @@ SAME_PAST_L0 = (
 
 def context_length(params: dict[str, Any]) -> int:
     """The extended context: ``round(s * L0)``."""
-    return round(float(params["factor"]) * int(params["original_max_position_embeddings"]))
+    return round(float(params["factor"]) * int(stated_l0(params)))
 
 
 def vllm_settings(
@@ -56,7 +57,7 @@ def vllm_settings(
         SAME_PAST_L0.format(
             engine="vLLM",
             when="at every position once --max-model-len exceeds L0",
-            l0=params["original_max_position_embeddings"],
+            l0=stated_l0(params),
         ),
     )
     return rp, args, notes
@@ -80,7 +81,7 @@ def llamacpp_settings(
         SAME_PAST_L0.format(
             engine="llama.cpp",
             when="at every context size (rope_freqs has no short/long switch)",
-            l0=params["original_max_position_embeddings"],
+            l0=stated_l0(params),
         ),
     ]
     if abs(f - 1) > 1e-9:

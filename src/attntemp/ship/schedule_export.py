@@ -22,6 +22,7 @@ import json
 from dataclasses import replace
 from typing import Any
 
+from ..ops.geometry import stated_l0
 from ..ops.spec import TemperatureSpec
 from ..utils import checks
 
@@ -48,8 +49,8 @@ def split(spec: TemperatureSpec) -> tuple[TemperatureSpec, dict[str, float] | No
 def _l0(scaling: dict[str, float], rope: dict[str, Any] | None) -> int:
     """The schedule's L0, which must be the rope's (engines read one ``original_max_position_embeddings``)."""
     name = "schedule_params.original_max_position_embeddings"
-    l0 = checks.positive_int(name, int(scaling["original_max_position_embeddings"]))
-    given = (rope or {}).get("original_max_position_embeddings")
+    l0 = checks.positive_int(name, int(stated_l0(scaling)))
+    given = stated_l0(rope)
     if given is not None and int(given) != l0:
         raise ValueError(
             f"{name}={l0} differs from the rope's "

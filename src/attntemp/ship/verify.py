@@ -25,9 +25,10 @@ import torch
 
 from ..evaluate.corpus import heldout_windows, load_text
 from ..hf import loading, preflight
-from ..hf.introspect import text_config
+from ..hf.introspect import trained_length
 from ..hf.loading import ModelOptions
 from ..hf.patch import patch
+from ..ops.geometry import stated_l0
 from ..ops.intervals import Interval, paired_ratio_interval, perplexity_interval
 from ..ops.spec import TemperatureSpec
 from ..utils import checks, outputs
@@ -109,8 +110,8 @@ def check_size(cfg: VerifyConfig, spec: TemperatureSpec) -> None:
     config = preflight.source_config(cfg.model)  # its text part, or None before a first download
     if config is None:
         return
-    trained = config.get("max_position_embeddings")
-    length = cfg.window_length(spec, trained) if isinstance(trained, int) else cfg.length
+    trained = preflight.source_trained_length(config)
+    length = cfg.window_length(spec, trained) if trained is not None else cfg.length
     if length is not None:
         preflight.check_forward("length", length, config, cfg.chunks, length)
 
@@ -137,12 +138,12 @@ def is_global(spec: TemperatureSpec, engine: str) -> bool:
 
 def fill_l0(spec: TemperatureSpec, trained: int) -> int | None:
     """``export``'s trained_length: the model's, unless the spec's RoPE names its own L0."""
-    return None if dict(spec.rope).get("original_max_position_embeddings") else trained
+    return None if stated_l0(dict(spec.rope)) else trained
 
 
 def default_length(spec: TemperatureSpec, trained: int) -> int:
     rope = dict(spec.rope)
-    l0 = int(rope.get("original_max_position_embeddings") or trained)
+    l0 = int(stated_l0(rope) or trained)
     return round(float(rope["factor"]) * l0) if rope.get("factor") else trained
 
 
@@ -335,7 +336,7 @@ def llamacpp_run(
     cfg: VerifyConfig, spec: TemperatureSpec, llama: llamacpp.LlamaCpp, model: Any, tok: Any, work: Path
 ) -> VerifyResult:
     folder = Path(loading.resolve(cfg.model))
-    trained = int(text_config(model).max_position_embeddings)
+    trained = trained_length(model)
     length = cfg.window_length(spec, trained)
     scored = length - 1 - length // 2
     if scored * cfg.chunks < 100:

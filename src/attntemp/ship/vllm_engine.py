@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from ..hf import loading
-from ..hf.introspect import text_config
+from ..hf.introspect import text_config, trained_length
 from ..hf.loading import load_model
 from ..ops.intervals import Interval, mean_interval, perplexity_interval
 from ..ops.spec import TemperatureSpec
@@ -158,7 +158,7 @@ def run(cfg: VerifyConfig, spec: TemperatureSpec) -> VerifyResult:
     """Both runs (m = 1 and the spec) on vLLM and in attntemp; see the module doc."""
     python = find_vllm(cfg.engine_dir)  # before the model loads
     model, tok = load_model(cfg.model, **cfg.load_args(dtype="float32"))
-    trained = int(text_config(model).max_position_embeddings)
+    trained = trained_length(model)
     length = cfg.window_length(spec, trained)
     ids = windows(tok, cfg.text, length, cfg.chunks)  # [C, L]
     vocab = int(text_config(model).vocab_size)

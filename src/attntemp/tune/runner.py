@@ -324,7 +324,7 @@ def preflight_tune(cfg: TuneConfig, model=None, tok=None) -> Any:
     if cfg.second_text() is not None:
         corpus.source_files(cfg.second_text() or "", name="heldout_text")
     objective = [cfg.objective] if cfg.objective in TASKS else []
-    trained = introspect.trained_length(model) if model is not None else preflight.trained_length(config or {})
+    trained = introspect.trained_length(model) if model is not None else preflight.source_trained_length(config)
     sizes: dict[str, Any] = {"opts": cfg, "trained": trained}  # key_tokens' K and n, the needles' count
     limits.check_lengths("length", [cfg.length], [*cfg.tasks, *objective], tok, indexed=False, **sizes)
     limits.check_lengths("lengths", cfg.lengths, [*cfg.tasks, *objective], tok, **sizes)

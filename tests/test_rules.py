@@ -1,0 +1,89 @@
+"""House rules read from the source with ``ast``: each fact has one reader, each public name one meaning."""
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src" / "attntemp"
+GEOMETRY_KEYS = {"max_position_embeddings", "original_max_position_embeddings"}
+GEOMETRY = SRC / "ops" / "geometry.py"
+
+
+def python_files(*folders: Path) -> list[Path]:
+    return sorted(p for folder in folders for p in folder.rglob("*.py"))
+
+
+def _parents(tree: ast.AST) -> dict[ast.AST, ast.AST]:
+    return {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+
+
+def _allowed_key(node: ast.Constant, parent: ast.AST) -> bool:
+    """A geometry key that writes or names, not reads: a dict literal's key or value (an exported
+    config, a table of field names), a member of a set literal (the keys a dict may hold), the
+    target of ``d[key] = ...``, or the name a ``checks.*`` call gives the value in its error."""
+    if isinstance(parent, ast.Dict) or isinstance(parent, ast.Set):
+        return True
+    if isinstance(parent, ast.Subscript) and not isinstance(parent.ctx, ast.Load):
+        return True
+    if isinstance(parent, ast.Call) and parent.args and parent.args[0] is node:
+        func = parent.func
+        return isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "checks"
+    return False
+
+
+def geometry_key_reads(source: str) -> list[tuple[int, str]]:
+    """``(line, what)`` of each read of a geometry key: the key string anywhere but where
+    :func:`_allowed_key` allows it (subscripts, ``.get``, ``getattr``, ``in``, helper arguments,
+    names bound to it), and attribute access ``x.max_position_embeddings`` on anything but ``self``
+    (a plain-number field of an ops class, such as the Mistral schedule's L0). Keyword arguments
+    and parameters named like the keys (plain numbers of the ops math) are not reads."""
+    tree = ast.parse(source)
+    parents = _parents(tree)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and node.value in GEOMETRY_KEYS:
+            parent = parents[node]
+            if not _allowed_key(node, parent):
+                found.append((node.lineno, f"{node.value!r} in {ast.unparse(parent)[:80]}"))
+        elif isinstance(node, ast.Attribute) and node.attr in GEOMETRY_KEYS and isinstance(node.ctx, ast.Load):
+            if not (isinstance(node.value, ast.Name) and node.value.id == "self"):
+                found.append((node.lineno, ast.unparse(node)))
+    return sorted(found)
+
+
+def test_geometry_key_reads_are_found():
+    """The scan itself: reads are found, writes and names are not."""
+    reads = """
+cfg.get("max_position_embeddings")
+cfg["original_max_position_embeddings"]
+getattr(cfg, "max_position_embeddings", None)
+config.max_position_embeddings
+"original_max_position_embeddings" in params
+_need(params, "original_max_position_embeddings", "vllm")
+name = "max_position_embeddings"
+for key in ("factor", "original_max_position_embeddings"): pass
+"""
+    assert [line for line, _ in geometry_key_reads(reads)] == [2, 3, 4, 5, 6, 7, 8, 9]
+    writes = """
+out = {"original_max_position_embeddings": l0, "k": "max_position_embeddings"}
+out["original_max_position_embeddings"] = l0
+config.max_position_embeddings = 32
+rope.yarn(dim, base, factor, original_max_position_embeddings=l0)
+checks.positive_int("original_max_position_embeddings", value)
+keys = {"rope_type", "original_max_position_embeddings"}
+def f(max_position_embeddings: int): return self.original_max_position_embeddings
+"""
+    assert geometry_key_reads(writes) == []
+
+
+def test_one_reader_of_the_geometry_keys():
+    """Only ``ops/geometry.py`` reads ``max_position_embeddings`` / ``original_max_position_embeddings``
+    (issue 36): everything else asks its :class:`ModelGeometry` (or ``stated_l0`` for a RoPE dict)."""
+    bad = [
+        f"{path.relative_to(ROOT)}:{line}: {what}"
+        for path in python_files(SRC, ROOT / "scripts", ROOT / "benchmarks")
+        if path != GEOMETRY
+        for line, what in geometry_key_reads(path.read_text(encoding="utf-8"))
+    ]
+    assert not bad, "read the geometry keys through attntemp.ops.geometry:\n" + "\n".join(bad)
