@@ -7,7 +7,7 @@ from (:mod:`attntemp.cli_flags`), from the real parsers; run after changing a co
 from __future__ import annotations
 
 from attntemp.cli import build_parser
-from attntemp.cli_flags import write
+from attntemp.cli_flags import write_snapshot
 
 if __name__ == "__main__":
-    print(f"wrote {write(build_parser())}")
+    print(f"wrote {write_snapshot(build_parser())}")

@@ -42,7 +42,7 @@ from attntemp.hf.loading import load_model
 from attntemp.hf.rope_scaling import rope_for
 from attntemp.ops.spec import TemperatureSpec
 from attntemp.tune.entropy import TARGETS, tune_entropy
-from attntemp.tune.evidence import BASELINE, YARN, candidates
+from attntemp.tune.evidence import M_ONE, YARN, evidence_specs
 
 RULES = {"rule logn": "logn", "rule sqrt_logn": "sqrt_logn"}  # label-free published laws, untuned
 
@@ -52,7 +52,7 @@ GLOBAL = "best global m (search)"
 
 def fixed_specs(args: argparse.Namespace, rope: dict | None, trained: int) -> dict[str, TemperatureSpec]:
     """m = 1, YaRN's m and the best global m of an earlier tune (``--global-spec``)."""
-    specs = candidates(rope, None)
+    specs = evidence_specs(rope, None)
     if args.global_spec:
         specs[GLOBAL] = TemperatureSpec(multiplier=TemperatureSpec.load(args.global_spec).multiplier, rope=rope)
     return specs
@@ -108,7 +108,7 @@ def scored(
 
 def table(results: dict[str, dict], args: argparse.Namespace, text: str | None = None) -> str:
     task = get_task("perplexity")
-    base = results[BASELINE]
+    base = results[M_ONE]
     where = f"{args.text}, evaluation pool" if text is None else f"{text}, whole"
     lines = [
         f"| spec (rope {args.rope}, {args.length} tokens, {args.docs} windows of {where}) | tail ppl [95%] | "
@@ -116,8 +116,8 @@ def table(results: dict[str, dict], args: argparse.Namespace, text: str | None =
         "|---|---|---|---|",
     ]
     for name, res in results.items():
-        vs_one = "-" if name == BASELINE else task.compare(res, base, "tail_ppl")
-        skip = name in (BASELINE, YARN) or YARN not in results
+        vs_one = "-" if name == M_ONE else task.compare(res, base, "tail_ppl")
+        skip = name in (M_ONE, YARN) or YARN not in results
         vs_yarn = "-" if skip else task.compare(res, results[YARN], "tail_ppl")
         lines.append(f"| {name} | {task.describe(res, 'tail_ppl')} | {vs_one} | {vs_yarn} |")
     return "\n".join(lines)
@@ -154,7 +154,7 @@ def main() -> None:
         if other is not None:
             second[key or name] = scored(model, tok, name, spec, args, other, out, "results_heldout")
 
-    baseline = scored(model, tok, BASELINE, TemperatureSpec(rope=rope), args, ctx, out)
+    baseline = scored(model, tok, M_ONE, TemperatureSpec(rope=rope), args, ctx, out)
     reuse_global(args, out, baseline)
     for name, spec in fixed_specs(args, rope, trained).items():
         both(name, spec)

@@ -29,7 +29,7 @@ from attntemp.evaluate.tasks import EvalContext, get_task
 from attntemp.hf.loading import load_model
 from attntemp.hf.rope_scaling import rope_for
 from attntemp.ops.spec import TemperatureSpec
-from attntemp.tune.evidence import BASELINE, TUNED, YARN, candidates, comparisons, evaluate_specs
+from attntemp.tune.evidence import M_ONE, TUNED, YARN, comparisons, evaluate_specs, evidence_specs
 from attntemp.tune.runner import TuneConfig, run_tune
 
 METHODS = {  # folder: (label, TuneConfig fields)
@@ -65,7 +65,7 @@ def _scored_lengths(model, tok, spec: TemperatureSpec, ctx: EvalContext, args: a
     """``spec`` and its baselines at the tuning length and each held-out length, on ``ctx``'s text."""
     scored = {}
     for n in (args.length, *args.checks):
-        res = evaluate_specs(model, tok, n, candidates(dict(spec.rope) or None, spec), ("perplexity",), ctx)
+        res = evaluate_specs(model, tok, n, evidence_specs(dict(spec.rope) or None, spec), ("perplexity",), ctx)
         scored[n] = {"results": res, "comparisons": comparisons(res, ["perplexity"])}
     return {**scored[args.length], "checks": {n: scored[n] for n in args.checks}}
 
@@ -100,7 +100,7 @@ def _at(ev: dict, n: int, text: int, args: argparse.Namespace) -> dict:
 def _cell(scored: dict, name: str) -> str:
     """``"0.6123 [0.5500, 0.6800] better"``: spec ``name`` against m = 1 on tail perplexity, paired."""
     res = scored["results"]
-    return get_task("perplexity").compare(res[name]["perplexity"], res[BASELINE]["perplexity"], "tail_ppl")
+    return get_task("perplexity").compare(res[name]["perplexity"], res[M_ONE]["perplexity"], "tail_ppl")
 
 
 def _ppl(scored: dict, name: str) -> float:
@@ -160,7 +160,7 @@ def _table(rows: list[dict], args: argparse.Namespace, text: int) -> str:
     for rope in dict.fromkeys(r["rope"] for r in rows):
         first = next(r["evidence"] for r in rows if r["rope"] == rope)
         scored = {n: _at(first, n, text, args) for n in lengths}
-        base = " | ".join(f"{_ppl(scored[n], BASELINE):.4g}" for n in lengths)
+        base = " | ".join(f"{_ppl(scored[n], M_ONE):.4g}" for n in lengths)
         lines.append(f"| {rope} | m = 1 (tail ppl) | {base} |")
         if YARN in first["results"]:
             lines.append(f"| {rope} | YaRN's own m | " + " | ".join(_cell(scored[n], YARN) for n in lengths) + " |")
@@ -177,7 +177,7 @@ def table(rows: list[dict], args: argparse.Namespace) -> str:
 
 def _ratio(scored: dict, name: str) -> tuple[float, float, float] | None:
     res = scored["results"]
-    ci = get_task("perplexity").paired(res[name]["perplexity"], res[BASELINE]["perplexity"], "tail_ppl")
+    ci = get_task("perplexity").paired(res[name]["perplexity"], res[M_ONE]["perplexity"], "tail_ppl")
     return None if ci is None else (ci.value, ci.low, ci.high)
 
 

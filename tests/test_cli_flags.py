@@ -59,7 +59,7 @@ def test_help_errors_and_completion_need_no_torch():
 
 def test_snapshot_is_the_real_parsers():
     """Fails after a flag changed until ``python scripts/cli_flags.py`` writes the snapshot again."""
-    assert cli_flags.snapshot(cli.build_parser()) == cli_flags.load(), "run: python scripts/cli_flags.py"
+    assert cli_flags.snapshot(cli.build_parser()) == cli_flags.load_snapshot(), "run: python scripts/cli_flags.py"
 
 
 def test_light_help_is_the_real_help(capsys):

@@ -1,7 +1,6 @@
 """House rules read from the source with ``ast``: each fact has one reader, each public name one meaning."""
 
 import ast
-from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,3 +86,43 @@ def test_one_reader_of_the_geometry_keys():
         for line, what in geometry_key_reads(path.read_text(encoding="utf-8"))
     ]
     assert not bad, "read the geometry keys through attntemp.ops.geometry:\n" + "\n".join(bad)
+
+
+# Names every module of a folder defines by design, each allowed there only:
+PROTOCOL = {
+    # cli.build_parser imports each sub-command module and calls its register(subparsers)
+    "register": "attntemp.commands",
+    # the sub-command's entry, which its register sets as the parser's func (cli.main calls args.func)
+    "run": "attntemp.commands",
+}
+
+
+def module_level_names(source: str) -> list[str]:
+    """Public names a module defines at its top level: functions, classes, assigned names."""
+    names = []
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.append(node.name)
+        elif isinstance(node, ast.Assign):
+            names += [t.id for t in node.targets if isinstance(t, ast.Name)]
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.append(node.target.id)
+    return [n for n in names if not n.startswith("_") and n not in ("__all__", "main")]
+
+
+def public_definitions() -> dict[str, list[str]]:
+    """Each public name -> the modules of ``src/attntemp`` that define it (importing is not defining)."""
+    found: dict[str, list[str]] = {}
+    for path in python_files(SRC):
+        module = ".".join(path.relative_to(SRC.parent).with_suffix("").parts).removesuffix(".__init__")
+        for name in module_level_names(path.read_text(encoding="utf-8")):
+            if not module.startswith(PROTOCOL.get(name, "\0") + "."):
+                found.setdefault(name, []).append(module)
+    return found
+
+
+def test_each_public_name_is_defined_once():
+    """A public module-level name means one thing in the package (issue 36): one module defines
+    it and the others import it, except the sub-command protocol of :data:`PROTOCOL`."""
+    twice = {name: modules for name, modules in public_definitions().items() if len(modules) > 1}
+    assert not twice, "rename, or import from one module:\n" + "\n".join(f"{n}: {m}" for n, m in sorted(twice.items()))

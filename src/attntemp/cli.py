@@ -95,7 +95,7 @@ def light_parser(only: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """:func:`build_parser`'s parser from the flags snapshot (:mod:`attntemp.cli_flags`): the same
     flags, help and errors, no command module imported (no torch: help, bad flags and completion
     answer at once). It has no ``func``: :func:`main` runs a command with the real parser."""
-    flags = cli_flags.load()
+    flags = cli_flags.load_snapshot()
     parser, sub = _top_parser()
     for name in COMMANDS:
         if only is None or name in only:

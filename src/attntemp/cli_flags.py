@@ -48,7 +48,7 @@ def snapshot(parser: argparse.ArgumentParser) -> dict[str, dict[str, Any]]:
     }
 
 
-def load() -> dict[str, dict[str, Any]]:
+def load_snapshot() -> dict[str, dict[str, Any]]:
     """The committed snapshot (``assets/cli_flags.json``)."""
     return json.loads(FLAGS_FILE.read_text())
 
@@ -72,7 +72,7 @@ def add_light(sub: argparse._SubParsersAction, name: str, spec: dict[str, Any]) 
     return p
 
 
-def write(parser: argparse.ArgumentParser) -> Path:
+def write_snapshot(parser: argparse.ArgumentParser) -> Path:
     """Write the snapshot of ``parser`` (the CLI's, built with every command) to ``assets/cli_flags.json``."""
     FLAGS_FILE.write_text(json.dumps(snapshot(parser), indent=1, sort_keys=True) + "\n")
     return FLAGS_FILE

@@ -97,7 +97,7 @@ def test_an_aggregate_that_is_not_a_mean_has_no_interval():
     (row,) = harness_table.compare(fake({"f1": [0.2, 0.4]}, {"f1": 0.9}), fake({"f1": [0.3, 0.1]}, {"f1": 0.7}))
     assert row["aggregation"] == "other" and row["comparison"]["interval"] is None
     assert row["comparison"]["value"] == pytest.approx(-0.2) and row["comparison"]["verdict"] == "no interval"
-    assert "no interval" in harness_table.markdown([row])
+    assert "no interval" in harness_table.paired_table([row])
 
 
 def test_runs_on_different_documents_are_refused():
@@ -298,7 +298,7 @@ def test_ruler_lengths_pair_the_documents_made_at_each_length():
     assert [(r["metric"], r["n"], r["aggregation"]) for r in rows] == [("512", 3, "mean"), ("1024", 3, "mean")]
     assert rows[0]["without_spec"]["interval"] == intervals.wilson(2, 3).to_dict()
     assert rows[1]["comparison"]["interval"] == intervals.paired_difference_interval([1, 0, 1], [0, 0, 1]).to_dict()
-    assert "| t | 512 tokens ↑ | 3 |" in harness_table.markdown(rows)
+    assert "| t | 512 tokens ↑ | 3 |" in harness_table.paired_table(rows)
 
 
 RULER_ARGV = ["--tasks", "niah_single_1", "--metadata", '{"max_seq_lengths":[768,1024]}', "--limit", "4"]

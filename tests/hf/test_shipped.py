@@ -35,7 +35,7 @@ def wheels(cache: Path, digest: str) -> None:
 def test_the_parts_are_joined_in_order_and_the_sha256_checked(tmp_path):
     whole = b"".join(PARTS)
     wheels(tmp_path / "cache", hashlib.sha256(whole).hexdigest())
-    assert shipped.assemble(FAKE, tmp_path / "cache", tmp_path).read_bytes() == whole
+    assert shipped.assemble_gguf(FAKE, tmp_path / "cache", tmp_path).read_bytes() == whole
     assert FAKE.requirements == ["fake-part0==1.0.0", "fake-part1==1.0.0", "fake-part2==1.0.0", "fake==1.0.0"]
 
 
@@ -44,7 +44,7 @@ def test_a_wrong_sha256_is_refused(tmp_path):
     with pytest.raises(
         ValueError, match=r"model='fake': the GGUF joined from .* has sha256 [0-9a-f]{64}, not the 0{64}"
     ):
-        shipped.assemble(FAKE, tmp_path / "cache", tmp_path)
+        shipped.assemble_gguf(FAKE, tmp_path / "cache", tmp_path)
 
 
 def test_pip_that_cannot_fetch_names_what_to_install(tmp_path, monkeypatch):

@@ -18,7 +18,7 @@ from attntemp.analysis import plots, style
 from attntemp.analysis.measure import AttentionStats
 from attntemp.ops.attention_stats import STATS
 from attntemp.report import figures
-from attntemp.tune.evidence import BASELINE, TUNED
+from attntemp.tune.evidence import M_ONE, TUNED
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -246,7 +246,7 @@ def test_trust_plot_legend_and_rope_colours(tmp_path, drawn):
                     "windows_digest": "d",
                 }
             }
-            for name, g in ((BASELINE, 1.0), (TUNED, gain))
+            for name, g in ((M_ONE, 1.0), (TUNED, gain))
         }
         return {"results": res}
 

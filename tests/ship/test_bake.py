@@ -70,7 +70,7 @@ def test_baked_checkpoint_equals_patched_model(arch, kind, target, tmp_path):
     got = logits(reload(tmp_path / "baked"))  # plain transformers, no attntemp patch
     assert (got - want).abs().max() <= TOL
     record = json.loads((tmp_path / "baked" / B.SPEC_FILE).read_text())
-    assert record["format"] == B.FORMAT and TemperatureSpec.from_dict(record["spec"]) == spec
+    assert record["format"] == B.BAKED_FORMAT and TemperatureSpec.from_dict(record["spec"]) == spec
     assert record["check"]["max_abs_diff"] == result.max_abs_diff
     assert sorted(p.name for p in tmp_path.iterdir()) == ["baked"]  # no temporary folder left
 

@@ -8,17 +8,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..evaluate import corpus, limits, needles
+from ..evaluate.corpus import HELDOUT_FOR_STDLIB
 from ..evaluate.task_base import NEEDLES_PER_FORWARD, EvalOptions
 from ..hf import preflight
 from ..ship.export import ENGINES
 from ..utils import checks, outputs
 from ..utils.options import option
 
-OBJECTIVES = ("key_tokens", "needles", "perplexity")  # what the race judges at the serving length
-HELDOUT_FOR_STDLIB = "package:markdown"  # Python code outside the stdlib, on every machine
-RESULTS = ("evidence.json", "report.md", "report.html", "tradeoff.png", "diagnosis.png", "spec.json")
+RACE_OBJECTIVES = ("key_tokens", "needles", "perplexity")  # what the race judges at the serving length
+ADVISE_RESULTS = ("evidence.json", "report.md", "report.html", "tradeoff.png", "diagnosis.png", "spec.json")
 # advise's own files (replaced with --overwrite); scores.db and attention_<L>.json are resumed, never replaced
-OUTPUTS = outputs.Outputs(RESULTS)
+ADVISE_OUTPUTS = outputs.Outputs(ADVISE_RESULTS)
 STORE = "scores.db"  # every scored (spec, task, length, windows): a rerun resumes from it
 
 
@@ -60,7 +60,7 @@ class AdviseConfig(EvalOptions):
         super().__post_init__()
         checks.positive_int("length", self.length)
         checks.choice("engine", self.engine, ENGINES)
-        checks.choice("objective", self.objective, OBJECTIVES)
+        checks.choice("objective", self.objective, RACE_OBJECTIVES)
         if self.budget is not None:
             checks.positive_int("budget", self.budget)
         checks.within("max_short_cost", self.max_short_cost, 0.0, 0.999)
@@ -77,7 +77,7 @@ class AdviseConfig(EvalOptions):
 
     def own_outputs(self) -> outputs.Outputs:
         """What this command writes in ``out`` (the rule of docs/errors.md: only these are replaced)."""
-        return OUTPUTS
+        return ADVISE_OUTPUTS
 
     def second_text(self) -> str | None:
         """The second text, its default filled in; None for 'none'."""
@@ -132,9 +132,9 @@ def preflight_advise(cfg: AdviseConfig, model: Any = None, tok: Any = None) -> A
     limits.check_lengths("length", [cfg.length], [cfg.objective], tok, indexed=False, opts=cfg, trained=trained)
     text = config and preflight.text_part(config)
     rows = max(cfg.batch_size, 1)
-    limits.check_memory("length", [cfg.length], text, rows, indexed=False)
+    limits.check_length_memory("length", [cfg.length], text, rows, indexed=False)
     if check:
-        limits.check_memory("check_length", [check], text, rows, indexed=False)
+        limits.check_length_memory("check_length", [check], text, rows, indexed=False)
     limits.check_evaluator(cfg, tok)
     k = fitting_needles(tok, min(trained, cfg.length), cfg.needles_per_forward or NEEDLES_PER_FORWARD)
     model_type = (config or {}).get("model_type")

@@ -34,11 +34,11 @@ from ..ship.remote_code import save_schedule_checkpoint
 from ..tune.evidence import evaluate_specs
 from ..utils import outputs
 from ..utils.options import option
-from .config import RESULTS, AdviseConfig, AdvisePlan, preflight_advise
-from .run import AdviseResult, advise, write
+from .config import ADVISE_RESULTS, AdviseConfig, AdvisePlan, preflight_advise
+from .run import AdviseResult, advise, write_advice
 
-BAKED = "baked"
-OUTPUTS = outputs.Outputs(RESULTS, {BAKED: outputs.CHECKPOINT})  # demo's own; scores.db is resumed
+BAKED_DIR = "baked"
+DEMO_OUTPUTS = outputs.Outputs(ADVISE_RESULTS, {BAKED_DIR: outputs.CHECKPOINT})  # demo's own; scores.db is resumed
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,7 +53,7 @@ class DemoConfig(AdviseConfig):
     bake: bool = option(True, "bake nothing", flag="--no-bake", invert=True)
 
     def own_outputs(self) -> outputs.Outputs:
-        return OUTPUTS
+        return DEMO_OUTPUTS
 
 
 # Per-model defaults: SmolLM2 (trained to 8192) at 12288 tokens, a forward of which takes minutes on
@@ -145,7 +145,7 @@ def ship(cfg: DemoConfig, result: AdviseResult, out: Path) -> list[str]:
     spec = TemperatureSpec.from_dict(rec["spec"])
     model, tok = load_model(cfg.model, **cfg.load_args(dtype="float32"))  # a fresh fp32 copy
     save = save_schedule_checkpoint if spec.position_dependent else save_baked
-    res = save(model, tok, spec, out / BAKED, overwrite=True)
+    res = save(model, tok, spec, out / BAKED_DIR, overwrite=True)
     return [
         *head,
         f"The recommendation ({rec['name']}) is in `{res.path}`: a checkpoint that plain transformers loads"
@@ -163,11 +163,11 @@ def run_demo(cfg: DemoConfig) -> Path:
     plan = preflight_advise(cfg)
     _stage(cfg, f"loading {cfg.model}")
     model, _ = load_model(cfg.model, **cfg.load_args())
-    with outputs.output_folder(cfg.out, replace=OUTPUTS if cfg.overwrite else ()) as out:
+    with outputs.output_folder(cfg.out, replace=DEMO_OUTPUTS if cfg.overwrite else ()) as out:
         _stage(cfg, f"advising for {cfg.length} tokens (trained to {plan.trained})")
         result = advise(plan, model, out)
         _stage(cfg, f"retrieval at {cfg.length} tokens: {cfg.trials} passkey prompts")
         extra = ["", *retrieval(plan, model, result), *ship(cfg, result, out)]
         extra.append(f"Total time: {time.perf_counter() - t0:.0f} s ({torch.get_num_threads()} CPU threads).")
-        write(result, out, "\n".join(extra) + "\n")
+        write_advice(result, out, "\n".join(extra) + "\n")
     return out / "report.html"

@@ -29,7 +29,7 @@ def describe(task: str, metrics: dict[str, Any]) -> dict[str, str]:
     return {m.name: t.describe(metrics, m.name) for m in t.metrics}
 
 
-def attention_stats(
+def window_attention_stats(
     model: Any, tok: Any, ctx: EvalContext, length: int, folder: Path, progress: bool
 ) -> AttentionStats:
     """One window's attention statistics at ``length`` (no change), kept in ``folder`` for a rerun."""

@@ -55,7 +55,7 @@ def confirm_table(ev: dict[str, Any]) -> list[str]:
     return lines
 
 
-def temperature_table(ev: dict[str, Any]) -> list[str]:
+def temperature_lines(ev: dict[str, Any]) -> list[str]:
     """YaRN with a temperature against YaRN at m = 1, per check: what the temperature adds."""
     conf = {k: v for k, v in ev["confirmation"].items() if "error" not in v}
     rows = sorted({n for v in conf.values() for n, c in v.items() if c.get("vs_reference")})
@@ -106,7 +106,7 @@ def _alternative(ev: dict[str, Any]) -> list[str]:
     ]
 
 
-def markdown(ev: dict[str, Any]) -> str:
+def advice_markdown(ev: dict[str, Any]) -> str:
     q, d = ev["question"], ev["diagnosis"]
     lines = [
         f"# attntemp advise: {q['model']} at {q['length']} tokens (trained to {q['trained_length']})",
@@ -137,7 +137,7 @@ def markdown(ev: dict[str, Any]) -> str:
         "",
         "![short-context cost against long-context gain](tradeoff.png)",
         "",
-        *temperature_table(ev),
+        *temperature_lines(ev),
         "## Recommendation",
         "",
         *recommendation_lines(ev),

@@ -59,7 +59,7 @@ class AdviseResult:
         return {k: ev[k] for k in keep} | {"report": str(self.folder / "report.html")}
 
     def markdown(self) -> str:
-        return report.markdown(self.evidence)
+        return report.advice_markdown(self.evidence)
 
 
 def run_advise(cfg: AdviseConfig, model: Any = None, tok: Any = None) -> AdviseResult:
@@ -69,7 +69,7 @@ def run_advise(cfg: AdviseConfig, model: Any = None, tok: Any = None) -> AdviseR
     with outputs.output_folder(cfg.out, replace=cfg.own_outputs() if cfg.overwrite else ()) as out:
         if model is None:
             model, _ = load_model(cfg.model, **cfg.load_args())
-        return write(advise(plan, model, out), out)
+        return write_advice(advise(plan, model, out), out)
 
 
 def _say(cfg: AdviseConfig, text: str) -> None:
@@ -171,8 +171,8 @@ def _diagnose(plan: AdvisePlan, model, tok, tctx: EvalContext, on_pool, out: Pat
                 at[n][task] = {"error": str(exc)}
                 continue
             at[n][task] = diagnose.describe(task, merged(task, parts))
-    short = diagnose.attention_stats(model, tok, tctx, min(plan.trained, cfg.length), out, False)
-    long = diagnose.attention_stats(model, tok, tctx, cfg.length, out, False)
+    short = diagnose.window_attention_stats(model, tok, tctx, min(plan.trained, cfg.length), out, False)
+    long = diagnose.window_attention_stats(model, tok, tctx, cfg.length, out, False)
     heads = diagnose.head_shift(long, short, plan.trained)
     text = diagnose.summary(min(plan.trained, cfg.length), cfg.length, cfg.objective, at, heads)
     return {"scores": {str(n): v for n, v in at.items()}, "heads": heads, "summary": text}
@@ -243,7 +243,7 @@ def _evidence(plan, result: RaceResult, diagnosis, confirmed, rec, count: Counte
     }
 
 
-def write(result: AdviseResult, out: Path, extra: str = "") -> AdviseResult:
+def write_advice(result: AdviseResult, out: Path, extra: str = "") -> AdviseResult:
     """``spec.json`` (the recommendation), ``evidence.json``, the figures and the report (with
     ``extra`` markdown after it): each file written once, here."""
     ev = result.evidence

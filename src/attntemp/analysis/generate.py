@@ -35,7 +35,7 @@ from .monitor import Monitor, Step
 from .monitor_plot import plot_monitor
 from .reference_profile import DEFAULT_QUANTILE, DEFAULT_WINDOW, FLAGS, Reference, reference
 
-RESULTS = ("generated.txt", "monitor.jsonl", "monitor.png", "reference.json")
+GENERATE_RESULTS = ("generated.txt", "monitor.jsonl", "monitor.png", "reference.json")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,7 +110,7 @@ def preflight_generate(cfg: GenerateConfig) -> tuple[str, TemperatureSpec | None
     """Before the model loads: ``out``, the prompt (non-empty UTF-8), the spec against the model's
     config, the memory of a forward over prompt + new tokens, and the saved reference; returns the
     prompt, spec and reference."""
-    outputs.check_out(cfg.out, RESULTS, cfg.overwrite)
+    outputs.check_out(cfg.out, GENERATE_RESULTS, cfg.overwrite)
     try:
         prompt = Path(cfg.prompt_file).read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
@@ -244,7 +244,7 @@ def run_generate(cfg: GenerateConfig, stream: bool = True) -> dict[str, Any]:
         print()
     summary: dict[str, Any] = {"prompt_tokens": int(ids.shape[1]), "new_tokens": int(out.shape[1] - ids.shape[1])}
     summary.update(seconds=round(seconds, 3), text=text)
-    with outputs.output_folder(cfg.out, replace=RESULTS if cfg.overwrite else ()) as folder:
+    with outputs.output_folder(cfg.out, replace=GENERATE_RESULTS if cfg.overwrite else ()) as folder:
         (folder / "generated.txt").write_text(text)
         summary["out"] = str(folder)
         if mon is not None and ref is not None:

@@ -40,13 +40,13 @@ class MeasureConfig(ModelOptions):
             checks.at_most(name, getattr(self, name), self.length, f"length={self.length} tokens has no more")
 
 
-RESULTS = ("stats.json", "summary.md", "entropy_heatmap.png", "entropy_by_position.png", "sink_recency.png")
+MEASURE_RESULTS = ("stats.json", "summary.md", "entropy_heatmap.png", "entropy_by_position.png", "sink_recency.png")
 
 
 def preflight_measure(cfg: MeasureConfig) -> TemperatureSpec | None:
     """Before the model loads: ``out`` (writable, no results unless ``overwrite``), the spec
     against the model's config, the forward within the memory available; returns the spec."""
-    outputs.check_out(cfg.out, RESULTS, cfg.overwrite)
+    outputs.check_out(cfg.out, MEASURE_RESULTS, cfg.overwrite)
     spec = TemperatureSpec.load(cfg.spec) if cfg.spec else None
     config = preflight.source_config(cfg.model)
     preflight.check_spec("spec", cfg.spec, spec, config)
@@ -77,7 +77,7 @@ def run_measure(cfg: MeasureConfig) -> dict[str, Any]:
         model, ids, spec, n_buckets=cfg.buckets, sink_tokens=cfg.sink_tokens, recent_tokens=cfg.recent_tokens
     )
     stats.meta.update(model=cfg.model, text=cfg.text)
-    with outputs.output_folder(cfg.out, replace=RESULTS if cfg.overwrite else ()) as out:  # none left empty
+    with outputs.output_folder(cfg.out, replace=MEASURE_RESULTS if cfg.overwrite else ()) as out:  # none left empty
         stats.save(out / "stats.json")
         pngs = plots.save_all(stats, out)
         table = summary_table(stats)

@@ -28,6 +28,8 @@ TEXT_SUFFIXES = (".txt", ".py", ".md")
 SKIPPED_STDLIB_DIRS = frozenset({"site-packages", "dist-packages", "test", "tests", "idle_test"})
 GUTENBERG_ENV = "ATTNTEMP_GUTENBERG"
 HELDOUT_PERCENT = 10
+# the second text for a run on stdlib: Python code outside the stdlib, an attntemp dependency on every machine
+HELDOUT_FOR_STDLIB = "package:markdown"
 
 TASK = "There is a pass key hidden in this text. Find it and remember it."
 FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."

@@ -242,10 +242,10 @@ def finish(
 ) -> HarnessResult:
     """The paired rows and table of both runs; written to ``out`` when given."""
     rows = harness_table.compare(runs[0], runs[1], seed=seed)
-    result = HarnessResult(runs[0], runs[1], rows, harness_table.markdown(rows))
+    result = HarnessResult(runs[0], runs[1], rows, harness_table.paired_table(rows))
     if out is None:
         return result
-    return HarnessResult(runs[0], runs[1], rows, result.table, write(out, result, meta, staged))
+    return HarnessResult(runs[0], runs[1], rows, result.table, write_eval(out, result, meta, staged))
 
 
 def harness(
@@ -278,7 +278,7 @@ def harness(
     check_metadata(user, max_length)
     require_lm_eval()
     if out is not None:
-        check_out(Path(out), overwrite)
+        check_eval_out(Path(out), overwrite)
     with lm_eval_logging(lm_eval_logs), tempfile.TemporaryDirectory() as tmp:
         meta_ = {"tokenizer": tokenizer_source(tokenizer, Path(tmp) / "tokenizer")} | user
         settings = Settings(limit, batch_size, max_length, bootstrap_iters)
@@ -290,16 +290,16 @@ def harness(
 
 # ----------------------------------------------------------------------------- outputs
 RUN_FILES = ("results.json", "samples_*.jsonl")
-OUTPUTS = outputs.Outputs(
+EVAL_OUTPUTS = outputs.Outputs(
     ("comparison.json", "comparison.md"),
     {**dict.fromkeys(RUNS, RUN_FILES), "lm_eval_tasks": ("*.yaml", "*.jsonl", "*.py", "*.pyc")},
 )  # eval's own: --overwrite replaces these and nothing else in --out
 
 
-def check_out(out: Path, overwrite: bool) -> None:
-    """``out`` by the rule of :mod:`attntemp.utils.outputs`: eval's earlier results (:data:`OUTPUTS`)
+def check_eval_out(out: Path, overwrite: bool) -> None:
+    """``out`` by the rule of :mod:`attntemp.utils.outputs`: eval's earlier results (:data:`EVAL_OUTPUTS`)
     are replaced only with ``overwrite``; other files there are kept."""
-    outputs.check_out(out, OUTPUTS, overwrite)
+    outputs.check_out(out, EVAL_OUTPUTS, overwrite)
 
 
 def _dump(obj: Any) -> str:
@@ -318,7 +318,7 @@ def _write_run(folder: Path, results: dict[str, Any]) -> None:
         (folder / f"samples_{task}.jsonl").write_text("".join(line + "\n" for line in lines))
 
 
-def write(out: Path, result: HarnessResult, meta: dict[str, Any], staged: Path | None = None) -> Path:
+def write_eval(out: Path, result: HarnessResult, meta: dict[str, Any], staged: Path | None = None) -> Path:
     """Write everything to a folder beside ``out`` (or into ``staged``), then move it into ``out``
     (eval's earlier outputs there removed first, other files kept): an interrupted run leaves
     ``out`` as it was."""
@@ -332,7 +332,7 @@ def write(out: Path, result: HarnessResult, meta: dict[str, Any], staged: Path |
         (tmp / "comparison.json").write_text(_dump(body) + "\n")
         (tmp / "comparison.md").write_text(harness_table.page(result.table, meta) + "\n")
         outputs.honour_umask(tmp)
-        outputs.clear(out, OUTPUTS)  # checked before the run: only eval's own, also those not written again
+        outputs.clear(out, EVAL_OUTPUTS)  # checked before the run: only eval's own, also those not written again
         outputs.move_in(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -347,7 +347,7 @@ def run_eval(cfg: EvalHarnessConfig) -> HarnessResult:
     require_lm_eval()
     spec = TemperatureSpec.load(cfg.spec)
     out = Path(cfg.out)
-    check_out(out, cfg.overwrite)
+    check_eval_out(out, cfg.overwrite)
     out.parent.mkdir(parents=True, exist_ok=True)
     staged = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
     try:

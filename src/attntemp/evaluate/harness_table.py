@@ -195,7 +195,7 @@ def _comparison_cell(c: dict[str, Any]) -> str:
     return f"{c['value']:+.4f}" + (f" [{iv['low']:+.4f}, {iv['high']:+.4f}]" if iv else "")
 
 
-def markdown(rows: Sequence[dict[str, Any]]) -> str:
+def paired_table(rows: Sequence[dict[str, Any]]) -> str:
     """The side-by-side table: value ± lm-eval's stderr [attntemp's 95% interval] per run, and the
     paired comparison with its interval and verdict."""
     lines = [

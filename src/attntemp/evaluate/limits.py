@@ -102,7 +102,7 @@ def forward_rows(batch_size: int, n_docs: int, trials: int, k: int) -> int:
     return max(k, min(batch_size, max(n_docs, trials) * k))
 
 
-def check_memory(
+def check_length_memory(
     name: str,
     lengths: Sequence[int],
     cfg: dict[str, Any] | None,

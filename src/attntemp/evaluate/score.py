@@ -35,7 +35,7 @@ from ..hf.patch import patch
 from ..ops.spec import TemperatureSpec
 from .task_base import EvalContext, get_task
 
-SCHEMA = """
+SCORES_SCHEMA = """
 CREATE TABLE IF NOT EXISTS scores (
     key TEXT PRIMARY KEY, task TEXT, length INTEGER, spec TEXT, metrics TEXT,
     seconds REAL, created REAL);
@@ -118,7 +118,7 @@ class ScoreStore:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.db = sqlite3.connect(self.path, timeout=60)  # one file (no WAL): a copy or commit of it is whole
-            self.db.executescript(SCHEMA)
+            self.db.executescript(SCORES_SCHEMA)
         except sqlite3.Error as exc:
             raise ValueError(f"{str(self.path)!r} is not a usable score store: {exc}") from None
 

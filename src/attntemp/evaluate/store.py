@@ -66,7 +66,7 @@ class SweepConfig(EvalOptions):
         checks.positive_int("workers", self.workers)
 
 
-SCHEMA = """
+SWEEP_SCHEMA = """
 CREATE TABLE IF NOT EXISTS points (
     model TEXT, length INTEGER, rope TEXT, mkey TEXT, multiplier REAL, task TEXT,
     metrics TEXT, seconds REAL, batched INTEGER, created REAL,
@@ -125,7 +125,7 @@ class Store:
             else:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self.db = sqlite3.connect(self.path)
-                self.db.executescript(SCHEMA)
+                self.db.executescript(SWEEP_SCHEMA)
                 with self.db:  # a read-only file or folder fails here, not after the first point
                     self.db.execute("INSERT OR REPLACE INTO meta VALUES ('opened', ?)", (str(time.time()),))
         except sqlite3.Error as exc:
@@ -222,7 +222,7 @@ class Store:
         self.db.close()
 
 
-def groups(pending: Sequence[float], batched: bool) -> Iterator[list[float]]:
+def multiplier_groups(pending: Sequence[float], batched: bool) -> Iterator[list[float]]:
     if batched and pending:
         yield list(pending)
     elif not batched:
@@ -249,7 +249,7 @@ def point_groups(cfg: SweepConfig, store: Store) -> Iterator[tuple[int, str, str
                 done = store.done(cfg.model, length, rope, task_name)
                 check_exact(done, cfg.multipliers)
                 pending = [m for m in cfg.multipliers if mkey(m) not in done]
-                for group in groups(pending, cfg.batched):
+                for group in multiplier_groups(pending, cfg.batched):
                     yield length, rope, task_name, group
 
 

@@ -27,7 +27,7 @@ from ..hf.loading import load_model
 from ..utils import outputs
 from . import limits
 from .distributed import preflight_ray, run_distributed
-from .store import LOCK_FILE, SETTINGS, Store, SweepConfig, check_exact, evaluate_group, groups, mkey
+from .store import LOCK_FILE, SETTINGS, Store, SweepConfig, check_exact, evaluate_group, mkey, multiplier_groups
 from .tasks import EvalOptions, eval_context
 
 __all__ = ["LOCK_FILE", "Store", "SweepConfig", "check_resumable", "preflight_sweep", "run_sweep"]
@@ -47,7 +47,7 @@ def preflight_sweep(cfg: SweepConfig, model=None, tok=None) -> tuple[Any, dict[s
     k = len(cfg.multipliers) if cfg.batched else 1
     rows = limits.forward_rows(cfg.batch_size, cfg.n_docs, cfg.trials, k)
     retrieval = cfg.trials if set(cfg.tasks) & {"passkey", "needle"} else 0
-    limits.check_memory("lengths", cfg.lengths, config and preflight.text_part(config), rows, retrieval)
+    limits.check_length_memory("lengths", cfg.lengths, config and preflight.text_part(config), rows, retrieval)
     dtype = str(devices.check_dtype(getattr(cfg, "dtype", None), getattr(cfg, "device", "cpu"))).split(".")[-1]
     files = {"model_files": preflight.fingerprint(cfg.model), "model_weights": preflight.weights_digest(cfg.model)}
     used = {"key_distance": cfg.key_distance or max(1, (trained or 2) // 2)}  # the value used, typed or not
@@ -138,7 +138,7 @@ def _run_here(cfg: SweepConfig, store: Store, model=None, tok=None) -> Store:
                     done = store.done(cfg.model, length, rope, task_name)
                     pending = [m for m in cfg.multipliers if mkey(m) not in done]
                     bar.update(len(cfg.multipliers) - len(pending))
-                    for group in groups(pending, cfg.batched):
+                    for group in multiplier_groups(pending, cfg.batched):
                         results, per_point = evaluate_group(model, tok, ctx, length, rope, task_name, group)
                         for m, metrics in zip(group, results, strict=True):
                             store.add(cfg.model, length, rope, m, task_name, metrics, per_point, cfg.batched)

@@ -1,7 +1,7 @@
 """The task registry and what every task shares: :class:`Metric` (a metric's facts, declared once),
 :class:`EvalContext` (what a task needs besides the model), :class:`EvalOptions` (the evaluating
 commands' options), :class:`Task` (intervals, paired comparisons and verdicts in words), and
-:func:`register` / :func:`get_task` over :data:`TASKS`.
+:func:`register_task` / :func:`get_task` over :data:`TASKS`.
 
 The tasks themselves live in :mod:`.tasks` (perplexity, passkey, needle), :mod:`.key_tokens`
 and :mod:`.needles`; :mod:`.tasks` imports them all, so ``TASKS`` is complete wherever it is
@@ -203,7 +203,7 @@ def tuning_context(ctx: EvalContext) -> EvalContext:
 TASKS: dict[str, type[Task]] = {}
 
 
-def register(cls: type[Task]) -> type[Task]:
+def register_task(cls: type[Task]) -> type[Task]:
     TASKS[cls.name] = cls
     return cls
 

@@ -42,7 +42,7 @@ from .task_base import (
     Task,
     eval_context,
     get_task,
-    register,
+    register_task,
     tail_start,
     tuning_context,
 )
@@ -64,7 +64,7 @@ __all__ = [
     "eval_context",
     "get_task",
     "needle_prompt",
-    "register",
+    "register_task",
     "score_prompts",
     "tail_start",
     "tuning_context",
@@ -74,7 +74,7 @@ NEEDLE = "The special magic number is {key}."
 NEEDLE_QUESTION = "What is the special magic number? The special magic number is"
 
 
-@register
+@register_task
 class Perplexity(Task):
     name = "perplexity"
     metrics = (
@@ -213,7 +213,7 @@ class RetrievalTask(Task):
         return intervals.paired_difference_interval(a[key], b[key], seed=seed)
 
 
-@register
+@register_task
 class Passkey(RetrievalTask):
     name = "passkey"
 
@@ -243,7 +243,7 @@ def needle_prompt(tok, haystack: str, key: int, n_tokens: int, depth: float) -> 
     return text[:cut] + "\n" + NEEDLE.format(key=key) + "\n" + text[cut:] + "\n" + NEEDLE_QUESTION
 
 
-@register
+@register_task
 class Needle(RetrievalTask):
     name = "needle"
 
@@ -280,5 +280,5 @@ class Needle(RetrievalTask):
         return out
 
 
-register(KeyTokens)  # after the tasks above: the registry lists them in this order
-register(Needles)
+register_task(KeyTokens)  # after the tasks above: the registry lists them in this order
+register_task(Needles)

@@ -88,7 +88,7 @@ def check_threads(threads: int | None) -> int | None:
     """``threads`` as an int >= 1 and at most 4 per usable CPU, or None (torch's own default)."""
     if threads is None:
         return None
-    return resources.check_threads("threads", checks.positive_int("threads", threads))
+    return resources.check_cpu_threads("threads", checks.positive_int("threads", threads))
 
 
 def device_map_for(device: str) -> str | dict[str, Any] | None:
@@ -124,7 +124,7 @@ def parse_threads(text: str) -> int:
     if value < 1:
         raise ValueError("expected an integer >= 1")
     try:
-        return resources.check_threads("threads", value)
+        return resources.check_cpu_threads("threads", value)
     except ValueError as exc:
         raise ValueError(str(exc).partition("not allowed; ")[2]) from None
 

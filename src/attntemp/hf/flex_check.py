@@ -21,7 +21,7 @@ import torch
 
 # Lengths that reach the kernel's tails: 8 mod 16 (where the AVX2 kernel fails), a multiple of 16, odd.
 CHECK_LENGTHS = (40, 56, 64, 33)
-TOLERANCE = 1e-3  # float32 flex and SDPA agree to ~1e-6; the failures are O(1) or NaN
+FLEX_TOLERANCE = 1e-3  # float32 flex and SDPA agree to ~1e-6; the failures are O(1) or NaN
 
 
 def _pair(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> float:
@@ -52,6 +52,6 @@ def flex_gap(heads: int, head_dim: int, device: str = "cpu", dtype: torch.dtype 
 
 
 def flex_is_right(heads: int, head_dim: int, device: str = "cpu", dtype: torch.dtype = torch.float32) -> bool:
-    """Whether flex agrees with SDPA within :data:`TOLERANCE` (scaled for half precision)."""
-    tol = TOLERANCE if dtype == torch.float32 else 2e-2
+    """Whether flex agrees with SDPA within :data:`FLEX_TOLERANCE` (scaled for half precision)."""
+    tol = FLEX_TOLERANCE if dtype == torch.float32 else 2e-2
     return flex_gap(heads, head_dim, device, dtype) <= tol

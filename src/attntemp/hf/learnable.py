@@ -35,9 +35,9 @@ from ..ops.spec import GRANULARITIES, TemperatureSpec
 from ..utils import checks
 from . import patch
 from .introspect import attention_modules, model_geometry, trained_length
-from .rope_factors import LearnableRopeFactors, install
+from .rope_factors import LearnableRopeFactors, install_factors
 
-SCHEDULES = ("log_length", "log_length_slope")  # the second learns b alone: a stays at init (0: m = 1 up to L0)
+LEARNED_SCHEDULES = ("log_length", "log_length_slope")  # the second learns b alone: a stays at init (0: m = 1 up to L0)
 _LEARN = "_attntemp_learnable"
 
 
@@ -88,7 +88,7 @@ class LearnableTemperatures(nn.Module):
         self.num_layers = checks.positive_int("num_layers", num_layers)
         self.num_heads = checks.positive_int("num_heads", num_heads)
         self.granularity = checks.choice("granularity", granularity, GRANULARITIES)
-        self.schedule = None if schedule is None else checks.choice("schedule", schedule, SCHEDULES)
+        self.schedule = None if schedule is None else checks.choice("schedule", schedule, LEARNED_SCHEDULES)
         self.trained_length = None
         if schedule is not None:
             self.trained_length = checks.positive_int("trained_length", trained_length)
@@ -195,7 +195,7 @@ def apply_learnable(
     patch.set_extra(model, temps)
     if rope_factors is not None:
         try:
-            install(model, rope_factors)
+            install_factors(model, rope_factors)
         except Exception:
             restore_learnable(model)
             raise

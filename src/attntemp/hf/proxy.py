@@ -5,7 +5,7 @@ partial rotary factor, the softmax-scale fields, layer types, NoPE layers, Llama
 tuning) and shrinks the rest: two heads, one layer per kind of layer, small MLPs and experts, a
 small vocabulary, random weights, float64, built offline with ``from_config``.
 
-:func:`measure` reads, per proxy layer and query position p, what transformers itself applies:
+:func:`measure_proxy` reads, per proxy layer and query position p, what transformers itself applies:
 
 * the rotary module's output at p: the attention factor ``af(p) = sqrt(cos^2 + sin^2)`` and the
   inverse frequencies ``atan2(sin, cos)`` at position 1 (in the regime of a sequence reaching p);
@@ -35,7 +35,7 @@ import torch
 from ..ops import geometry
 from ..utils import checks
 
-PROBE = "attntemp_audit_probe"
+AUDIT_PROBE = "attntemp_audit_probe"
 DROP = ("_source", "architectures", "auto_map", "quantization_config", "text_config", "torch_dtype", "dtype")
 SMALL = {  # sizes that do not touch the logits' scale or rotation
     "intermediate_size": 32,
@@ -153,8 +153,8 @@ def _register_probe() -> None:
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
-    AttentionInterface.register(PROBE, _probe)
-    AttentionMaskInterface.register(PROBE, eager_mask)
+    AttentionInterface.register(AUDIT_PROBE, _probe)
+    AttentionMaskInterface.register(AUDIT_PROBE, eager_mask)
 
 
 class OffsetCache:
@@ -171,11 +171,11 @@ class OffsetCache:
 
 
 @contextmanager
-def probing(model: Any) -> Iterator[list[dict[str, Any]]]:
+def probing_proxy(model: Any) -> Iterator[list[dict[str, Any]]]:
     """Every attention call inside goes through the probe; the calls' records are yielded."""
     config = model.config
     saved = config._attn_implementation
-    config._attn_implementation = PROBE
+    config._attn_implementation = AUDIT_PROBE
     _SEEN.clear()
     try:
         yield _SEEN
@@ -228,7 +228,7 @@ def _attend(model, j: int, hidden: torch.Tensor, position: int) -> dict[str, Any
     kwargs: dict[str, Any] = {"position_embeddings": _rotary(model, _layer_type(model, j), pos), "position_ids": pos}
     params = inspect.signature(attn.forward).parameters
     kwargs["cache" if "cache" in params else "past_key_values"] = OffsetCache(position)
-    with probing(model) as seen:
+    with probing_proxy(model) as seen:
         attn(hidden_states=hidden, attention_mask=None, **kwargs)
     return seen[-1]
 
@@ -270,7 +270,7 @@ def _inv_freq(model, layer_type: str, position: int) -> tuple[float, ...]:
     return tuple(float(x) for x in torch.atan2(sin[0], cos[0]))
 
 
-def measure(config: dict[str, Any], positions: tuple[int, ...]) -> list[LayerMeasure]:
+def measure_proxy(config: dict[str, Any], positions: tuple[int, ...]) -> list[LayerMeasure]:
     """Build the proxy of ``config`` and measure every one of its layers at ``positions``."""
     model, keep = build_proxy(config)
     return [measure_layer(model, j, layer, positions) for j, layer in enumerate(keep)]

@@ -94,7 +94,7 @@ def pair_count(model: nn.Module) -> int:
     return rope_geometry(text_config(model))[0] // 2
 
 
-def install(model: nn.Module, factors: LearnableRopeFactors) -> None:
+def install_factors(model: nn.Module, factors: LearnableRopeFactors) -> None:
     """Swap every rotary embedding module of ``model`` for a :class:`FactorRotary`
     (undo with ``put_rope_state`` of the state before; :func:`rope_factors` does both)."""
     dim, base, current = rope_geometry(text_config(model))
@@ -118,7 +118,7 @@ def rope_factors(model: nn.Module, factors: LearnableRopeFactors) -> Iterator[Le
     (config entries, rotary module objects) restored exactly on exit, also on an exception."""
     state = rope_state(model)
     try:
-        install(model, factors)
+        install_factors(model, factors)
         yield factors
     finally:
         put_rope_state(model, state)

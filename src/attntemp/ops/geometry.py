@@ -49,7 +49,7 @@ SIZES = {  # the largest a config may give (the largest released models are well
     "head_dim": (4096, "dimensions"),
     "max_position_embeddings": (2**31 - 1, "positions"),
 }
-FIELDS = (  # what is read off a config object, by attribute (transformers' attribute_map applies)
+CONFIG_FIELDS = (  # what is read off a config object, by attribute (transformers' attribute_map applies)
     "model_type",
     "num_hidden_layers",
     "num_attention_heads",
@@ -86,14 +86,14 @@ def _text_config(config: dict[str, Any]) -> dict[str, Any]:
 
 def config_dict(config: Any) -> dict[str, Any]:
     """The text config as a dict: of a ``config.json`` dict, or of a transformers config object
-    (its text config's :data:`FIELDS`; ``rope_scaling`` only where it has no ``rope_parameters``,
+    (its text config's :data:`CONFIG_FIELDS`; ``rope_scaling`` only where it has no ``rope_parameters``,
     of which transformers 5 makes it an alias)."""
     if isinstance(config, Mapping):
         return _text_config(dict(config))
     if not hasattr(config, "model_type"):  # neither a dict nor a transformers config
         return _text_config(config)
     cfg = config.get_text_config() if hasattr(config, "get_text_config") else config
-    fields = FIELDS if getattr(cfg, "rope_parameters", None) is not None else (*FIELDS, "rope_scaling")
+    fields = CONFIG_FIELDS if getattr(cfg, "rope_parameters", None) is not None else (*CONFIG_FIELDS, "rope_scaling")
     return _text_config({k: getattr(cfg, k) for k in fields if getattr(cfg, k, None) is not None})
 
 

@@ -295,42 +295,6 @@ class LogLength(Schedule):
         return (a + b * x).exp()  # [H|1, Lq]
 
 
-def constant(multiplier: float = 1.0) -> Constant:
-    return Constant(multiplier)
-
-
-def yarn(s: float) -> Yarn:
-    return Yarn(float(s))
-
-
-def yarn_sqrt(s: float) -> YarnSqrt:
-    return YarnSqrt(float(s))
-
-
-def logn(trained_len: int) -> LogN:
-    return LogN(trained_len)
-
-
-def sqrt_logn(trained_len: int) -> SqrtLogN:
-    return SqrtLogN(trained_len)
-
-
-def gated_constant(trained_len: int, multiplier: float) -> GatedConstant:
-    return GatedConstant(trained_len, float(multiplier))
-
-
-def llama4(floor_scale: float = 8192.0, attn_scale: float = 0.1) -> Llama4:
-    return Llama4(float(floor_scale), float(attn_scale))
-
-
-def log_length(trained_len: int, a: object = 0.0, b: object = 0.0) -> LogLength:
-    return LogLength(trained_len, a, b)  # type: ignore[arg-type]
-
-
-def ssmax(s: float = 0.43) -> SSMax:
-    return SSMax(float(s))
-
-
 SCHEDULES: dict[str, Callable[..., Schedule]] = {
     "constant": Constant,
     "yarn": Yarn,

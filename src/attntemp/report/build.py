@@ -37,7 +37,8 @@ class ReportConfig:
 
 
 FIGURES = ("ppl_vs_multiplier.png", "passkey_logp_vs_multiplier.png", "passkey_heatmap.png", "needle_heatmap.png")
-OUTPUTS = outputs.Outputs(("report.md", "report.html", *FIGURES))  # report's own in DIR (and tunes' entropy_shift.png)
+# report's own in DIR (and tunes' entropy_shift.png)
+REPORT_OUTPUTS = outputs.Outputs(("report.md", "report.html", *FIGURES))
 
 
 def _store_rows(folder: Path) -> tuple[list[dict[str, Any]], int | None]:
@@ -106,10 +107,10 @@ def build_report(folder: str | Path, progress: bool = False, overwrite: bool = F
     if not folder.is_dir():
         what = "is a file; expected a folder" if folder.exists() else "does not exist"
         raise FileNotFoundError(f"report folder {str(folder)!r} {what}")
-    outputs.check_out(folder, OUTPUTS, overwrite, name="dir")  # report.md, report.html and PNGs go here
+    outputs.check_out(folder, REPORT_OUTPUTS, overwrite, name="dir")  # report.md, report.html and PNGs go here
     rows, recorded = _store_rows(folder)  # a damaged sweep.db refused before anything is removed
     if overwrite:
-        outputs.clear(folder, OUTPUTS)  # an earlier report's figures this one may not draw again
+        outputs.clear(folder, REPORT_OUTPUTS)  # an earlier report's figures this one may not draw again
     trained = _evidence_trained_length(folder) or recorded
     parts: list[str] = [f"# attntemp report: {folder.name}", ""]
     if rows:

@@ -6,7 +6,7 @@ The reference is attntemp's own math (:mod:`attntemp.ops.attention_config` over 
 ``m(p) = af(p)^2 * scale_ratio * schedule(p)`` and the inverse frequencies. Each engine is measured
 on a proxy with the same attention and RoPE configuration and random weights:
 
-* transformers: :func:`attntemp.hf.proxy.measure` reads its rotary output and the q, k and scale its
+* transformers: :func:`attntemp.hf.proxy.measure_proxy` reads its rotary output and the q, k and scale its
   attention function receives, one query token per position;
 * llama.cpp: the proxy converted to GGUF (:mod:`.audit_llamacpp`), its log-probabilities compared
   with the transformers proxy's by KL, and the multiplier that best explains them fitted;
@@ -128,7 +128,7 @@ def group_reference(g: Group, positions: tuple[int, ...]) -> dict[str, Any]:
     }
 
 
-def reference(config: dict[str, Any], positions: tuple[int, ...]) -> dict[str, Any]:
+def audit_reference(config: dict[str, Any], positions: tuple[int, ...]) -> dict[str, Any]:
     """The reference of ``config``: the primary group's figures on top, every group under ``groups``."""
     found = attention_config.groups(config)
     main = attention_config.primary(found)
@@ -187,7 +187,7 @@ def _inv_gap(got: list[float], ref: list[float]) -> tuple[float, int | None]:
     return rel[j], j
 
 
-def verdict(comparisons: list[dict[str, Any]], tol: float) -> tuple[str, str]:
+def engine_verdict(comparisons: list[dict[str, Any]], tol: float) -> tuple[str, str]:
     """``(verdict, one line)`` of an engine's group comparisons."""
     said = []
     for c in comparisons:
@@ -218,7 +218,7 @@ def transformers_figures(config: dict[str, Any], positions: tuple[int, ...]) -> 
 
     found = attention_config.groups(config)
     out = []
-    for m in proxy.measure(config, positions):
+    for m in proxy.measure_proxy(config, positions):
         g = next(g for g in found if m.layer in g.layers)
         out.append({
             "name": g.name,
@@ -233,7 +233,7 @@ def transformers_figures(config: dict[str, Any], positions: tuple[int, ...]) -> 
 
 def _engine_entry(ref: dict[str, Any], figures: list[dict[str, Any]], version: str, tol: float) -> dict[str, Any]:
     comparisons = [compare_group(r, f, ref["positions"], tol) for r, f in zip(ref["groups"], figures, strict=True)]
-    word, line = verdict(comparisons, tol)
+    word, line = engine_verdict(comparisons, tol)
     main = next(i for i, r in enumerate(ref["groups"]) if r["name"] == ref["primary"])
     return {
         "verdict": word,
@@ -321,7 +321,7 @@ def run_audit(cfg: AuditConfig) -> AuditResult:
     """Reference, then each engine in ``cfg.engines`` (see the module doc)."""
     config = load_config(cfg.config)
     positions = tuple(sorted(set(cfg.positions or attention_config.default_positions(config))))
-    ref = reference(config, positions)  # every value checked here, before any model is built
+    ref = audit_reference(config, positions)  # every value checked here, before any model is built
     model_type = config_dict(config)["model_type"]
     import transformers
     from huggingface_hub.errors import StrictDataclassError  # a transformers config class refusing a field

@@ -35,7 +35,7 @@ from ..utils.version import VERSION
 
 BAKED = "_attntemp_baked"
 SPEC_FILE = "attntemp_spec.json"
-FORMAT = "attntemp.BakedCheckpoint/1"
+BAKED_FORMAT = "attntemp.BakedCheckpoint/1"
 
 
 @dataclass(frozen=True)
@@ -279,7 +279,7 @@ def _record(model, spec: TemperatureSpec, steps, diff: float, tokens: int) -> di
     import transformers
 
     return {
-        "format": FORMAT,
+        "format": BAKED_FORMAT,
         "note": "this temperature is already in the weights and config; do not apply the spec again",
         "spec": spec.to_dict(),
         "baked": [{"layer": s.layer, "target": s.target, "multipliers": list(s.multipliers)} for s in steps],

@@ -409,7 +409,7 @@ def export(
     (:mod:`attntemp.ship.schedule_export`, which says which architectures read it).
     """
     checks.choice("engine", engine, ENGINES)
-    spec, scaling = schedule_export.split(spec)
+    spec, scaling = schedule_export.split_schedule(spec)
     result = _static(spec, engine, trained_length, rope_theta, gguf_arch)
     return result if scaling is None else schedule_export.with_schedule(result, scaling, gguf_arch)
 

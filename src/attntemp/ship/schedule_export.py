@@ -37,7 +37,7 @@ READERS = {
 }
 
 
-def split(spec: TemperatureSpec) -> tuple[TemperatureSpec, dict[str, float] | None]:
+def split_schedule(spec: TemperatureSpec) -> tuple[TemperatureSpec, dict[str, float] | None]:
     """``(the spec without the schedule, {beta, original_max_position_embeddings})`` for a
     ``llama_4_scaling`` spec; ``(spec, None)`` for any other."""
     if spec.schedule != SCHEDULE:

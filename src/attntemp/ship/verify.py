@@ -158,7 +158,7 @@ def windows(tokenizer: Any, text: str, length: int, chunks: int) -> torch.Tensor
 
 # ----------------------------------------------------------------------------- attntemp's side
 @dataclass(frozen=True)
-class Reference:
+class EngineReference:
     """attntemp's log-probabilities on the scored positions and the summed NLL per window."""
 
     logp: list[torch.Tensor]  # per window [L-1-L//2, V]
@@ -166,7 +166,7 @@ class Reference:
 
 
 @torch.no_grad()
-def reference(model: Any, spec: TemperatureSpec, ids: torch.Tensor) -> Reference:
+def engine_reference(model: Any, spec: TemperatureSpec, ids: torch.Tensor) -> EngineReference:
     """The patched model's next-token log-probabilities at llama-perplexity's scored positions."""
     part = llamacpp.scored(ids.shape[1])
     rows, nll = [], []
@@ -177,7 +177,7 @@ def reference(model: Any, spec: TemperatureSpec, ids: torch.Tensor) -> Reference
             target = row[part.start + 1 : part.stop + 1]  # [n]
             rows.append(logp)
             nll.append(float(-logp.gather(1, target[:, None]).sum()))
-    return Reference(rows, tuple(nll))
+    return EngineReference(rows, tuple(nll))
 
 
 # ----------------------------------------------------------------------------- results
@@ -302,7 +302,7 @@ def original_gguf(llama: llamacpp.LlamaCpp, folder: Path) -> tuple[Path, list[st
     return out, cmd
 
 
-def _compare(label, llama, gguf, args, ids, ref: Reference, work: Path, threads) -> Comparison:
+def _compare(label, llama, gguf, args, ids, ref: EngineReference, work: Path, threads) -> Comparison:
     chunks, length = ids.shape
     base = llamacpp.write_base(work / f"{label}.kld", ids, ref.logp)
     cmd = llamacpp.kl_command(llama, gguf, base, length, tuple(args), threads)
@@ -343,7 +343,7 @@ def llamacpp_run(
         raise ValueError(f"length={length} with chunks={cfg.chunks} scores {scored * cfg.chunks} tokens; need >= 100")
     ids = windows(tok, cfg.text, length, cfg.chunks)  # [C, L]
     base_spec = baseline(spec)
-    refs = {"m = 1": reference(model, base_spec, ids), "spec": reference(model, spec, ids)}
+    refs = {"m = 1": engine_reference(model, base_spec, ids), "spec": engine_reference(model, spec, ids)}
     original, convert_cmd = original_gguf(llama, folder)
     arch = llamacpp.gguf_architecture(original)
     gguf = with_factors(spec, original, work)  # both runs: the same per-frequency factors

@@ -9,7 +9,7 @@ from ..ops.spec import TemperatureSpec
 from ..utils.resources import vllm_cpu_refusal
 from . import llamacpp
 from .verify import VerifyConfig, VerifyResult, check_size, check_work_dir, llamacpp_run, work_folder
-from .vllm_engine import run as run_vllm
+from .vllm_engine import run_vllm
 
 
 def check_vllm_cpu(device: str | None, cpuinfo: str = "/proc/cpuinfo") -> None:

@@ -35,12 +35,12 @@ from .bake import save_baked
 from .export import export
 from .verify import (
     Comparison,
-    Reference,
+    EngineReference,
     VerifyConfig,
     VerifyResult,
     baseline,
+    engine_reference,
     fill_l0,
-    reference,
     windows,
     work_folder,
 )
@@ -129,7 +129,7 @@ def _kl_rows(ref: torch.Tensor, top: list, first: int) -> tuple[list[float], lis
     return kl, same
 
 
-def _compare(label: str, ref: Reference, got: dict, ids: torch.Tensor, full: bool) -> Comparison:
+def _compare(label: str, ref: EngineReference, got: dict, ids: torch.Tensor, full: bool) -> Comparison:
     length = ids.shape[1]
     first = length // 2
     part = llamacpp.scored(length)
@@ -154,7 +154,7 @@ def _compare(label: str, ref: Reference, got: dict, ids: torch.Tensor, full: boo
     )
 
 
-def run(cfg: VerifyConfig, spec: TemperatureSpec) -> VerifyResult:
+def run_vllm(cfg: VerifyConfig, spec: TemperatureSpec) -> VerifyResult:
     """Both runs (m = 1 and the spec) on vLLM and in attntemp; see the module doc."""
     python = find_vllm(cfg.engine_dir)  # before the model loads
     model, tok = load_model(cfg.model, **cfg.load_args(dtype="float32"))
@@ -164,7 +164,7 @@ def run(cfg: VerifyConfig, spec: TemperatureSpec) -> VerifyResult:
     vocab = int(text_config(model).vocab_size)
     top = -1 if vocab <= FULL_VOCAB else 20
     base_spec = baseline(spec)
-    refs = {"m = 1": reference(model, base_spec, ids), "spec": reference(model, spec, ids)}
+    refs = {"m = 1": engine_reference(model, base_spec, ids), "spec": engine_reference(model, spec, ids)}
     folder = Path(loading.resolve(cfg.model))
     theta = (getattr(text_config(model), "rope_parameters", None) or {}).get("rope_theta")
     route, overrides = _route(spec, trained, theta)

@@ -22,14 +22,14 @@ from ..ops.intervals import Interval
 from ..ops.schedules import yarn_multiplier
 from ..ops.spec import TemperatureSpec
 
-BASELINE = "m=1"
+M_ONE = "m=1"
 YARN = "yarn (0.1 ln s + 1)^2"
 TUNED = "tuned"
 
 
-def candidates(rope: dict[str, Any] | None, tuned: TemperatureSpec | None) -> dict[str, TemperatureSpec]:
+def evidence_specs(rope: dict[str, Any] | None, tuned: TemperatureSpec | None) -> dict[str, TemperatureSpec]:
     """The specs compared: m = 1 and YaRN's own temperature with ``rope``, and the tuned spec."""
-    out = {BASELINE: TemperatureSpec(rope=rope)}
+    out = {M_ONE: TemperatureSpec(rope=rope)}
     if rope and rope.get("rope_type") == "yarn" and rope["factor"] > 1:
         out[YARN] = TemperatureSpec(multiplier=yarn_multiplier(rope["factor"]), rope=rope)
     if tuned is not None:
@@ -64,7 +64,7 @@ def evaluate_specs(
 SHORTEST_CHECK = 32  # tokens: a held-out window shorter than this has too few predictions to score
 
 
-def check_lengths(given: tuple[int, ...] | None, tuned: tuple[int, ...], trained: int) -> tuple[int, ...]:
+def pick_check_lengths(given: tuple[int, ...] | None, tuned: tuple[int, ...], trained: int) -> tuple[int, ...]:
     """The held-out lengths: ``given`` (each refused below :data:`SHORTEST_CHECK` tokens), else the
     trained length, half the shortest and twice the longest tuning length (those under
     :data:`SHORTEST_CHECK` left out); tuning lengths left out either way (the evidence scores them)."""
@@ -89,7 +89,7 @@ def _spec_table(results: dict[str, dict[str, Any]], tasks: list[str]) -> list[st
 def comparisons(results: dict[str, dict[str, Any]], tasks: list[str]) -> list[dict[str, Any]]:
     """The tuned spec against each baseline, per task metric: the paired interval and the verdict."""
     out = []
-    for base in (b for b in (BASELINE, YARN) if b in results and TUNED in results):
+    for base in (b for b in (M_ONE, YARN) if b in results and TUNED in results):
         for t in tasks:
             task = get_task(t)
             for m in task.metrics:
@@ -144,7 +144,7 @@ def _per_length(ev: dict[str, Any], scored: dict[str, Any]) -> list[tuple[int, l
 
 def _headline(comps: list[dict[str, Any]], task: str) -> dict[str, Any] | None:
     metric = get_task(task).headline.name
-    return next((c for c in comps if c["against"] == BASELINE and c["task"] == task and c["metric"] == metric), None)
+    return next((c for c in comps if c["against"] == M_ONE and c["task"] == task and c["metric"] == metric), None)
 
 
 def _lengths_words(lengths: list[int]) -> str:

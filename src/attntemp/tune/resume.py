@@ -14,7 +14,7 @@ import torch
 
 from ..utils import outputs
 
-RESULTS = (
+TUNE_RESULTS = (
     "spec.json",
     "evidence.json",
     "evidence.md",
@@ -23,8 +23,9 @@ RESULTS = (
     "learned_heatmap.png",
     "train_log.json",
 )
-CHECKPOINT = "checkpoint.pt"  # a gradient tune's: a killed run's is resumed by the same settings
-OUTPUTS = outputs.Outputs((*RESULTS, CHECKPOINT, CHECKPOINT + ".tmp", "entropy_shift.png"))  # report's figure too
+CHECKPOINT_FILE = "checkpoint.pt"  # a gradient tune's: a killed run's is resumed by the same settings
+# with the report's figure too
+TUNE_OUTPUTS = outputs.Outputs((*TUNE_RESULTS, CHECKPOINT_FILE, CHECKPOINT_FILE + ".tmp", "entropy_shift.png"))
 UNSETTLED = ("out", "overwrite", "progress", "threads", "verbose")  # what a resumed run may change
 
 
@@ -37,13 +38,13 @@ def resumable(cfg: Any) -> bool:
     """True when ``out`` holds a killed gradient tune's ``checkpoint.pt`` (no ``evidence.md`` yet)
     that this run resumes (not with ``overwrite``, which starts over)."""
     out = Path(cfg.out)
-    return not cfg.overwrite and (out / CHECKPOINT).is_file() and not (out / "evidence.md").exists()
+    return not cfg.overwrite and (out / CHECKPOINT_FILE).is_file() and not (out / "evidence.md").exists()
 
 
 def check_tune_out(cfg: Any) -> None:
     """``out`` by the rule of :mod:`attntemp.utils.outputs`; a killed gradient tune's folder is
     resumed instead (:func:`check_resume`)."""
-    outputs.check_out(cfg.out, () if resumable(cfg) else OUTPUTS, overwrite=cfg.overwrite)
+    outputs.check_out(cfg.out, () if resumable(cfg) else TUNE_OUTPUTS, overwrite=cfg.overwrite)
 
 
 def check_resume(cfg: Any) -> None:
@@ -51,7 +52,7 @@ def check_resume(cfg: Any) -> None:
     settings (recorded there), anything else refused naming the first setting that differs."""
     if not resumable(cfg):
         return
-    path = Path(cfg.out) / CHECKPOINT
+    path = Path(cfg.out) / CHECKPOINT_FILE
     try:
         saved = torch.load(path, weights_only=True).get("meta", {}).get("settings")
     except Exception as exc:  # a damaged file: pickle, zip and OS errors alike

@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from ..evaluate import corpus, limits
-from ..evaluate.corpus import heldout_windows
+from ..evaluate.corpus import HELDOUT_FOR_STDLIB, heldout_windows
 from ..evaluate.key_tokens import key_token_targets
 from ..evaluate.needles import needle_targets
 from ..evaluate.tasks import TASKS, EvalContext, EvalOptions, eval_context, tuning_context
 from ..hf import introspect, preflight
-from ..hf.learnable import SCHEDULES as LEARNABLE_SCHEDULES
+from ..hf.learnable import LEARNED_SCHEDULES
 from ..hf.loading import load_model
 from ..hf.patch import only_layer_types
 from ..hf.rope_scaling import SCALINGS, rope_for
@@ -30,14 +30,13 @@ from ..ops.spec import GRANULARITIES, LAYER_TYPES, TemperatureSpec
 from ..utils import checks, options, outputs
 from ..utils.options import option
 from .entropy import TARGETS, tune_entropy
-from .evidence import candidates, check_lengths, comparisons, evaluate_specs, evidence_markdown
+from .evidence import comparisons, evaluate_specs, evidence_markdown, evidence_specs, pick_check_lengths
 from .gradient import ROPE_FACTORS, ROPE_TEMPERATURES, run_gradient_tuning
-from .resume import OUTPUTS, RESULTS, check_resume, check_tune_out, resumable, settings
+from .resume import TUNE_OUTPUTS, TUNE_RESULTS, check_resume, check_tune_out, resumable, settings
 from .search import SEARCH_OBJECTIVES, tune_global
 
 TUNE_METHODS = ("search", "gradient")
 TARGETS_OF = {"key_tokens": key_token_targets, "needles": needle_targets}  # gradient: ([n, L] ids, [n, L-1] mask)
-HELDOUT_FOR_STDLIB = "package:markdown"  # Python code outside the stdlib: an attntemp dependency, on every machine
 TEXT_FREE = ("passkey",)  # tasks whose prompts do not come from the text: not scored again on the second one
 OBJECTIVES = (*SEARCH_OBJECTIVES, "entropy")
 GRADIENT_OBJECTIVES = ("perplexity", "key_tokens", "needles")  # the next-token loss on all / key / answer tokens
@@ -123,7 +122,7 @@ class TuneConfig(EvalOptions):
         for i, n in enumerate(self.lengths):
             checks.positive_int(f"lengths[{i}]", n)
         if self.schedule is not None:
-            checks.choice("schedule", self.schedule, LEARNABLE_SCHEDULES)
+            checks.choice("schedule", self.schedule, LEARNED_SCHEDULES)
         if (self.schedule or self.lengths) and self.method != "gradient":
             raise ValueError(
                 f"schedule={self.schedule!r} and lengths={list(self.lengths)} are learned by gradient "
@@ -257,7 +256,9 @@ def _scored(
 ) -> dict[str, Any]:
     """The candidates at ``length`` (the tuned spec's own RoPE for all) and their comparisons."""
     tasks = cfg.tasks if tasks is None else tasks
-    results = evaluate_specs(model, tok, length, candidates(dict(spec.rope) or None, spec), tasks, ctx, cfg.progress)
+    results = evaluate_specs(
+        model, tok, length, evidence_specs(dict(spec.rope) or None, spec), tasks, ctx, cfg.progress
+    )
     return {"results": results, "comparisons": comparisons(results, list(tasks))}
 
 
@@ -292,10 +293,10 @@ def check_second_text(cfg: TuneConfig, tok: Any, held_out: tuple[int, ...]) -> N
 
 
 def held_out_lengths(cfg: TuneConfig, trained: int, tok: Any) -> tuple[tuple[int, ...], list[str]]:
-    """The held-out lengths (:func:`~.evidence.check_lengths`) and a note per one left out: a
+    """The held-out lengths (:func:`~.evidence.pick_check_lengths`) and a note per one left out: a
     tuning length (scored already), or a default length too short for an evidence task."""
     tuned = (cfg.length, *cfg.lengths)
-    picked = check_lengths(cfg.check_lengths, tuned, trained)
+    picked = pick_check_lengths(cfg.check_lengths, tuned, trained)
     given = cfg.check_lengths if cfg.check_lengths is not None else (trained, min(tuned) // 2, 2 * max(tuned))
     notes = [f"held-out length {n} left out: it is a tuning length, scored there" for n in set(given) & set(tuned)]
     if cfg.check_lengths is not None:
@@ -334,14 +335,16 @@ def preflight_tune(cfg: TuneConfig, model=None, tok=None) -> Any:
             f"length={min((cfg.length, *cfg.lengths))} with rope_factors='learn' is not allowed: the factors act "
             f"only past the trained length {trained}; expected every tuning length > {trained + 1}"
         )
-    check_lengths(cfg.check_lengths, (cfg.length, *cfg.lengths), trained or cfg.length)  # each as typed
+    pick_check_lengths(cfg.check_lengths, (cfg.length, *cfg.lengths), trained or cfg.length)  # each as typed
     limits.check_lengths("check_lengths", cfg.check_lengths or (), cfg.tasks, tok, **sizes)
     held_out, _ = held_out_lengths(cfg, trained or cfg.length, tok)
     text = config and preflight.text_part(config)
     rows = limits.forward_rows(cfg.batch_size, cfg.n_docs, cfg.trials, 3)  # m = 1, YaRN's, the tuned one
-    limits.check_memory("length", [cfg.length], text, rows, cfg.trials, grad=cfg.method == "gradient", indexed=False)
-    limits.check_memory("lengths", cfg.lengths, text, rows, cfg.trials, grad=cfg.method == "gradient")
-    limits.check_memory("check_lengths", held_out, text, rows, cfg.trials)
+    limits.check_length_memory(
+        "length", [cfg.length], text, rows, cfg.trials, grad=cfg.method == "gradient", indexed=False
+    )
+    limits.check_length_memory("lengths", cfg.lengths, text, rows, cfg.trials, grad=cfg.method == "gradient")
+    limits.check_length_memory("check_lengths", held_out, text, rows, cfg.trials)
     check_second_text(cfg, tok, held_out)
     return tok
 
@@ -352,7 +355,7 @@ def run_tune(cfg: TuneConfig, model=None, tok=None) -> dict[str, Any]:
     tok = preflight_tune(cfg, model, tok)
     given, cfg = cfg, limits.fit_needles(cfg, (cfg.length, *cfg.lengths), tok)
     limits.say_needles(given, cfg, (cfg.length, *cfg.lengths))
-    own = OUTPUTS if cfg.overwrite else outputs.Outputs(RESULTS) if resumable(cfg) else ()
+    own = TUNE_OUTPUTS if cfg.overwrite else outputs.Outputs(TUNE_RESULTS) if resumable(cfg) else ()
     with outputs.output_folder(cfg.out, replace=own) as out:
         return _run(cfg, out, model, tok)
 

@@ -82,7 +82,7 @@ def usable_cpus() -> int:
 THREADS_PER_CPU = 4  # more torch threads than this per usable CPU is a typo, not a setting
 
 
-def check_threads(name: str, threads: int) -> int:
+def check_cpu_threads(name: str, threads: int) -> int:
     """Raise when ``threads`` exceeds :data:`THREADS_PER_CPU` per usable CPU (``usable_cpus``)."""
     cpus = usable_cpus()
     if threads > THREADS_PER_CPU * cpus:
