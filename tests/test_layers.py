@@ -2,28 +2,17 @@
 below it, and never a private name (``_x``) of another module. Read from the source with ``ast``."""
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
 
+from attntemp import LAYERS as PACKAGE_LAYERS
+
 SRC = Path(__file__).resolve().parents[1] / "src" / "attntemp"
-# Bottom to top; a module may import from its own layer and every layer before it. "top" is the
-# package's own __init__, __main__ and cli.
-LAYERS = (
-    "utils",
-    "assets",
-    "ops",
-    "hf",
-    "evaluate",
-    "analysis",
-    "tune",
-    "ship",
-    "logits",
-    "report",
-    "advise",
-    "commands",
-    "top",
-)
+# Bottom to top, as the package states them (attntemp.LAYERS); a module may import from its own layer
+# and every layer before it. "top" is the package's own __init__, __main__ and cli.
+LAYERS = (*PACKAGE_LAYERS, "top")
 RANK = {name: i for i, name in enumerate(LAYERS)}
 
 
@@ -117,7 +106,20 @@ def package_modules() -> list[Path]:
 
 def test_every_folder_is_a_known_layer():
     folders = {p.name for p in SRC.iterdir() if p.is_dir() and (p / "__init__.py").is_file()}
-    assert folders == set(LAYERS) - {"top"}
+    assert folders == set(PACKAGE_LAYERS)
+
+
+def test_the_package_doc_states_the_layer_order():
+    """The package docstring's ``utils`` < ``assets`` < ... is :data:`attntemp.LAYERS`."""
+    doc = " ".join((SRC / "__init__.py").read_text().split('"""')[1].split())
+    chain = re.search(r"``\w+``(?: < ``\w+``)+", doc)
+    assert chain is not None and tuple(re.findall(r"``(\w+)``", chain.group())) == PACKAGE_LAYERS
+
+
+def test_docs_layout_lists_the_layers_in_order():
+    """docs/layout.md's table of folders, row by row, is :data:`attntemp.LAYERS`."""
+    text = (SRC.parents[1] / "docs" / "layout.md").read_text()
+    assert tuple(re.findall(r"^\| `(\w+)/` \|", text, flags=re.M)) == PACKAGE_LAYERS
 
 
 @pytest.mark.parametrize("path", package_modules(), ids=lambda p: str(p.relative_to(SRC)))

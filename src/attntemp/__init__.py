@@ -2,9 +2,10 @@
 
 Temperature ``T`` divides pre-softmax logits; the multiplier ``m = 1/T`` multiplies them.
 
-The package's folders are its layers, each importing only from those before it:
-``utils`` < ``ops`` < ``hf`` < ``evaluate`` < ``analysis`` < ``tune`` < ``ship`` < ``logits`` <
-``report`` < ``advise`` < ``commands`` (see ``tests/test_layers.py``). The modules of the flat layout before it
+The package's folders are its layers, each importing only from those before it (:data:`LAYERS`,
+held by ``tests/test_layers.py``): ``utils`` < ``assets`` < ``ops`` < ``hf`` < ``evaluate`` <
+``analysis`` < ``tune`` < ``ship`` < ``logits`` < ``report`` < ``advise`` < ``commands``. The
+modules of the flat layout before it
 stay importable under their old names (``attntemp.rope``, ``attntemp.attention``, ...): see
 :data:`MOVED`.
 """
@@ -19,6 +20,24 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from .utils.version import VERSION
+
+# The folders of the package, bottom to top: a module imports only from its own folder and those
+# before it (this __init__, __main__ and cli sit above them all). The one statement of the order:
+# tests/test_layers.py enforces the imports against it and checks the doc above and docs/layout.md.
+LAYERS = (
+    "utils",
+    "assets",
+    "ops",
+    "hf",
+    "evaluate",
+    "analysis",
+    "tune",
+    "ship",
+    "logits",
+    "report",
+    "advise",
+    "commands",
+)
 
 # The public names, each imported from its module on first use (PEP 562), so that `import
 # attntemp` (and `attntemp --help`) does not load torch and transformers.
