@@ -5,11 +5,12 @@ Every sub-command module defines ``register(subparsers)``, which adds its parser
 flags snapshot (:mod:`attntemp.cli_flags`): ``--help``, argparse's errors and ``completion``
 answer from it without importing any command module (no torch, no transformers); only then is
 the module of the command being run imported and the line parsed again by the real parser.
-:data:`SUMMARIES` holds the one-line help of each command for the top-level listing. Bad input (a ``ValueError`` named
-by field and value, an ``OSError``, a damaged database: :func:`_bad_input`) becomes one line on
-stderr naming the flag (open progress bars ended first) and exit code 2, never a traceback; a
-program attntemp drove that failed (an engine: :class:`~attntemp.utils.errors.ExternalToolError`) is
-one line and exit code 1; see ``docs/errors.md``.
+The top-level listing shows each command's own one-line help (the ``help`` its ``register``
+gives its parser), read from the snapshot. Bad input (a ``ValueError`` named by field and value,
+an ``OSError``, a damaged database: :func:`_bad_input`) becomes one line on stderr naming the
+flag (open progress bars ended first) and exit code 2, never a traceback; a program attntemp
+drove that failed (an engine: :class:`~attntemp.utils.errors.ExternalToolError`) is one line and
+exit code 1; see ``docs/errors.md``.
 """
 
 from __future__ import annotations
@@ -43,24 +44,6 @@ COMMANDS = (
     "completion",
 )
 DEFAULT_COMMAND = "demo"
-# The top-level listing, without importing the commands (each module's own help says more).
-SUMMARIES = {
-    "demo": "the whole story on one model, as report.html (the default command)",
-    "advise": "what to run at a length: diagnose, race candidates on distant context, confirm, recommend per engine",
-    "tables": "print the YaRN and temperature tables",
-    "measure": "entropy, sink and recency of attention per layer/head/position",
-    "generate": "generate text; --monitor watches attention per token against the trained length",
-    "sweep": "sweep multipliers x lengths x RoPE methods x tasks (resumable)",
-    "tune": "tune m = 1/T (global search, entropy matching or gradient)",
-    "eval": "lm-eval tasks without and with a spec, in one paired table (needs [eval])",
-    "report": "report.md and report.html from sweep.db and evidence in DIR",
-    "bake": "write a checkpoint with the temperature in its weights (plain to serve)",
-    "export": "print an engine's settings for a spec (rope_parameters or flags)",
-    "verify": "run llama.cpp or vLLM with the shipped settings and compare with attntemp",
-    "audit": "check engines' RoPE scaling and temperature against a model's config.json, per position",
-    "calibrate": "fit a temperature on held-out logits (Guo et al. 2017)",
-    "completion": "print the shell completion script (bash, zsh, tcsh)",
-}
 
 
 def _top_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
@@ -78,16 +61,17 @@ def _top_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
 
 def build_parser(only: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The parser with every command's flags, or only those of the commands in ``only`` (the
-    others listed by name and summary, their modules not imported)."""
+    others listed by name and their own help, read from the snapshot: their modules not imported)."""
     from .commands.output import add_json_flag
 
     parser, sub = _top_parser()
+    flags = cli_flags.load_snapshot() if only is not None else {}
     for name in COMMANDS:
         if only is None or name in only:
             importlib.import_module(f"attntemp.commands.{name}").register(sub)
             add_json_flag(sub.choices[name])
         else:
-            sub.add_parser(name, help=SUMMARIES.get(name, ""), add_help=False)
+            sub.add_parser(name, help=flags[name]["help"], add_help=False)
     return parser
 
 
@@ -101,7 +85,7 @@ def light_parser(only: Sequence[str] | None = None) -> argparse.ArgumentParser:
         if only is None or name in only:
             cli_flags.add_light(sub, name, flags[name])
         else:
-            sub.add_parser(name, help=SUMMARIES.get(name, ""), add_help=False)
+            sub.add_parser(name, help=flags[name]["help"], add_help=False)
     return parser
 
 

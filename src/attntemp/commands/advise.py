@@ -13,8 +13,8 @@ from .output import emit
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "advise",
-        help="what should this model run with at --length: diagnose, race the candidates on distant context and "
-        "the cost below the trained length, confirm, and recommend what --engine carries",
+        help="what should this model run with at --length: diagnose, race candidates on distant context, "
+        "confirm, recommend per engine",
     )
     add_options(p, AdviseConfig)
     p.set_defaults(func=run)

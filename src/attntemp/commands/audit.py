@@ -10,7 +10,8 @@ from .output import emit
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("audit", help="check engines' RoPE scaling and temperature against a config, per position")
+    summary = "check engines' RoPE scaling and temperature against a model's config.json, per position"
+    p = sub.add_parser("audit", help=summary)
     add_options(p, AuditConfig)
     p.set_defaults(func=run)
 

@@ -11,7 +11,8 @@ from .output import emit
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("verify", help="run an engine with the shipped settings and compare with attntemp (KL, ppl)")
+    summary = "run llama.cpp or vLLM with the shipped settings and compare with attntemp (KL, perplexity)"
+    p = sub.add_parser("verify", help=summary)
     add_options(p, VerifyConfig)
     p.set_defaults(func=run)
 
