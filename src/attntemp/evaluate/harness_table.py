@@ -30,6 +30,7 @@ import numpy as np
 
 from ..ops import intervals
 from ..ops.intervals import Interval
+from ..utils.tables import markdown_table
 
 RTOL = 1e-6  # a per-document mean must give lm-eval's own value to count as "mean-aggregated"
 NOT_THIS_LENGTH = -1.0  # RULER's score of a document under another length's metric
@@ -198,20 +199,25 @@ def _comparison_cell(c: dict[str, Any]) -> str:
 def markdown(rows: Sequence[dict[str, Any]]) -> str:
     """The side-by-side table: value ± lm-eval's stderr [attntemp's 95% interval] per run, and the
     paired comparison with its interval and verdict."""
-    lines = [
-        "| task | metric | n | without spec | with spec | with vs without (paired) | verdict |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        metric = r["metric"] + (" tokens" if is_length_metric(r["metric"]) else "")
-        metric += "" if r["filter"] == "none" else f" ({r['filter']})"
-        arrow = "↑" if r["higher_is_better"] else "↓"
-        lines.append(
-            f"| {r['task']} | {metric} {arrow} | {r['n']} | {_cell(r['without_spec'], r['aggregation'])} | "
-            f"{_cell(r['with_spec'], r['aggregation'])} | {_comparison_cell(r['comparison'])} | "
-            f"{r['comparison']['verdict']} |"
-        )
-    return "\n".join(lines)
+    return markdown_table(
+        ("task", "metric", "n", "without spec", "with spec", "with vs without (paired)", "verdict"),
+        [_table_row(r) for r in rows],
+    )
+
+
+def _table_row(r: dict[str, Any]) -> tuple[Any, ...]:
+    metric = r["metric"] + (" tokens" if is_length_metric(r["metric"]) else "")
+    metric += "" if r["filter"] == "none" else f" ({r['filter']})"
+    arrow = "↑" if r["higher_is_better"] else "↓"
+    return (
+        r["task"],
+        f"{metric} {arrow}",
+        r["n"],
+        _cell(r["without_spec"], r["aggregation"]),
+        _cell(r["with_spec"], r["aggregation"]),
+        _comparison_cell(r["comparison"]),
+        r["comparison"]["verdict"],
+    )
 
 
 LEGEND = (

@@ -29,6 +29,7 @@ from ..ops import attention_config
 from ..ops.attention_config import Group
 from ..utils import checks
 from ..utils.options import ints, names, option
+from ..utils.tables import markdown_table
 
 AUDIT_ENGINES = ("transformers", "llama.cpp", "vllm")
 TOLERANCE = 1e-5  # relative: engines compute cos/sin in float32
@@ -284,15 +285,16 @@ class AuditResult:
         """The reference per group and position, then one line per engine."""
         pos = self.reference["positions"]
         lines = [f"attntemp audit of {self.config} ({self.model_type}); reference from attntemp's own math", ""]
-        lines += ["| group | layers | position | logit multiplier | af | scale ratio | inv_freq[0], [-1] |"]
-        lines += ["|---|---|---|---|---|---|---|"]
+        rows = []
         for g in self.reference["groups"]:
             ms, afs = _per_position(g["logit_multiplier"], len(pos)), _per_position(g["attention_factor"], len(pos))
             inv = _inv_lists(g["inv_freq"], len(pos))
             for i, p in enumerate(pos):
                 freq = f"{inv[i][0]:.6g}, {inv[i][-1]:.6g}" if inv[i] else "NoPE"
-                figures = f"{ms[i]:.6g} | {afs[i]:.6g} | {g['scale_ratio']:.6g} | {freq}"
-                lines.append(f"| {g['name']} | {len(g['layers'])} | {p} | {figures} |")
+                figures = (f"{ms[i]:.6g}", f"{afs[i]:.6g}", f"{g['scale_ratio']:.6g}", freq)
+                rows.append((g["name"], len(g["layers"]), p, *figures))
+        head = ("group", "layers", "position", "logit multiplier", "af", "scale ratio", "inv_freq[0], [-1]")
+        lines.append(markdown_table(head, rows))
         lines += [""] + [f"formula ({g['name']}): {g['formula']}" for g in self.reference["groups"]]
         lines += [f"note: {n}" for n in self.reference.get("notes", [])] + [""]
         for name, e in self.engines.items():

@@ -32,6 +32,7 @@ from ..ops.intervals import Interval, paired_ratio_interval, perplexity_interval
 from ..ops.spec import TemperatureSpec
 from ..utils import checks, outputs
 from ..utils.options import option
+from ..utils.tables import markdown_table
 from . import llamacpp
 from .bake import save_baked
 from .export import export, global_multiplier
@@ -228,23 +229,29 @@ class VerifyResult:
 
     def table(self) -> str:
         eng, ours = self.ratios()
-        rows = [
-            f"{self.engine} ({self.engine_version}) vs attntemp, {self.tokens} scored tokens per run, {self.route}",
-            "| run | engine ppl | attntemp ppl | engine / m=1 | attntemp / m=1 | KL(attntemp || engine) | same top |",
-            "|---|---|---|---|---|---|---|",
-        ]
+        table = []
         for c, r_eng, r_ours in ((self.base, None, None), (self.tempered, eng, ours)):
             ratio = (r_eng.fixed(5), r_ours.fixed(5)) if r_eng and r_ours else ("1", "1")
-            rows.append(
-                f"| {c.label} | {c.engine_ppl.format(6)} | {c.attntemp_ppl.format(6)} | {ratio[0]} | {ratio[1]} "
-                f"| {c.kl.value + 0.0:.2e} [{max(c.kl.low, 0.0):.2e}, {c.kl.high + 0.0:.2e}] | {c.same_top:.4f} |"
-            )
-        verdict = "PASS" if self.passed else "FAIL"
-        rows.append(
-            f"ratio agreement (engine / attntemp - 1): {self.agreement():+.2e} (tolerance {RATIO_TOLERANCE}); "
-            f"KL limit {KL_MAX:g}: {verdict}"
+            kl = f"{c.kl.value + 0.0:.2e} [{max(c.kl.low, 0.0):.2e}, {c.kl.high + 0.0:.2e}]"
+            table.append((c.label, c.engine_ppl.format(6), c.attntemp_ppl.format(6), *ratio, kl, f"{c.same_top:.4f}"))
+        head = (
+            "run",
+            "engine ppl",
+            "attntemp ppl",
+            "engine / m=1",
+            "attntemp / m=1",
+            "KL(attntemp || engine)",
+            "same top",
         )
-        return "\n".join(rows)
+        verdict = "PASS" if self.passed else "FAIL"
+        return "\n".join(
+            [
+                f"{self.engine} ({self.engine_version}) vs attntemp, {self.tokens} scored tokens per run, {self.route}",
+                markdown_table(head, table),
+                f"ratio agreement (engine / attntemp - 1): {self.agreement():+.2e} (tolerance {RATIO_TOLERANCE}); "
+                f"KL limit {KL_MAX:g}: {verdict}",
+            ]
+        )
 
     def to_dict(self) -> dict[str, Any]:
         eng, ours = self.ratios()
