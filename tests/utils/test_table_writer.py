@@ -19,5 +19,5 @@ def test_alignment_per_column():
 
 @pytest.mark.parametrize(("align", "rows"), [("r", []), ("-x", []), (None, [(1,)]), (None, [(1, 2, 3)])])
 def test_a_misshapen_table_is_refused(align, rows):
-    with pytest.raises(ValueError, match="align=|row 0"):
+    with pytest.raises(ValueError, match=r"align=|row 0"):
         markdown_table(("a", "b"), rows, align=align)
