@@ -12,37 +12,42 @@ import attntemp.ship.export as E
 from attntemp.hf.patch import patch
 from attntemp.ops.schedules import yarn_mscale, yarn_multiplier
 from attntemp.ops.spec import TemperatureSpec
+from attntemp.ship import llamacpp as binary
+from attntemp.ship.engines import ENGINES
+from attntemp.ship.engines import llamacpp as LC
+from attntemp.ship.engines import transformers as TF
+from attntemp.ship.engines import vllm as VL
 from attntemp.utils.resources import vllm_cpu_refusal
 
 X = torch.randint(1, 97, (2, 48), generator=torch.Generator().manual_seed(1))  # [2, 48]
 
 
 def test_known_values_for_s_4():
-    assert E.transformers_logit_multiplier(1.1386) == pytest.approx(1.2965, abs=2e-4)
-    assert E.transformers_logit_multiplier(yarn_mscale(4)) == pytest.approx(yarn_multiplier(4), rel=1e-12)
+    assert TF.logit_multiplier(1.1386) == pytest.approx(1.2965, abs=2e-4)
+    assert TF.logit_multiplier(yarn_mscale(4)) == pytest.approx(yarn_multiplier(4), rel=1e-12)
     assert yarn_multiplier(4) == pytest.approx(1.2965, abs=1e-4)
     # the plain YaRN temperature is each engine's default: vLLM's attn_factor and llama.cpp's f are 1
-    assert E.vllm_attn_factor(yarn_multiplier(4), 4) == pytest.approx(1.0, rel=1e-12)
-    assert E.llamacpp_attn_factor(yarn_multiplier(4), 4) == pytest.approx(1.0, rel=1e-12)
-    assert E.vllm_logit_multiplier(1.0, 4) == pytest.approx(1.2965, abs=1e-4)
-    assert E.llamacpp_logit_multiplier(1.0, 4) == pytest.approx(1.2965, abs=1e-4)
+    assert VL.attn_factor(yarn_multiplier(4), 4) == pytest.approx(1.0, rel=1e-12)
+    assert LC.attn_factor(yarn_multiplier(4), 4) == pytest.approx(1.0, rel=1e-12)
+    assert VL.logit_multiplier(1.0, 4) == pytest.approx(1.2965, abs=1e-4)
+    assert LC.logit_multiplier(1.0, 4) == pytest.approx(1.2965, abs=1e-4)
     # no scaling (s = 1): every factor is sqrt(m)
-    assert E.vllm_attn_factor(1.44, 1) == E.llamacpp_attn_factor(1.44, 1) == pytest.approx(1.2)
+    assert VL.attn_factor(1.44, 1) == LC.attn_factor(1.44, 1) == pytest.approx(1.2)
 
 
 @pytest.mark.parametrize("m", [0.5, 1.0, 1.2965, 2.0])
 @pytest.mark.parametrize("s", [1.0, 4.0, 32.0])
 def test_round_trips(m, s):
-    assert E.transformers_logit_multiplier(E.transformers_attention_factor(m)) == pytest.approx(m, rel=1e-12)
-    assert E.vllm_logit_multiplier(E.vllm_attn_factor(m, s), s) == pytest.approx(m, rel=1e-12)
-    assert E.llamacpp_logit_multiplier(E.llamacpp_attn_factor(m, s), s) == pytest.approx(m, rel=1e-12)
+    assert TF.logit_multiplier(TF.attention_factor(m)) == pytest.approx(m, rel=1e-12)
+    assert VL.logit_multiplier(VL.attn_factor(m, s), s) == pytest.approx(m, rel=1e-12)
+    assert LC.logit_multiplier(LC.attn_factor(m, s), s) == pytest.approx(m, rel=1e-12)
 
 
 def test_bad_conversion_inputs_name_the_argument():
     with pytest.raises(ValueError, match=r"multiplier=0"):
-        E.transformers_attention_factor(0)
+        TF.attention_factor(0)
     with pytest.raises(ValueError, match=r"s=0.5 .*>= 1.0"):
-        E.vllm_attn_factor(1.2, 0.5)
+        VL.attn_factor(1.2, 0.5)
 
 
 def yarn_spec(multiplier=1.15):
@@ -77,8 +82,8 @@ def test_transformers_export_loaded_fresh_equals_the_patched_model():
 def test_vllm_writes_both_spellings_of_the_same_temperature():
     result = E.export(yarn_spec(), "vllm", rope_theta=10000.0)
     rp, m = result.rope_parameters, 1.15 * yarn_multiplier(4)
-    assert E.transformers_logit_multiplier(rp["attention_factor"]) == pytest.approx(m, rel=1e-12)
-    assert E.vllm_logit_multiplier(rp["attn_factor"], 4.0) == pytest.approx(m, rel=1e-12)
+    assert TF.logit_multiplier(rp["attention_factor"]) == pytest.approx(m, rel=1e-12)
+    assert VL.logit_multiplier(rp["attn_factor"], 4.0) == pytest.approx(m, rel=1e-12)
     assert result.args[-2:] == ("--max-model-len", "128") and rp["rope_theta"] == 10000.0
     assert "mscale" not in rp and '"rope_scaling"' in result.render()
 
@@ -89,7 +94,7 @@ def test_llamacpp_flags_encode_the_multiplier():
     assert args[:6] == ["--rope-scaling", "yarn", "--rope-scale", "4", "--yarn-orig-ctx", "32"]
     key, value = args[args.index("--override-kv") + 1].split("=float:")
     assert key == "llama.rope.scaling.attn_factor"
-    m = E.llamacpp_logit_multiplier(float(value), 4.0)
+    m = LC.logit_multiplier(float(value), 4.0)
     assert m == pytest.approx(1.15 * yarn_multiplier(4), rel=1e-8)
     plain = E.export(TemperatureSpec.yarn(4, 32), "llama.cpp")  # f = 1: the built-in factor
     assert "--override-kv" not in plain.args
@@ -106,7 +111,7 @@ def test_trained_length_fills_the_rope_and_render_states_m():
     assert first.startswith(f"# logit multiplier m = {m:.6g} (temperature T = {1 / m:.6g})")
 
 
-@pytest.mark.parametrize("engine", E.ENGINES)
+@pytest.mark.parametrize("engine", ENGINES)
 def test_refusals_say_why(engine):
     heads = TemperatureSpec.per_head([[1.0, 1.2], [1.0, 1.0]], rope=dict(TemperatureSpec.yarn(4, 32).rope))
     with pytest.raises(ValueError, match=r"per-head multipliers.*bake them into q_proj with `attntemp bake`"):
@@ -182,7 +187,7 @@ def test_llamacpp_perplexity_line_takes_the_chunk_length_not_ctx_size():
     assert any(
         line.startswith("# llama-perplexity -m MODEL.gguf -f TEXT.txt -c 128 --rope-scaling yarn") for line in lines
     )
-    assert E.perplexity_args(("--override-kv", "x"), None)[6] == "<LENGTH>"
+    assert binary.perplexity_args(("--override-kv", "x"), None)[6] == "<LENGTH>"
 
 
 def test_llamacpp_refuses_other_ropes_saying_to_bake_and_convert():
@@ -290,7 +295,7 @@ def _llamacpp_or_skip():
 
 
 def _verify(tmp_path, spec, model, length, chunks, text="stdlib", engine="llama.cpp"):
-    from attntemp.ship import verify_runner as V
+    from attntemp.ship import verify as V
 
     path = spec.save(tmp_path / "spec.json")
     cfg = V.VerifyConfig(engine=engine, spec=str(path), model=model, length=length, chunks=chunks, text=text)
@@ -329,7 +334,7 @@ NEEDS_AVX512 = pytest.mark.skipif(vllm_cpu_refusal() is not None, reason=str(vll
 def test_vllm_runs_what_attntemp_ships_smollm2(tmp_path, case):
     """vLLM (vllm-cpu, its own venv): SmolLM2 only, its CPU attention has no kernel for the tiny
     model's head_dim 16."""
-    from attntemp.ship.vllm_engine import find_vllm
+    from attntemp.ship.vllm_venv import find_vllm
 
     try:
         find_vllm(None)
@@ -343,7 +348,7 @@ def test_vllm_runs_what_attntemp_ships_smollm2(tmp_path, case):
 @NEEDS_AVX512
 def test_vllm_serves_a_schedule_checkpoint_through_the_plugin(tmp_path):
     """log_length past L0 = 256: the schedule checkpoint, served by vLLM with attntemp's plugin."""
-    from attntemp.ship.vllm_engine import find_vllm
+    from attntemp.ship.vllm_venv import find_vllm
 
     try:
         find_vllm(None)

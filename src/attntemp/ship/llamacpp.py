@@ -27,7 +27,6 @@ import torch
 
 from ..ops.intervals import Interval
 from ..utils.errors import ExternalToolError
-from .export import without_ctx_size
 
 MAGIC = b"_logits_"
 FLOOR = 16.0  # perplexity.cpp: min_logit = max(min_logit, max_logit - 16)
@@ -70,6 +69,29 @@ def write_base(path: Path, ids: torch.Tensor, logp_rows: list[torch.Tensor]) -> 
         for rows in logp_rows:
             f.write(quantize(rows).tobytes())
     return path
+
+
+# ----------------------------------------------------------------------------- llama-perplexity's flags
+def perplexity_args(args: Sequence[str], length: int | None) -> tuple[str, ...]:
+    """The serving flags as ``llama-perplexity`` takes them: there ``-c`` is the chunk length, each
+    chunk's second half is scored and the text needs at least two chunks, so ``--ctx-size`` goes and
+    ``-c length`` comes in (``<LENGTH>`` when unknown)."""
+    out = without_ctx_size(args)
+    return ("llama-perplexity", "-m", "MODEL.gguf", "-f", "TEXT.txt", "-c", str(length or "<LENGTH>"), *out)
+
+
+def without_ctx_size(args: Sequence[str]) -> list[str]:
+    """The serving flags less ``--ctx-size N`` / ``-c N`` (``llama-perplexity`` reads ``-c`` as the
+    chunk length, so a caller sets it itself)."""
+    out, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+        elif a in ("--ctx-size", "-c"):
+            skip = True
+        else:
+            out.append(a)
+    return out
 
 
 # ----------------------------------------------------------------------------- finding and converting
