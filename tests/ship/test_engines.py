@@ -435,3 +435,65 @@ def test_per_layer_refusal_gives_the_gguf_conversion_for_llamacpp():
         E.export(TemperatureSpec(layers=(1.0, 1.3)), "llama.cpp")
     with pytest.raises(ValueError, match=r"`attntemp bake` and serve that folder"):
         E.export(TemperatureSpec(layers=(1.0, 1.3)), "vllm")
+
+
+# ----------------------------------------------------------------------------- Gemma 3: RoPE per layer type
+YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}  # its own factor, no schedule
+GLOBAL_YARN = TemperatureSpec(multiplier=1.15, layer_types=["full_attention"], rope=YARN)
+
+
+def _gemma3_rotary(cfg: dict, rope_parameters: dict):
+    """transformers' own Gemma 3 rotary embedding for ``cfg`` with the exported ``rope_parameters``."""
+    from transformers import Gemma3TextConfig
+    from transformers.models.gemma3.modeling_gemma3 import Gemma3RotaryEmbedding
+
+    return Gemma3RotaryEmbedding(Gemma3TextConfig.from_dict({**cfg, "rope_parameters": rope_parameters}))
+
+
+@pytest.mark.parametrize("spec, m", [(TemperatureSpec(rope=YARN), 1.0), (GLOBAL_YARN, 1.15)])
+def test_gemma3_yarn_goes_to_the_global_layers_and_the_sliding_ones_keep_their_rope(spec, m):
+    """transformers 5 reads Gemma 3's rope_parameters per layer type: given the model's config, the
+    export puts YaRN and its attention factor on the full-attention layers only (a flat dict would
+    leave them at the default rope: YaRN silently dropped)."""
+    from attntemp.ops import rope
+
+    cfg = config("gemma3_text").to_dict()  # head_dim 16; sliding theta 1e4, global 1e6
+    result = E.export(spec, "transformers", config=cfg)
+    assert set(result.rope_parameters) == {"full_attention", "sliding_attention"}
+    rotary = _gemma3_rotary(cfg, result.rope_parameters)
+    inv, _ = rope.yarn(16, 1e6, 4.0, original_max_position_embeddings=32)
+    assert torch.allclose(rotary.full_attention_inv_freq, inv.float())
+    assert rotary.full_attention_attention_scaling**2 == pytest.approx(m * yarn_multiplier(4), rel=1e-6)
+    plain, _ = rope.default(16, 1e4)
+    assert torch.allclose(rotary.sliding_attention_inv_freq, plain.float())
+    assert rotary.sliding_attention_attention_scaling == 1.0
+    flat = _gemma3_rotary(cfg, E.export(TemperatureSpec(rope=YARN), "transformers").rope_parameters)
+    assert torch.allclose(flat.full_attention_inv_freq, rope.default(16, 1e6)[0].float())  # the old flat export
+
+
+@pytest.mark.parametrize("engine", ["transformers", "vllm"])  # vLLM's --hf-overrides carry the same rope_parameters
+def test_gemma3_export_loaded_fresh_equals_the_patched_model(engine):
+    from tiny_configs import model
+
+    m = model("gemma3_text")
+    cfg = m.config.to_dict()
+    for spec in (TemperatureSpec(rope=YARN), GLOBAL_YARN):
+        with torch.no_grad(), patch(m, spec):
+            want = m(X).logits  # [2, 48, V]
+        rp = E.export(spec, engine, config=cfg).rope_parameters
+        fresh = AutoModelForCausalLM.from_config(type(m.config).from_dict({**cfg, "rope_parameters": rp}))
+        fresh.load_state_dict(m.state_dict())
+        with torch.no_grad():
+            got = fresh.eval()(X).logits  # [2, 48, V]
+        assert (got - want).abs().max() <= 1e-4, spec
+
+
+def test_gemma3_m_on_every_layer_is_refused_where_only_the_global_layers_carry_it():
+    cfg = config("gemma3_text").to_dict()
+    with pytest.raises(ValueError, match=r"m=1.15 on every layer cannot be exported to vllm for this model"):
+        E.export(TemperatureSpec(multiplier=1.15, rope=YARN), "vllm", config=cfg)
+    with pytest.raises(ValueError, match=r"m=1.49.* on every layer"):  # attntemp's YaRN: its m on every layer
+        E.export(yarn_spec(), "transformers", config=cfg)
+    with pytest.raises(ValueError, match=r"layer_types=\['full_attention'\] only; transformers has one"):
+        E.export(GLOBAL_YARN, "transformers")  # without the config: one rope, one temperature for every layer
+    assert '"sliding_attention"' in E.export(GLOBAL_YARN, "vllm", config=cfg).args[1]

@@ -91,7 +91,6 @@ def load_config(path: str) -> dict[str, Any]:
     return data
 
 
-
 @dataclass(frozen=True)
 class AuditResult:
     """The reference and each engine's figures and verdict."""
@@ -132,7 +131,6 @@ class AuditResult:
             version = f" ({e['version']})" if e.get("version") else ""
             lines.append(f"{name}{version}: {e['verdict']}: {e.get('summary') or e.get('reason', '')}")
         return "\n".join(lines)
-
 
 
 def run_audit(cfg: AuditConfig) -> AuditResult:

@@ -23,4 +23,3 @@ def verified() -> tuple[str, ...]:
 def reading_gguf_arch() -> tuple[str, ...]:
     """The engines whose export takes a GGUF architecture name (``--gguf-arch``)."""
     return tuple(name for name, e in ENGINES.items() if e.reads_gguf_arch)
-

@@ -101,8 +101,9 @@ class AuditRun:
 class Engine:
     """One engine behind the verbs (see the module doc). ``after_bake``: what follows `attntemp bake`
     in a refusal (None: serve the baked folder with this engine's export of its RoPE);
-    ``reads_gguf_arch``: its export takes ``--gguf-arch``; ``remote_code``: it loads a schedule
-    checkpoint's remote code (``trust_remote_code=True``)."""
+    ``reads_gguf_arch``: its export takes ``--gguf-arch``; ``rope_per_layer_type``: its settings give
+    each layer type its own RoPE where the model's config does (Gemma 3), the attention factor with
+    it; ``remote_code``: it loads a schedule checkpoint's remote code (``trust_remote_code=True``)."""
 
     name: str
     export: Callable[[float, dict[str, Any], ExportTarget], ExportResult]
@@ -112,6 +113,7 @@ class Engine:
     verify: Callable[[VerifyOptions, TemperatureSpec], VerifyResult] | None = None
     after_bake: str | None = None
     reads_gguf_arch: bool = False
+    rope_per_layer_type: bool = False
     remote_code: bool = False
 
     def bake_route(self) -> str:
@@ -130,7 +132,14 @@ def export_spec(
     schedule goes to the engine's own key (:mod:`attntemp.ship.schedule_export`)."""
     target = target or ExportTarget()
     spec, scaling = schedule_export.split(spec)
-    m_spec = global_multiplier(spec, engine)
+    per_type = engine.rope_per_layer_type and target.layer_ropes is not None
+    m_spec = global_multiplier(spec, engine, per_type)
+    if per_type and spec.layer_types is None and abs(m_spec - 1) > EPS:
+        raise ValueError(
+            f"m={m_spec:.6g} on every layer cannot be exported to {engine.name} for this model: its RoPE is per "
+            f"layer type, so the attention factor reaches the {GLOBAL} layers only and the sliding ones keep their "
+            f"own rope. Give the spec layer_types=['{GLOBAL}'], or bake it into q_proj with `attntemp bake`"
+        )
     params = resolve_rope(spec, trained_length)
     m = m_spec * builtin_factor(params) ** 2 if params else m_spec
     result = engine.export(m, params, target)
@@ -142,11 +151,13 @@ def export_spec(
 
 
 # ----------------------------------------------------------------------------- spec analysis
-def global_multiplier(spec: TemperatureSpec, engine: Engine) -> float:
-    """The one static m of the spec; raise when it varies by layer or head, or by position."""
+def global_multiplier(spec: TemperatureSpec, engine: Engine, per_type: bool = False) -> float:
+    """The one static m of the spec; raise when it varies by layer or head, or by position, or
+    targets some layer types only (``per_type``: the settings carry a RoPE per layer type, so a spec
+    of the global layers alone is one m there)."""
     name = engine.name
     refuse_position_dependent(spec, f"exported to {name}", "its settings have no per-position temperature")
-    if spec.layer_types is not None:
+    if spec.layer_types is not None and not (per_type and spec.layer_types == (GLOBAL,)):
         raise ValueError(
             f"the spec tempers layer_types={list(spec.layer_types)} only; {name} has one temperature for every "
             f"layer: bake it into q_proj with `attntemp bake`{engine.bake_route()}"
@@ -155,7 +166,7 @@ def global_multiplier(spec: TemperatureSpec, engine: Engine) -> float:
         raise ValueError(f"the spec has {len(spec.layers)} layers values but {len(spec.heads)} heads rows")
     rows = len(spec.layers or spec.heads or (0,))
     heads = len(spec.heads[0]) if spec.heads else 1
-    table = spec.heads_table(rows, heads)  # [layers, heads]
+    table = spec.heads_table(rows, heads, [GLOBAL] * rows if spec.layer_types else None)  # [layers, heads]
     low, high = float(table.min()), float(table.max())
     if high - low > EPS * high:
         raise ValueError(

@@ -151,5 +151,6 @@ ENGINE = Engine(
     with_schedule=with_schedule,
     schedule_readers=SCHEDULE_READERS,
     audit=audit,
+    rope_per_layer_type=True,
     remote_code=True,
 )

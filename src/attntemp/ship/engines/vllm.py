@@ -358,5 +358,6 @@ ENGINE = Engine(
     with_schedule=with_schedule,
     schedule_readers=SCHEDULE_READERS,
     audit=audit,
+    rope_per_layer_type=True,
     verify=verify,
 )
