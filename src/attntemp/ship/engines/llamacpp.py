@@ -28,7 +28,6 @@
 from __future__ import annotations
 
 import functools
-import hashlib
 import math
 import tempfile
 from dataclasses import replace
@@ -293,31 +292,6 @@ class _Stop(Exception):
 
 
 # ----------------------------------------------------------------------------- verify
-def _weights_key(folder: Path) -> str:
-    """A cache key of a checkpoint folder: its path and its files' sizes and times."""
-    h = hashlib.sha256(str(folder.resolve()).encode())
-    for p in sorted(folder.iterdir()):
-        if p.is_file():
-            st = p.stat()
-            h.update(f"{p.name}:{st.st_size}:{st.st_mtime_ns}".encode())
-    return h.hexdigest()[:16]
-
-
-def original_gguf(llama: llamacpp.LlamaCpp, folder: Path) -> tuple[Path, list[str]]:
-    """The float32 GGUF of an unmodified checkpoint, converted once into the engines cache (and the
-    command that converted it, empty when it was there already)."""
-    if llama.convert is None:
-        raise FileNotFoundError(f"no convert_hf_to_gguf.py beside {llama.perplexity}; pass --engine-dir of a build")
-    out = llamacpp.engines_cache() / "gguf" / f"{folder.name}-{_weights_key(folder)}-f32.gguf"
-    if out.is_file():
-        return out, []
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp.gguf")
-    cmd = llamacpp.convert(llama.convert, folder, tmp)
-    tmp.rename(out)
-    return out, cmd
-
-
 def _compare(label, llama, gguf, args, ids, ref: Reference, work: Path, threads) -> Comparison:
     chunks, length = ids.shape
     base = llamacpp.write_base(work / f"{label}.kld", ids, ref.logp)
@@ -374,7 +348,7 @@ def _verify_run(
     ids = windows(tok, cfg.text, length, cfg.chunks)  # [C, L]
     base_spec = baseline(spec)
     refs = {"m = 1": reference(model, base_spec, ids), "spec": reference(model, spec, ids)}
-    original, convert_cmd = original_gguf(llama, folder)
+    original, convert_cmd = llamacpp.original_gguf(llama, folder)
     arch = llamacpp.gguf_architecture(original)
     gguf = with_factors(spec, original, work)  # both runs: the same per-frequency factors
 
