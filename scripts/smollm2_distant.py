@@ -32,7 +32,6 @@ default n = 8 finds 0-5 key tokens per window (too few for an interval), n = 4 f
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -48,6 +47,7 @@ from attntemp.hf import introspect
 from attntemp.hf.devices import long_run_cpu_dtype
 from attntemp.hf.loading import ModelOptions, load_model
 from attntemp.hf.rope_scaling import rope_for
+from attntemp.ops.schedules import yarn_multiplier
 from attntemp.ops.spec import TemperatureSpec
 from attntemp.tune.runner import TuneConfig
 from attntemp.tune.search import tune_global
@@ -111,7 +111,7 @@ def specs(
     if length > trained:
         s = length / trained
         yarn = rope_for("yarn", length, trained)
-        m_yarn = (0.1 * math.log(s) + 1) ** 2
+        m_yarn = yarn_multiplier(s)
         out[f"YaRN s = {s:g}, m = 1"] = TemperatureSpec(rope=yarn)
         out[f"YaRN s = {s:g}, YaRN's m = {m_yarn:.4g}"] = TemperatureSpec(multiplier=m_yarn, rope=yarn)
         if tuned is not None:
