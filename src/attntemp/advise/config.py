@@ -11,7 +11,7 @@ from ..evaluate import corpus, limits, needles
 from ..evaluate.corpus import HELDOUT_FOR_STDLIB
 from ..evaluate.task_base import NEEDLES_PER_FORWARD, EvalOptions
 from ..hf import preflight
-from ..ship.export import ENGINES
+from ..ship.engines import ENGINES
 from ..utils import checks, outputs
 from ..utils.options import option
 
