@@ -199,12 +199,21 @@ def test_one_reader_of_the_geometry_keys():
     assert not bad, "read the geometry keys through attntemp.ops.geometry:\n" + "\n".join(bad)
 
 
-# Names every module of a folder defines by design, each allowed there only:
+# Names several modules define by design, each in the listed folders only (their definitions there
+# count as one: the protocol):
+ENGINE_PROTOCOL = ("ENGINE", "NAME", "SOURCE", "LONGROPE_SOURCE", "SCHEDULE_READERS", "export_settings",
+                   "with_schedule", "audit", "verify", "attn_factor", "logit_multiplier")  # fmt: skip
 PROTOCOL = {
-    # cli.build_parser imports each sub-command module and calls its register(subparsers)
-    "register": "attntemp.commands",
+    # cli.build_parser imports each sub-command module and calls its register(subparsers); vLLM calls
+    # its general plugin's register() (assets/remote_code/vllm_plugin.py, copied into vLLM's environment)
+    "register": ("attntemp.commands", "attntemp.assets.remote_code"),
     # the sub-command's entry, which its register sets as the parser's func (cli.main calls args.func)
-    "run": "attntemp.commands",
+    "run": ("attntemp.commands",),
+    # the architecture a schedule checkpoint's config.json names: transformers' auto_map and vLLM's
+    # registry each resolve it to their own class (modeling_attntemp_schedule, vllm_model)
+    "AttntempScheduleLlamaForCausalLM": ("attntemp.assets.remote_code",),
+    # one module per engine behind ship.engines.ENGINES, each answering the same questions of its engine
+    **dict.fromkeys(ENGINE_PROTOCOL, ("attntemp.ship.engines",)),
 }
 
 
@@ -223,13 +232,13 @@ def module_level_names(source: str) -> list[str]:
 
 def public_definitions() -> dict[str, list[str]]:
     """Each public name -> the modules of ``src/attntemp`` that define it (importing is not defining);
-    the modules of a :data:`PROTOCOL` folder count as one definition of its protocol names."""
+    a :data:`PROTOCOL` name's definitions in its folders count as one."""
     found: dict[str, list[str]] = {}
     for path in python_files(SRC):
         module = ".".join(path.relative_to(SRC.parent).with_suffix("").parts).removesuffix(".__init__")
         for name in module_level_names(path.read_text(encoding="utf-8")):
-            folder = PROTOCOL.get(name)
-            where = f"{folder}.*" if folder and module.startswith(folder + ".") else module
+            folders = PROTOCOL.get(name, ())
+            where = "the protocol" if any(module.startswith(f + ".") for f in folders) else module
             if where not in found.setdefault(name, []):
                 found[name].append(where)
     return found
@@ -237,6 +246,6 @@ def public_definitions() -> dict[str, list[str]]:
 
 def test_each_public_name_is_defined_once():
     """A public module-level name means one thing in the package (issue 36): one module defines
-    it and the others import it; a :data:`PROTOCOL` name is defined in its folder's modules only."""
+    it and the others import it; a :data:`PROTOCOL` name is defined in its folders only."""
     twice = {name: modules for name, modules in public_definitions().items() if len(modules) > 1}
     assert not twice, "rename, or import from one module:\n" + "\n".join(f"{n}: {m}" for n, m in sorted(twice.items()))

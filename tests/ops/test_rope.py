@@ -103,8 +103,8 @@ def test_yarn_keeps_high_and_interpolates_low_frequencies():
 
 def test_attention_factor_convention():
     # transformers' attention_factor scales cos and sin; the logits get its square.
-    assert rope.logit_multiplier(1.1386) == pytest.approx(1.2964, abs=1e-4)
-    assert rope.cos_sin_factor(rope.logit_multiplier(1.25)) == pytest.approx(1.25)
+    assert rope.cos_sin_multiplier(1.1386) == pytest.approx(1.2964, abs=1e-4)
+    assert rope.cos_sin_factor(rope.cos_sin_multiplier(1.25)) == pytest.approx(1.25)
 
 
 @pytest.mark.parametrize(

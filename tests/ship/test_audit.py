@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from attntemp.assets import tiny_path
-from attntemp.ship.audit import AuditConfig, audit_reference, load_config, run_audit
+from attntemp.ship.audit import AuditConfig, config_reference, load_config, run_audit
 
 CONFIGS = tiny_path().parent / "configs"  # the corpus, shipped: src/attntemp/assets/configs
 
@@ -172,7 +172,7 @@ def test_the_reference_is_the_hand_computed_one_and_transformers_agrees(name):
 @pytest.mark.parametrize("name", sorted(NO_PROXY))
 def test_rows_transformers_cannot_run_stop_in_one_line_and_their_reference_is_the_hand_computed_one(name):
     positions = tuple(sorted(HAND[name][0]))
-    check_reference(name, audit_reference(load_config(str(CONFIGS / f"{name}.json")), positions))
+    check_reference(name, config_reference(load_config(str(CONFIGS / f"{name}.json")), positions))
     with pytest.raises(ValueError, match=NO_PROXY[name]) as info:
         audit(name)
     assert "\n" not in " ".join(str(info.value).split()) and name in str(info.value)

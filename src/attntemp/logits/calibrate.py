@@ -105,7 +105,7 @@ def load_logits(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
     return z, torch.from_numpy(labels.astype(np.int64))  # [...]
 
 
-def markdown_table(fit: CalibrationFit, before: CalibrationMetrics, after: CalibrationMetrics) -> str:
+def metrics_table(fit: CalibrationFit, before: CalibrationMetrics, after: CalibrationMetrics) -> str:
     """The metrics before and after scaling as a markdown table."""
     rows = [
         ("temperature T", 1, f"{fit.temperature:.4f}"),
@@ -142,4 +142,4 @@ def run_calibration(cfg: CalibrateConfig) -> tuple[dict[str, Any], str]:
     with outputs.output_folder(cfg.out, replace=CALIBRATION_RESULTS if cfg.overwrite else ()) as out:  # none left empty
         reliability_diagram(p_before, y, out / "reliability.png", cfg.bins, title="Temperature scaling", after=p_after)
         (out / "calibration.json").write_text(json.dumps(report, indent=2) + "\n")
-    return report, markdown_table(fit, before, after)
+    return report, metrics_table(fit, before, after)

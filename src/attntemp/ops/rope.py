@@ -224,7 +224,7 @@ def compute_inv_freq(rope_type: str, dim: int, base: float = 10000.0, **params) 
     return fn(dim, base, **params)
 
 
-def logit_multiplier(attention_factor: float) -> float:
+def cos_sin_multiplier(attention_factor: float) -> float:
     """The logit multiplier of a cos/sin factor: ``attention_factor ** 2``."""
     return checks.positive("attention_factor", attention_factor) ** 2
 

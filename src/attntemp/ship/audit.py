@@ -21,10 +21,11 @@ from typing import Any
 
 from ..assets import configs_path, shipped_configs
 from ..ops import attention_config
+from ..ops.geometry import config_dict
 from ..utils import checks
 from ..utils.options import ints, names, option
 from ..utils.tables import markdown_table
-from .audit_reference import inv_lists, per_position, reference
+from .audit_reference import config_reference, inv_lists, per_position
 from .engines import ENGINES
 from .engines import transformers as reference_engine
 from .engines.base import AuditRun
@@ -87,7 +88,7 @@ def load_config(path: str) -> dict[str, Any]:
         raise ValueError(f"config={path!r} is not valid JSON ({str(exc)[:80]})") from None
     if not isinstance(data, dict):
         raise ValueError(f"config={path!r}: a config JSON must be an object, not {type(data).__name__}")
-    if not isinstance(attention_config.text_config(data).get("model_type"), str):
+    if not isinstance(config_dict(data).get("model_type"), str):
         raise ValueError(f"config={path!r} has no model_type; expected the model's config.json")
     return data
 
@@ -139,8 +140,8 @@ def run_audit(cfg: AuditConfig) -> AuditResult:
     """Reference, then each engine in ``cfg.engines`` (see the module doc)."""
     config = load_config(cfg.config)
     positions = tuple(sorted(set(cfg.positions or attention_config.default_positions(config))))
-    ref = reference(config, positions)  # every value checked here, before any model is built
-    model_type = attention_config.text_config(config)["model_type"]
+    ref = config_reference(config, positions)  # every value checked here, before any model is built
+    model_type = config_dict(config)["model_type"]
     with reference_engine.quiet():
         base = reference_engine.base_entry(config, ref, cfg.config, cfg.tolerance)
         run = AuditRun(config, ref, base, cfg.engine_dir, cfg.threads)

@@ -49,7 +49,7 @@ def group_reference(g: Group, positions: tuple[int, ...]) -> dict[str, Any]:
     }
 
 
-def reference(config: dict[str, Any], positions: tuple[int, ...]) -> dict[str, Any]:
+def config_reference(config: dict[str, Any], positions: tuple[int, ...]) -> dict[str, Any]:
     """The reference of ``config``: the primary group's figures on top, every group under ``groups``."""
     found = attention_config.groups(config)
     main = attention_config.primary(found)
@@ -63,7 +63,7 @@ def reference(config: dict[str, Any], positions: tuple[int, ...]) -> dict[str, A
         "formula": top["formula"],
         "primary": top["name"],
         "groups": rows,
-        "notes": attention_config.ignored(attention_config.text_config(config)),
+        "notes": attention_config.ignored(main.geometry),
     }
 
 
@@ -110,7 +110,7 @@ def _inv_gap(got: list[float], ref: list[float]) -> tuple[float, int | None]:
     return rel[j], j
 
 
-def verdict(comparisons: list[dict[str, Any]], tol: float) -> tuple[str, str]:
+def engine_verdict(comparisons: list[dict[str, Any]], tol: float) -> tuple[str, str]:
     """``(verdict, one line)`` of an engine's group comparisons."""
     said = []
     for c in comparisons:
@@ -137,7 +137,7 @@ def verdict(comparisons: list[dict[str, Any]], tol: float) -> tuple[str, str]:
 def engine_entry(ref: dict[str, Any], figures: list[dict[str, Any]], version: str, tol: float) -> dict[str, Any]:
     """An engine's audit entry from its figures per group: verdict, summary, the primary group's figures."""
     comparisons = [compare_group(r, f, ref["positions"], tol) for r, f in zip(ref["groups"], figures, strict=True)]
-    word, line = verdict(comparisons, tol)
+    word, line = engine_verdict(comparisons, tol)
     main = next(i for i, r in enumerate(ref["groups"]) if r["name"] == ref["primary"])
     return {
         "verdict": word,

@@ -18,6 +18,7 @@ import torch
 
 from ..evaluate.corpus import heldout_windows, load_text
 from ..hf.patch import patch
+from ..ops.geometry import stated_l0
 from ..ops.intervals import Interval, paired_ratio_interval
 from ..ops.spec import TemperatureSpec
 from ..utils import outputs
@@ -100,13 +101,13 @@ def baseline(spec: TemperatureSpec) -> TemperatureSpec:
 
 def fill_l0(spec: TemperatureSpec, trained: int) -> int | None:
     """``export``'s trained_length: the model's, unless the spec's RoPE names its own L0."""
-    return None if dict(spec.rope).get("original_max_position_embeddings") else trained
+    return None if stated_l0(dict(spec.rope)) else trained
 
 
 def default_length(spec: TemperatureSpec, trained: int) -> int:
     """Tokens per window by default: the spec's RoPE s x L0, else the trained length."""
     rope = dict(spec.rope)
-    l0 = int(rope.get("original_max_position_embeddings") or trained)
+    l0 = int(stated_l0(rope) or trained)
     return round(float(rope["factor"]) * l0) if rope.get("factor") else trained
 
 
@@ -121,7 +122,7 @@ def windows(tokenizer: Any, text: str, length: int, chunks: int) -> torch.Tensor
 
 # ----------------------------------------------------------------------------- attntemp's side
 @dataclass(frozen=True)
-class Reference:
+class EngineReference:
     """attntemp's log-probabilities on the scored positions and the summed NLL per window."""
 
     logp: list[torch.Tensor]  # per window [L-1-L//2, V]
@@ -129,7 +130,7 @@ class Reference:
 
 
 @torch.no_grad()
-def reference(model: Any, spec: TemperatureSpec, ids: torch.Tensor) -> Reference:
+def engine_reference(model: Any, spec: TemperatureSpec, ids: torch.Tensor) -> EngineReference:
     """The patched model's next-token log-probabilities at llama-perplexity's scored positions."""
     part = llamacpp.scored(ids.shape[1])
     rows, nll = [], []
@@ -140,7 +141,7 @@ def reference(model: Any, spec: TemperatureSpec, ids: torch.Tensor) -> Reference
             target = row[part.start + 1 : part.stop + 1]  # [n]
             rows.append(logp)
             nll.append(float(-logp.gather(1, target[:, None]).sum()))
-    return Reference(rows, tuple(nll))
+    return EngineReference(rows, tuple(nll))
 
 
 # ----------------------------------------------------------------------------- results

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from ..assets import remote_code_path
+from ..assets.remote_code.vllm_plugin import CLASS  # the architecture a schedule checkpoint names
 from ..hf import patch
 from ..hf.introspect import text_config
 from ..ops.spec import TemperatureSpec
@@ -32,7 +33,6 @@ from ..utils import install
 from .bake import BAKED, SPEC_FILE, BakeResult, bake, check_out_dir, fixed_input, logits
 
 MODULE = "modeling_attntemp_schedule"
-CLASS = "AttntempScheduleLlamaForCausalLM"
 CONFIG_CLASS = "AttntempScheduleLlamaConfig"
 # The checkpoint's own model_type: transformers knows no such type, so a load without
 # trust_remote_code=True stops (it would otherwise load the folder as a plain, unscheduled Llama).

@@ -56,8 +56,8 @@ def check_size(cfg: VerifyConfig, spec: TemperatureSpec) -> None:
     config = preflight.source_config(cfg.model)  # its text part, or None before a first download
     if config is None:
         return
-    trained = config.get("max_position_embeddings")
-    length = cfg.window_length(spec, trained) if isinstance(trained, int) else cfg.length
+    trained = preflight.source_trained_length(config)
+    length = cfg.window_length(spec, trained) if trained is not None else cfg.length
     if length is not None:
         preflight.check_forward("length", length, config, cfg.chunks, length)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-RULES = {"-": "---", "l": ":---", "c": ":---:", "r": "---:"}  # a column's rule by its alignment
+ALIGN_RULES = {"-": "---", "l": ":---", "c": ":---:", "r": "---:"}  # a column's rule by its alignment
 
 
 def _row(cells: Sequence[Any]) -> str:
@@ -22,11 +22,11 @@ def markdown_table(headers: Sequence[Any], rows: Iterable[Sequence[Any]], align:
     ``align``: one letter per column, ``-`` (none), ``l``, ``c`` or ``r``; None leaves every column
     unaligned (``|---|``)."""
     align = "-" * len(headers) if align is None else align
-    if len(align) != len(headers) or any(a not in RULES for a in align):
+    if len(align) != len(headers) or any(a not in ALIGN_RULES for a in align):
         raise ValueError(
-            f"align={align!r} is not allowed; expected one of {''.join(RULES)} per column ({len(headers)})"
+            f"align={align!r} is not allowed; expected one of {''.join(ALIGN_RULES)} per column ({len(headers)})"
         )
-    lines = [_row(headers), "|" + "".join(RULES[a] + "|" for a in align)]
+    lines = [_row(headers), "|" + "".join(ALIGN_RULES[a] + "|" for a in align)]
     for i, r in enumerate(rows):
         if len(r) != len(headers):
             raise ValueError(f"row {i} has {len(r)} cells; the table has {len(headers)} columns")

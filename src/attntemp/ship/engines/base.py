@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ...ops import rope
-from ...ops.attention_config import SCALING_ON_FULL_ONLY, layer_kinds, rope_for, text_config
+from ...ops.geometry import SCALING_ON_FULL_ONLY, config_dict, layer_kinds, layer_rope, stated_l0
 from ...ops.spec import TemperatureSpec
 from ...utils import checks
 from .. import schedule_export
@@ -131,7 +131,7 @@ def export_spec(
     multiplier is the spec's m times the square of its rope's own factor; Mistral 3's position
     schedule goes to the engine's own key (:mod:`attntemp.ship.schedule_export`)."""
     target = target or ExportTarget()
-    spec, scaling = schedule_export.split(spec)
+    spec, scaling = schedule_export.split_schedule(spec)
     per_type = engine.rope_per_layer_type and target.layer_ropes is not None
     m_spec = global_multiplier(spec, engine, per_type)
     if per_type and spec.layer_types is None and abs(m_spec - 1) > EPS:
@@ -182,7 +182,7 @@ def resolve_rope(spec: TemperatureSpec, trained_length: int | None) -> dict[str,
     params: dict[str, Any] = {k: list(v) if isinstance(v, tuple) else v for k, v in spec.rope}
     if trained_length is not None:
         checks.positive_int("trained_length", trained_length)
-        l0 = params.get("original_max_position_embeddings")
+        l0 = stated_l0(params)
         if l0 is not None and int(l0) != trained_length:
             raise ValueError(
                 f"trained_length={trained_length} disagrees with the spec's rope original_max_position_embeddings={l0}"
@@ -200,9 +200,7 @@ def builtin_factor(params: dict[str, Any]) -> float:
             params["factor"], params.get("mscale"), params.get("mscale_all_dim"), params.get("attention_factor")
         )
     if kind == "longrope":
-        return rope.longrope_attention_factor(
-            params["factor"], params["original_max_position_embeddings"], params.get("attention_factor")
-        )
+        return rope.longrope_attention_factor(params["factor"], stated_l0(params), params.get("attention_factor"))
     return 1.0
 
 
@@ -213,12 +211,12 @@ def layer_ropes(config: dict[str, Any] | None) -> dict[str, dict[str, Any]] | No
     for every other config (one rope dict for every layer)."""
     if config is None:
         return None
-    text = text_config(config)
+    text = config_dict(config)
     given = text.get("rope_parameters")
     nested = isinstance(given, dict) and bool(given) and all(isinstance(v, dict) for v in given.values())
     if not nested and text.get("model_type") not in SCALING_ON_FULL_ONLY:
         return None
-    return {kind: rope_for(text, kind) for kind in sorted({t for t, _ in layer_kinds(text)} | {GLOBAL})}
+    return {kind: layer_rope(text, kind) for kind in sorted({t for t, _ in layer_kinds(text)} | {GLOBAL})}
 
 
 def export_target(
@@ -229,7 +227,7 @@ def export_target(
     layers') RoPE."""
     ropes = layer_ropes(config)
     if rope_theta is None and config is not None:
-        text = text_config(config)
+        text = config_dict(config)
         given = ropes[GLOBAL] if ropes else (text.get("rope_parameters") or {})
         rope_theta = given.get("rope_theta", text.get("rope_theta"))
     return ExportTarget(rope_theta, gguf_arch, ropes)
@@ -247,13 +245,18 @@ def per_layer_type(rp: dict[str, Any] | None, ropes: dict[str, dict[str, Any]] |
 def need(params: dict[str, Any], key: str, engine: str) -> Any:
     """``params[key]``, or raise naming the rope type, the engine and the missing key."""
     if params.get(key) is None:
-        hint = (
-            " (pass trained_length / --trained-length: the model's max_position_embeddings)"
-            if (key == "original_max_position_embeddings")
-            else ""
-        )
-        raise ValueError(f"rope_type={params['rope_type']!r} for {engine} needs {key}{hint}")
+        raise ValueError(f"rope_type={params['rope_type']!r} for {engine} needs {key}")
     return params[key]
+
+
+def need_l0(params: dict[str, Any], engine: str) -> int:
+    """The rope's L0, which ``engine`` needs: raise (saying how to give it) where it states none."""
+    if stated_l0(params) is None:
+        raise ValueError(
+            f"rope_type={params['rope_type']!r} for {engine} needs original_max_position_embeddings (pass "
+            "trained_length / --trained-length: the model's max_position_embeddings)"
+        )
+    return int(stated_l0(params))
 
 
 def number(x: float) -> str:
@@ -287,9 +290,9 @@ def theta_note(rope_theta: float | None, where: str) -> tuple[str, ...]:
 
 def context_length(params: dict[str, Any]) -> int:
     """A longrope's extended context: ``round(s * L0)``."""
-    return round(float(params["factor"]) * int(params["original_max_position_embeddings"]))
+    return round(float(params["factor"]) * int(stated_l0(params)))
 
 
 def same_past_l0(engine: str, when: str, params: dict[str, Any]) -> str:
     """The note that an engine's longrope agrees with transformers' past L0 only."""
-    return SAME_PAST_L0.format(engine=engine, when=when, l0=params["original_max_position_embeddings"])
+    return SAME_PAST_L0.format(engine=engine, when=when, l0=stated_l0(params))

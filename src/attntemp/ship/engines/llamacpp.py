@@ -37,9 +37,10 @@ from typing import Any
 import torch
 
 from ...hf import loading
-from ...hf.introspect import text_config
+from ...hf.introspect import trained_length
 from ...hf.loading import load_model
 from ...ops import rope
+from ...ops.geometry import stated_l0
 from ...ops.intervals import perplexity_interval
 from ...ops.schedules import yarn_mscale
 from ...ops.spec import TemperatureSpec
@@ -50,12 +51,12 @@ from ..audit_proxy import LENGTH, cannot, kl_verdict, proxy_logp, random_ids, sa
 from ..bake import save_baked
 from ..comparison import (
     Comparison,
-    Reference,
+    EngineReference,
     VerifyOptions,
     VerifyResult,
     baseline,
+    engine_reference,
     fill_l0,
-    reference,
     windows,
     work_folder,
 )
@@ -68,6 +69,7 @@ from .base import (
     export_spec,
     global_multiplier,
     need,
+    need_l0,
     number,
     same_past_l0,
 )
@@ -101,7 +103,7 @@ def attn_factor(m: float, s: float) -> float:
 
 def logit_multiplier(factor: float, s: float) -> float:
     """Logit multiplier of llama.cpp's factor f: ``(f (1 + 0.1 ln s))^2``."""
-    return (math.sqrt(rope.logit_multiplier(factor)) * yarn_mscale(checks.at_least("s", s, 1.0))) ** 2
+    return (math.sqrt(rope.cos_sin_multiplier(factor)) * yarn_mscale(checks.at_least("s", s, 1.0))) ** 2
 
 
 def _kv(gguf_arch: str | None, f: float) -> tuple[str, str]:
@@ -140,7 +142,7 @@ def _plain(m: float, params: dict[str, Any], gguf_arch: str | None) -> ExportRes
     if params.get("rope_type") == "linear":
         s = float(need(params, "factor", NAME))
         args += ["--rope-scaling", "linear", "--rope-scale", number(s)]
-        l0 = params.get("original_max_position_embeddings")
+        l0 = stated_l0(params)
         length = round(s * int(l0)) if l0 else None
         args += ["--ctx-size", str(length)] if length else []
     f = rope.cos_sin_factor(m)
@@ -153,8 +155,8 @@ def _plain(m: float, params: dict[str, Any], gguf_arch: str | None) -> ExportRes
 def _longrope(m: float, params: dict[str, Any], gguf_arch: str | None) -> ExportResult:
     """No run-time RoPE scaling, the factors in the GGUF's ``rope_freqs`` tensor, the cos/sin factor
     ``sqrt(m)`` through the GGUF key."""
-    for key in ("factor", "original_max_position_embeddings"):
-        need(params, key, NAME)
+    need(params, "factor", NAME)
+    need_l0(params, NAME)
     f = rope.cos_sin_factor(m)
     length = context_length(params)
     args: list[str] = ["--rope-scaling", "none", "--ctx-size", str(length)]
@@ -174,7 +176,7 @@ def _longrope(m: float, params: dict[str, Any], gguf_arch: str | None) -> Export
     return _result(m, args, tuple(notes), length, LONGROPE_SOURCE)
 
 
-def export(m: float, params: dict[str, Any], target: ExportTarget) -> ExportResult:
+def export_settings(m: float, params: dict[str, Any], target: ExportTarget) -> ExportResult:
     """llama.cpp's flags (``--override-kv`` for the factor) carrying the total logit multiplier ``m``."""
     kind, gguf_arch = params.get("rope_type"), target.gguf_arch
     if kind == "longrope":
@@ -193,7 +195,7 @@ def export(m: float, params: dict[str, Any], target: ExportTarget) -> ExportResu
             "rope truncate=False cannot be exported to llama.cpp: it always truncates the "
             "YaRN correction range (floor/ceil)"
         )
-    l0 = int(need(params, "original_max_position_embeddings", NAME))
+    l0 = need_l0(params, NAME)
     length = round(s * l0)
     args = ["--rope-scaling", "yarn", "--rope-scale", number(s), "--yarn-orig-ctx", str(l0), "--ctx-size", str(length)]
     for key, flag in (("beta_fast", "--yarn-beta-fast"), ("beta_slow", "--yarn-beta-slow")):
@@ -292,7 +294,7 @@ class _Stop(Exception):
 
 
 # ----------------------------------------------------------------------------- verify
-def _compare(label, llama, gguf, args, ids, ref: Reference, work: Path, threads) -> Comparison:
+def _compare(label, llama, gguf, args, ids, ref: EngineReference, work: Path, threads) -> Comparison:
     chunks, length = ids.shape
     base = llamacpp.write_base(work / f"{label}.kld", ids, ref.logp)
     cmd = llamacpp.kl_command(llama, gguf, base, length, tuple(args), threads)
@@ -340,14 +342,14 @@ def _verify_run(
     cfg: VerifyOptions, spec: TemperatureSpec, llama: llamacpp.LlamaCpp, model: Any, tok: Any, work: Path
 ) -> VerifyResult:
     folder = Path(loading.resolve(cfg.model))
-    trained = int(text_config(model).max_position_embeddings)
+    trained = trained_length(model)
     length = cfg.window_length(spec, trained)
     scored = length - 1 - length // 2
     if scored * cfg.chunks < 100:
         raise ValueError(f"length={length} with chunks={cfg.chunks} scores {scored * cfg.chunks} tokens; need >= 100")
     ids = windows(tok, cfg.text, length, cfg.chunks)  # [C, L]
     base_spec = baseline(spec)
-    refs = {"m = 1": reference(model, base_spec, ids), "spec": reference(model, spec, ids)}
+    refs = {"m = 1": engine_reference(model, base_spec, ids), "spec": engine_reference(model, spec, ids)}
     original, convert_cmd = llamacpp.original_gguf(llama, folder)
     arch = llamacpp.gguf_architecture(original)
     gguf = with_factors(spec, original, work)  # both runs: the same per-frequency factors
@@ -367,7 +369,7 @@ def _verify_run(
 
 ENGINE = Engine(
     name=NAME,
-    export=export,
+    export=export_settings,
     with_schedule=with_schedule,
     schedule_readers=SCHEDULE_READERS,
     audit=audit,

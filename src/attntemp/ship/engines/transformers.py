@@ -24,6 +24,7 @@ from dataclasses import replace
 from typing import Any
 
 from ...ops import attention_config, rope
+from ...ops.geometry import config_dict
 from ..audit_reference import collapse, engine_entry, rounded
 from .base import (
     EPS,
@@ -33,6 +34,7 @@ from .base import (
     ExportResult,
     ExportTarget,
     need,
+    need_l0,
     no_knob,
     per_layer_type,
     rope_dict,
@@ -55,15 +57,15 @@ def attention_factor(m: float) -> float:
 
 def logit_multiplier(factor: float) -> float:
     """Logit multiplier of a transformers ``attention_factor``: its square."""
-    return rope.logit_multiplier(factor)
+    return rope.cos_sin_multiplier(factor)
 
 
-def export(m: float, params: dict[str, Any], target: ExportTarget) -> ExportResult:
+def export_settings(m: float, params: dict[str, Any], target: ExportTarget) -> ExportResult:
     """``rope_parameters`` for ``config.json`` carrying the total logit multiplier ``m``."""
     kind, rope_theta = params.get("rope_type"), target.rope_theta
     if kind in ("yarn", "longrope"):
         need(params, "factor", NAME)
-        need(params, "original_max_position_embeddings", NAME)
+        need_l0(params, NAME)
         rp = rope_dict(params, rope_theta, attention_factor=attention_factor(m))
         note = f"attention_factor = sqrt(m) = {rp['attention_factor']:.6g} on cos/sin (replaces the default)"
         notes = (note, *theta_note(rope_theta, "config.json"))
@@ -94,7 +96,7 @@ def figures(config: dict[str, Any], positions: tuple[int, ...]) -> list[dict[str
 
     found = attention_config.groups(config)
     out = []
-    for m in proxy.measure(config, positions):
+    for m in proxy.measure_proxy(config, positions):
         g = next(g for g in found if m.layer in g.layers)
         out.append({
             "name": g.name,
@@ -132,7 +134,7 @@ def base_entry(config: dict[str, Any], ref: dict[str, Any], name: str, tol: floa
     try:
         got = figures(config, tuple(ref["positions"]))
     except (TypeError, KeyError, AttributeError, RuntimeError, StrictDataclassError) as exc:
-        model_type = attention_config.text_config(config)["model_type"]
+        model_type = config_dict(config)["model_type"]
         raise ValueError(
             f"config={name!r}: transformers {transformers.__version__} cannot build a proxy of "
             f"model_type {model_type!r} ({type(exc).__name__}: {str(exc)[:160]})"
@@ -147,7 +149,7 @@ def audit(run: AuditRun) -> dict[str, Any]:
 
 ENGINE = Engine(
     name=NAME,
-    export=export,
+    export=export_settings,
     with_schedule=with_schedule,
     schedule_readers=SCHEDULE_READERS,
     audit=audit,

@@ -45,7 +45,7 @@ from typing import Any
 import torch
 
 from ...hf import loading
-from ...hf.introspect import text_config
+from ...hf.introspect import text_config, trained_length
 from ...hf.loading import load_model
 from ...ops import rope
 from ...ops.intervals import Interval, mean_interval, perplexity_interval
@@ -59,12 +59,12 @@ from ..audit_proxy import LENGTH, cannot, kl_verdict, proxy_logp, random_ids, sa
 from ..bake import save_baked
 from ..comparison import (
     Comparison,
-    Reference,
+    EngineReference,
     VerifyOptions,
     VerifyResult,
     baseline,
+    engine_reference,
     fill_l0,
-    reference,
     windows,
     work_folder,
 )
@@ -78,6 +78,7 @@ from .base import (
     export_spec,
     export_target,
     need,
+    need_l0,
     no_knob,
     per_layer_type,
     rope_dict,
@@ -107,10 +108,12 @@ def attn_factor(m: float, s: float) -> float:
 
 def logit_multiplier(factor: float, s: float) -> float:
     """Logit multiplier of vLLM's ``attn_factor``: ``(attn_factor * (0.1 ln s + 1))^2``."""
-    return rope.logit_multiplier(factor) * yarn_mscale(checks.at_least("s", s, 1.0)) ** 2
+    return rope.cos_sin_multiplier(factor) * yarn_mscale(checks.at_least("s", s, 1.0)) ** 2
 
 
-def longrope(params: dict[str, Any], m: float, rope_theta: float | None) -> tuple[dict[str, Any], tuple[str, ...]]:
+def longrope_settings(
+    params: dict[str, Any], m: float, rope_theta: float | None
+) -> tuple[dict[str, Any], tuple[str, ...]]:
     """``(rope_parameters, notes)`` of a longrope spec: the factors as they are, the cos/sin factor
     ``sqrt(m)`` as ``attention_factor`` and as ``short_mscale``/``long_mscale``."""
     f = rope.cos_sin_factor(m)
@@ -131,13 +134,13 @@ def overrides(rp: dict[str, Any], target: ExportTarget) -> str:
     return json.dumps({"rope_parameters": per_layer_type(rp, target.layer_ropes)})
 
 
-def export(m: float, params: dict[str, Any], target: ExportTarget) -> ExportResult:
+def export_settings(m: float, params: dict[str, Any], target: ExportTarget) -> ExportResult:
     """``--hf-overrides`` (and ``--max-model-len``) carrying the total logit multiplier ``m``."""
     kind, rope_theta = params.get("rope_type"), target.rope_theta
     if kind == "longrope":
-        for key in ("factor", "original_max_position_embeddings"):
-            need(params, key, NAME)
-        lr, said = longrope(params, m, rope_theta)
+        need(params, "factor", NAME)
+        need_l0(params, NAME)
+        lr, said = longrope_settings(params, m, rope_theta)
         flags = ("--hf-overrides", overrides(lr, target), "--max-model-len", str(context_length(params)))
         said += theta_note(rope_theta, "vLLM --hf-overrides")
         return ExportResult(NAME, m, per_layer_type(lr, target.layer_ropes), flags, said, LONGROPE_SOURCE)
@@ -149,7 +152,7 @@ def export(m: float, params: dict[str, Any], target: ExportTarget) -> ExportResu
     length: tuple[str, ...] = ()
     if kind == "yarn":
         s = float(need(params, "factor", NAME))
-        l0 = int(need(params, "original_max_position_embeddings", NAME))
+        l0 = need_l0(params, NAME)
         rp.update(attention_factor=rope.cos_sin_factor(m), attn_factor=attn_factor(m, s))
         length = ("--max-model-len", str(round(s * l0)))
     legacy = json.dumps({"rope_scaling": {k: v for k, v in rp.items() if k != "attention_factor"}})
@@ -296,7 +299,7 @@ def kl_rows(ref: torch.Tensor, top: list, first: int) -> tuple[list[float], list
     return kl, same
 
 
-def _compare(label: str, ref: Reference, got: dict, ids: torch.Tensor, full: bool) -> Comparison:
+def _compare(label: str, ref: EngineReference, got: dict, ids: torch.Tensor, full: bool) -> Comparison:
     length = ids.shape[1]
     first = length // 2
     part = llamacpp.scored(length)
@@ -326,13 +329,13 @@ def verify(cfg: VerifyOptions, spec: TemperatureSpec) -> VerifyResult:
     check_cpu(cfg.device)
     python = vllm_venv.find_vllm(cfg.engine_dir)  # before the model loads
     model, tok = load_model(cfg.model, **cfg.load_args(dtype="float32"))
-    trained = int(text_config(model).max_position_embeddings)
+    trained = trained_length(model)
     length = cfg.window_length(spec, trained)
     ids = windows(tok, cfg.text, length, cfg.chunks)  # [C, L]
     vocab = int(text_config(model).vocab_size)
     top = -1 if vocab <= FULL_VOCAB else 20
     base_spec = baseline(spec)
-    refs = {"m = 1": reference(model, base_spec, ids), "spec": reference(model, spec, ids)}
+    refs = {"m = 1": engine_reference(model, base_spec, ids), "spec": engine_reference(model, spec, ids)}
     folder = Path(loading.resolve(cfg.model))
     config = text_config(model).to_dict()
     how, over = route(spec, trained, config)
@@ -354,7 +357,7 @@ def verify(cfg: VerifyOptions, spec: TemperatureSpec) -> VerifyResult:
 
 ENGINE = Engine(
     name=NAME,
-    export=export,
+    export=export_settings,
     with_schedule=with_schedule,
     schedule_readers=SCHEDULE_READERS,
     audit=audit,
