@@ -38,8 +38,9 @@ from attntemp.evaluate.tasks import EvalContext, get_task
 from attntemp.hf.rope_factors import factors_for
 from attntemp.hf.rope_scaling import rope_for
 from attntemp.ops.spec import TemperatureSpec
-from attntemp.tune.gradient import run_gradient_tuning
+from attntemp.tune.gradient import GradientOptions, run_gradient_tuning
 from attntemp.tune.rope_evolution import evolve_rope_factors
+from attntemp.tune.train import TrainOptions
 
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
 OUT = RESULTS / "tiny_rope_factors"  # --out moves these three (a smoke run elsewhere)
@@ -84,10 +85,12 @@ def trained_specs(model, tok, steps: int) -> dict[str, TemperatureSpec]:
         path = folder / f"{name}.json"
         if not path.is_file():
             t0 = time.perf_counter()
-            spec, _ = run_gradient_tuning(
-                model, tok, TUNE_LENGTH, steps, OUT / "runs" / name, granularity=granularity, rope=yarn,
-                docs=tuning, n_train=16, n_eval=2, progress=False, rope_factors=factors, rope_temperature=temperature,
+            train = TrainOptions(steps=steps, granularity=granularity, rope=yarn, progress=False)
+            opts = GradientOptions(
+                lengths=(TUNE_LENGTH,), train=train, n_train=16, n_eval=2, rope_factors=factors,
+                rope_temperature=temperature,
             )  # fmt: skip
+            spec, _ = run_gradient_tuning(model, tok, opts, OUT / "runs" / name, docs=tuning)
             spec.save(path)
             seconds[name] = time.perf_counter() - t0
         specs[name] = TemperatureSpec.load(path)

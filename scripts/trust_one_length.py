@@ -41,7 +41,7 @@ from attntemp.hf import introspect
 from attntemp.hf.loading import load_model
 from attntemp.hf.rope_scaling import rope_for
 from attntemp.ops.spec import TemperatureSpec
-from attntemp.tune.entropy import TARGETS, tune_entropy
+from attntemp.tune.entropy import TARGETS, EntropyOptions, tune_entropy
 from attntemp.tune.evidence import BASELINE, YARN, candidates
 
 RULES = {"rule logn": "logn", "rule sqrt_logn": "sqrt_logn"}  # label-free published laws, untuned
@@ -85,7 +85,7 @@ def entropy_spec(model, tok, args, rope, trained: int, tuning: list, target: str
         return TemperatureSpec.load(path)
     ids = corpus.heldout_windows(tok, args.length, n=args.tune_windows, docs=tuning)  # [n, L]
     t0 = time.perf_counter()
-    spec = tune_entropy(model, ids, trained, "head", rope, progress=True, target=target).spec
+    spec = tune_entropy(model, ids, trained, EntropyOptions(rope=rope, target=target)).spec
     path.parent.mkdir(parents=True, exist_ok=True)
     spec.save(path)
     print(f"matched {target} in {time.perf_counter() - t0:.0f} s", flush=True)

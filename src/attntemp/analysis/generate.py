@@ -31,7 +31,7 @@ from ..hf.patch import patch
 from ..ops.spec import TemperatureSpec
 from ..utils import checks, options, outputs
 from ..utils.options import option
-from .monitor import Monitor, Step
+from .monitor import FlagOptions, Monitor, Step
 from .monitor_plot import plot_monitor
 from .reference_profile import DEFAULT_QUANTILE, DEFAULT_WINDOW, FLAGS, Reference, reference
 
@@ -233,7 +233,7 @@ def run_generate(cfg: GenerateConfig, stream: bool = True) -> dict[str, Any]:
         trained = trained_length(model)
         ref = ref or reference(model, cfg.reference_text, trained, tokenizer=tok, n_docs=cfg.reference_docs)
         stop = _stop_callback(cfg.stop_on)
-        mon = Monitor(model, ref, cfg.every, callback=stop, window=cfg.window, quantile=cfg.quantile)
+        mon = Monitor(model, ref, cfg.every, callback=stop, flags=FlagOptions(cfg.window, cfg.quantile))
     t0 = time.perf_counter()
     out = _generate(model, tok, ids, cfg, mon, spec, stream)
     seconds = time.perf_counter() - t0

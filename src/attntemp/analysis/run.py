@@ -16,7 +16,7 @@ from ..ops.spec import TemperatureSpec
 from ..utils import checks, outputs
 from ..utils.options import option
 from . import plots
-from .measure import AttentionStats, measure
+from .measure import AttentionStats, StatOptions, measure
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,9 +73,7 @@ def run_measure(cfg: MeasureConfig) -> dict[str, Any]:
     docs = load_text(cfg.text, name="text")
     model, tok = load_model(cfg.model, **cfg.load_args())
     ids = heldout_windows(tok, cfg.length, n=cfg.n_docs, docs=docs, n_name="n_docs")
-    stats = measure(
-        model, ids, spec, n_buckets=cfg.buckets, sink_tokens=cfg.sink_tokens, recent_tokens=cfg.recent_tokens
-    )
+    stats = measure(model, ids, spec, opts=StatOptions(cfg.sink_tokens, cfg.recent_tokens, cfg.buckets))
     stats.meta.update(model=cfg.model, text=cfg.text)
     with outputs.output_folder(cfg.out, replace=RESULTS if cfg.overwrite else ()) as out:  # none left empty
         stats.save(out / "stats.json")
