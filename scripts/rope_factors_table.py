@@ -117,7 +117,7 @@ def scored(model, tok, specs, n_docs: int) -> dict[tuple[str, int, str], dict]:
     for label, text in TEXTS.items():
         docs = corpus.load_text(text)
         docs = corpus.pool(docs, "evaluation") if text == "stdlib" else docs  # markdown: held out whole
-        ctx = EvalContext(L0, docs, n_docs, batch_size=4)
+        ctx = EvalContext(L0, docs, n_docs=n_docs, trials=20, batch_size=4)  # trials: its scores.db's keys
         for n in LENGTHS:
             for name, spec in specs.items():
                 out[(label, n, name)] = {

@@ -143,7 +143,7 @@ def main() -> None:
     rope = rope_for(args.rope, args.length, trained)
     docs = corpus.load_text(args.text)
     evaluation, tuning = corpus.pool(docs, "evaluation"), corpus.pool(docs, "tuning")
-    ctx = EvalContext(trained, evaluation, n_docs=args.docs, batch_size=1)
+    ctx = EvalContext(trained, evaluation, n_docs=args.docs, trials=20, batch_size=1)  # trials: scores.db's keys
     other = None if args.heldout_text == "none" else replace(ctx, docs=corpus.load_text(args.heldout_text))
     t_start = time.perf_counter()
     results: dict[str, dict] = {}

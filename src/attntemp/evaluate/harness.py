@@ -123,6 +123,12 @@ class HarnessResult:
     table: str
     out: Path | None = None
 
+    def to_dict(self) -> dict[str, Any]:  # the --json document
+        return {"out": str(self.out), "rows": self.rows}
+
+    def markdown(self) -> str:
+        return f"{self.table}\n\n{len(self.rows)} rows; wrote {self.out}"
+
 
 # ----------------------------------------------------------------------------- lm-eval, checked
 def require_lm_eval() -> None:
@@ -187,10 +193,8 @@ class Settings:
 
 @dataclass(frozen=True, kw_only=True)
 class HarnessOptions(Settings):
-    """:func:`harness`'s options: how lm-eval runs (:class:`Settings`), more task folders
-    (``include_path``), the seed of attntemp's paired intervals, where the results go (``out``;
-    a non-empty one needs ``overwrite``), lm-eval's own log lines, and the ``metadata`` every task
-    gets (RULER: ``max_seq_lengths``)."""
+    """:func:`harness`'s options: how lm-eval runs (:class:`Settings`), more task folders, the seed of
+    the paired intervals, ``out``, lm-eval's log lines and every task's ``metadata``."""
 
     include_path: Sequence[str | os.PathLike[str]] = ()
     seed: int = 0
