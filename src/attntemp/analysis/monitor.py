@@ -143,9 +143,7 @@ class _Stopper(StoppingCriteria):
 
 @dataclass(frozen=True)
 class FlagOptions:
-    """How the monitor's flags are raised: a trailing mean over ``window`` recorded steps beyond its
-    margin, each margin the reference's ``quantile`` of that mean, or a fixed number per flag in
-    ``margins``."""
+    """Flags: a trailing mean over ``window`` steps past a margin (the reference's ``quantile``, or ``margins``)."""
 
     window: int = DEFAULT_WINDOW
     quantile: float = DEFAULT_QUANTILE
