@@ -1,4 +1,5 @@
-"""Shared benchmark plumbing: interleaved timing and peak extra memory in a child process."""
+"""Shared benchmark plumbing: the options every benchmark takes, interleaved timing and peak extra
+memory in a child process."""
 
 from __future__ import annotations
 
@@ -9,6 +10,28 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+
+from attntemp.utils.options import names, option
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchOptions:
+    """What every benchmark takes: how often each path is timed."""
+
+    repeats: int = option(5, "timed runs of each path, the paths interleaved (the median is reported)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryOptions(BenchOptions):
+    """A benchmark that also measures each path's peak extra memory, in a child process."""
+
+    child: tuple[str, ...] = option(
+        (),
+        "internal: run path PATH at length L in this process and print its peak extra memory",
+        parse=names,
+        metavar="PATH,L",
+    )
 
 
 def times_interleaved(fns: dict[str, Callable[[], object]], repeats: int = 5) -> dict[str, list[float]]:
@@ -71,10 +94,10 @@ def current_rss_bytes() -> int:
 
 
 def peak_extra_in_child(script: str, *args: str) -> int:
-    """Run ``script --child *args`` in a fresh interpreter; it prints its peak extra bytes."""
+    """Run ``script --child ARG,ARG`` in a fresh interpreter; it prints its peak extra bytes."""
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     out = subprocess.run(
-        [sys.executable, script, "--child", *args],
+        [sys.executable, script, "--child", ",".join(args)],
         capture_output=True,
         text=True,
         env=env,

@@ -13,11 +13,10 @@ Goal: the same decision with at most a third of the exhaustive rows.
 
 from __future__ import annotations
 
-import argparse
 import json
 import tempfile
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from _harness import machine
@@ -27,8 +26,22 @@ from attntemp.advise.confirm import pick
 from attntemp.advise.race import race
 from attntemp.advise.run import setup
 from attntemp.evaluate.score import ScoreStore
-from attntemp.hf.loading import load_model
+from attntemp.hf.loading import ModelOptions, load_model
 from attntemp.hf.preflight import source_config, trained_length
+from attntemp.utils.options import floats, from_argv, option, reuse
+
+
+@dataclass(frozen=True, kw_only=True)
+class RacingBench:
+    """The model, the lengths raced and the race's own settings (as ``attntemp advise`` takes them)."""
+
+    model: str = reuse(ModelOptions, "model")
+    scales: tuple[float, ...] = option(
+        (2.0, 4.0), "lengths as multiples of the trained length, comma list", parse=floats
+    )
+    race_windows: int = reuse(AdviseConfig, "race_windows")
+    objective: str = reuse(AdviseConfig, "objective")
+    threads: int = reuse(ModelOptions, "threads", 2)
 
 
 def decision(result, engine: str) -> dict:
@@ -59,19 +72,13 @@ def one_length(cfg: AdviseConfig, model, store: ScoreStore) -> dict:
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="tiny")
-    ap.add_argument("--scales", default="2,4", help="lengths as multiples of the trained length, comma list")
-    ap.add_argument("--race-windows", type=int, default=16)
-    ap.add_argument("--objective", default="key_tokens")
-    ap.add_argument("--threads", type=int, default=2)
-    args = ap.parse_args()
+def main(argv: list[str] | None = None) -> None:
+    args = from_argv(RacingBench, argv, __doc__.split("\n\n")[0])
     model, _ = load_model(args.model, threads=args.threads)
     trained = trained_length(source_config(args.model) or {}) or 256
     with tempfile.TemporaryDirectory() as tmp:
         store = ScoreStore(Path(tmp) / "scores.db")
-        for scale in (float(x) for x in args.scales.split(",")):
+        for scale in args.scales:
             cfg = AdviseConfig(
                 model=args.model, length=int(scale * trained), out=str(Path(tmp) / "out"), objective=args.objective,
                 race_windows=args.race_windows, progress=False, threads=args.threads,

@@ -9,17 +9,26 @@ path's peak extra memory (RSS growth in a fresh process; the fused path allocate
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from _harness import peak_extra_in_child, report_child, time_interleaved
+from _harness import MemoryOptions, peak_extra_in_child, report_child, time_interleaved
 
+from attntemp.evaluate.sweep import SweepConfig
 from attntemp.ops.attention import head_column, reference_attention, tempered_sdpa
+from attntemp.utils.options import from_argv, reuse
 
 H, D = 8, 64
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttentionBench(MemoryOptions):
+    """The lengths timed (B, H and D fixed)."""
+
+    lengths: tuple[int, ...] = reuse(SweepConfig, "lengths", (1024, 4096, 8192))
 
 
 def inputs(length: int):
@@ -38,19 +47,15 @@ def paths(length: int):
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--lengths", default="1024,4096,8192")
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--child", nargs=2, metavar=("PATH", "L"))
-    args = ap.parse_args()
-    if args.child:
-        name, length = args.child
+def main(argv: list[str] | None = None) -> None:
+    cfg = from_argv(AttentionBench, argv, __doc__.split("\n\n")[0])
+    if cfg.child:
+        name, length = cfg.child
         report_child(lambda: paths(int(length))[name])
         return
     results = []
-    for length in (int(x) for x in args.lengths.split(",")):
-        t = time_interleaved(paths(length), args.repeats)
+    for length in cfg.lengths:
+        t = time_interleaved(paths(length), cfg.repeats)
         mem = {n: peak_extra_in_child(__file__, n, str(length)) for n in t}
         results.append(
             {

@@ -9,14 +9,23 @@ Goal: help <= 0.5 s. Prints JSON: per command the median seconds of each path wi
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
+from dataclasses import dataclass
 
-from _harness import machine, median_interval, times_interleaved
+from _harness import BenchOptions, machine, median_interval, times_interleaved
+
+from attntemp.utils.options import from_argv, names, option
 
 REAL = "import sys; from attntemp.cli import build_parser; build_parser(sys.argv[1:2]).parse_args(sys.argv[1:])"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CliHelpBench(BenchOptions):
+    """The commands whose help is timed."""
+
+    commands: tuple[str, ...] = option(("tune", "eval", "sweep", "demo"), "attntemp commands, comma list", parse=names)
 
 
 def paths(command: str):
@@ -29,13 +38,10 @@ def paths(command: str):
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--commands", default="tune,eval,sweep,demo")
-    ap.add_argument("--repeats", type=int, default=5)
-    args = ap.parse_args()
+def main(argv: list[str] | None = None) -> None:
+    args = from_argv(CliHelpBench, argv, __doc__.split("\n\n")[0])
     results = []
-    for command in args.commands.split(","):
+    for command in args.commands:
         runs = times_interleaved(paths(command), args.repeats)
         ratio = median_interval([a / b for a, b in zip(runs["cli_help"], runs["real_parser_help"], strict=True)])
         seconds = {n: median_interval(v) for n, v in runs.items()}

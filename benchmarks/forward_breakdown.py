@@ -16,20 +16,33 @@ the head only at the positions a key-token metric reads (the tail and the key to
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 
 import torch
-from _harness import machine, median_interval
+from _harness import BenchOptions, machine, median_interval
 
 from attntemp.evaluate.corpus import heldout_windows
 from attntemp.evaluate.key_tokens import key_positions
 from attntemp.evaluate.lm import head_nll
+from attntemp.evaluate.sweep import SweepConfig
 from attntemp.evaluate.task_base import tail_start
 from attntemp.hf.introspect import trained_length
-from attntemp.hf.loading import load_model
+from attntemp.hf.loading import ModelOptions, load_model
+from attntemp.utils.options import from_argv, names, option, reuse
+
+
+@dataclass(frozen=True, kw_only=True)
+class BreakdownBench(BenchOptions):
+    """The model, the lengths and the dtypes whose forwards are broken down."""
+
+    model: str = reuse(ModelOptions, "model", "smollm2")
+    lengths: tuple[int, ...] = reuse(SweepConfig, "lengths", (4096, 16384))
+    dtypes: tuple[str, ...] = option(("float32", "bfloat16"), "dtypes compared, comma list", parse=names)
+    repeats: int = reuse(BenchOptions, "repeats", 1)
+    threads: int | None = reuse(ModelOptions, "threads")
 
 
 def matmul_gflops(dtype: torch.dtype, n: int = 2048, repeats: int = 3) -> float:
@@ -145,15 +158,9 @@ def summary(rows: list[dict]) -> dict:
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default="smollm2")
-    ap.add_argument("--lengths", default="4096,16384")
-    ap.add_argument("--dtypes", default="float32,bfloat16")
-    ap.add_argument("--repeats", type=int, default=1, help="forwards per (length, dtype), the dtypes interleaved")
-    ap.add_argument("--threads", type=int, default=None)
-    args = ap.parse_args()
-    dtypes = args.dtypes.split(",")
+def main(argv: list[str] | None = None) -> None:
+    args = from_argv(BreakdownBench, argv, __doc__.split("\n\n")[0])
+    dtypes = list(args.dtypes)
     models = {d: load_model(args.model, dtype=d, threads=args.threads) for d in dtypes}  # both held: interleaved
     tok = models[dtypes[0]][1]
     trained = trained_length(models[dtypes[0]][0])
@@ -161,7 +168,7 @@ def main() -> None:
         with torch.no_grad():  # warm-up: one-time kernel and thread-pool set-up is not a part's time
             model(input_ids=heldout_windows(tok, 256, n=1), use_cache=False)
     results = []
-    for length in (int(x) for x in args.lengths.split(",")):
+    for length in args.lengths:
         ids = heldout_windows(tok, length, n=1)  # [1, L]
         keep = kept_positions(ids, trained)
         runs: dict[str, list[dict]] = {d: [] for d in dtypes}

@@ -12,18 +12,32 @@ ratio, and the step's peak extra resident memory over the loaded model.
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 
 import torch
-from _harness import current_rss_bytes, machine, peak_rss_bytes, reset_peak_rss
+from _harness import BenchOptions, current_rss_bytes, machine, peak_rss_bytes, reset_peak_rss
 
 import attntemp
 from attntemp.evaluate.lm import next_token_loss, token_nll
+from attntemp.evaluate.sweep import SweepConfig
 from attntemp.hf.learnable import learnable
+from attntemp.hf.loading import ModelOptions
+from attntemp.utils.options import from_argv, option, reuse
+
+
+@dataclass(frozen=True, kw_only=True)
+class GradientBench(BenchOptions):
+    """The model and the lengths of the timed steps, each length in its own process."""
+
+    model: str = reuse(ModelOptions, "model", "smollm2")
+    lengths: tuple[int, ...] = reuse(SweepConfig, "lengths", (1024, 2048, 4096))
+    repeats: int = reuse(BenchOptions, "repeats", 3)
+    threads: int = reuse(ModelOptions, "threads", 1)
+    child: int = option(0, "internal: time this one length in this process and print its JSON")
 
 
 def child(model_name: str, length: int, repeats: int, threads: int) -> dict[str, float]:
@@ -61,20 +75,14 @@ def child(model_name: str, length: int, repeats: int, threads: int) -> dict[str,
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="smollm2")
-    ap.add_argument("--lengths", default="1024,2048,4096", help="comma list")
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--child", type=int, default=0, help=argparse.SUPPRESS)
-    args = ap.parse_args()
+def main(argv: list[str] | None = None) -> None:
+    args = from_argv(GradientBench, argv, __doc__.split("\n\n")[0])
     if args.child:
         print(json.dumps(child(args.model, args.child, args.repeats, args.threads)))
         return
     out: dict[str, object] = {"model": args.model, "threads": args.threads, "machine": machine()}
-    for n in (int(x) for x in args.lengths.split(",")):
-        argv = [
+    for n in args.lengths:
+        child_argv = [
             sys.executable,
             __file__,
             "--model",
@@ -86,7 +94,7 @@ def main() -> None:
             "--child",
             str(n),
         ]
-        got = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+        got = subprocess.run(child_argv, capture_output=True, text=True, check=True).stdout
         out[str(n)] = json.loads(got.strip().splitlines()[-1])
         print(f"{n}: {out[str(n)]}", file=sys.stderr, flush=True)
     out["machine_after"] = machine()["load_average"]

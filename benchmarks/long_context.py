@@ -11,11 +11,11 @@ resident memory, and its peak above the loaded model.
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -23,7 +23,21 @@ from _harness import current_rss_bytes, machine, peak_rss_bytes, reset_peak_rss
 
 import attntemp
 from attntemp.evaluate.lm import token_nll
+from attntemp.evaluate.sweep import SweepConfig
+from attntemp.hf.loading import ModelOptions
 from attntemp.hf.patch import patch
+from attntemp.utils.options import from_argv, option, reuse
+
+
+@dataclass(frozen=True, kw_only=True)
+class LongContextBench:
+    """The model and the lengths of its timed forwards, each length in its own process."""
+
+    model: str = reuse(ModelOptions, "model", "gemma3-270m")
+    lengths: tuple[int, ...] = reuse(SweepConfig, "lengths", (32768, 49152, 65536))
+    threads: int = reuse(ModelOptions, "threads", 1)
+    out: str = option("", "also write the JSON to this file, after each length")
+    child: int = option(0, "internal: time this one length in this process and print its JSON")
 
 
 def child(model_name: str, length: int, threads: int) -> dict[str, float]:
@@ -47,19 +61,13 @@ def child(model_name: str, length: int, threads: int) -> dict[str, float]:
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="gemma3-270m")
-    ap.add_argument("--lengths", default="32768,49152,65536")
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", default="", help="also write the JSON here, after each length")
-    ap.add_argument("--child", type=int, default=0, help=argparse.SUPPRESS)
-    args = ap.parse_args()
+def main(argv: list[str] | None = None) -> None:
+    args = from_argv(LongContextBench, argv, __doc__.split("\n\n")[0])
     if args.child:
         print(json.dumps(child(args.model, args.child, args.threads)))
         return
     out: dict[str, object] = {"model": args.model, "threads": args.threads, "machine": machine()}
-    for n in (int(x) for x in args.lengths.split(",")):
+    for n in args.lengths:
         cmd = [sys.executable, __file__, "--model", args.model, "--threads", str(args.threads), "--child", str(n)]
         done = subprocess.run(cmd, capture_output=True, text=True, check=True)
         out[str(n)] = json.loads(done.stdout.strip().splitlines()[-1])

@@ -10,16 +10,25 @@ the CPU and the load average.
 
 from __future__ import annotations
 
-import argparse
 import json
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from _harness import machine, median_interval, peak_extra_in_child, report_child, times_interleaved
+from _harness import MemoryOptions, machine, median_interval, peak_extra_in_child, report_child, times_interleaved
 
+from attntemp.analysis.run import MeasureConfig
 from attntemp.ops.attention_stats import FUSED_BYTES, attention_stats, block_size, block_stats
+from attntemp.utils.options import from_argv, reuse
 
 H, D = 9, 64
+
+
+@dataclass(frozen=True, kw_only=True)
+class MeasureBench(MemoryOptions):
+    """The length timed (H and D fixed)."""
+
+    length: int = reuse(MeasureConfig, "length", 16384)
 
 
 def paths(length: int):
@@ -42,12 +51,8 @@ def plain_blocks(q, k, m):
     return [block_stats(q[:, :, a : a + blk], k, a, m) for a in range(0, length, blk)]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--length", type=int, default=16384)
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--child", nargs=2, metavar=("PATH", "L"))
-    args = ap.parse_args()
+def main(argv: list[str] | None = None) -> None:
+    args = from_argv(MeasureBench, argv, __doc__.split("\n\n")[0])
     if args.child:
         name, length = args.child
         report_child(lambda: paths(int(length))[name])

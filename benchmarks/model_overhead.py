@@ -7,15 +7,27 @@ Goal: patched / unpatched <= 1.05. Timings are interleaved (plain, patched, plai
 
 from __future__ import annotations
 
-import argparse
 import json
 import sysconfig
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from _harness import time_interleaved
+from _harness import BenchOptions, time_interleaved
 
 import attntemp
+from attntemp.analysis.run import MeasureConfig
+from attntemp.hf.loading import ModelOptions
+from attntemp.utils.options import from_argv, reuse
+
+
+@dataclass(frozen=True, kw_only=True)
+class OverheadBench(BenchOptions):
+    """The model and the length of its timed forward."""
+
+    model: str = reuse(ModelOptions, "model", "smollm2")
+    length: int = reuse(MeasureConfig, "length", 2048)
+    repeats: int = reuse(BenchOptions, "repeats", 3)
 
 
 def stdlib_ids(tok, length: int) -> torch.Tensor:
@@ -23,12 +35,8 @@ def stdlib_ids(tok, length: int) -> torch.Tensor:
     return tok(text, return_tensors="pt").input_ids[:, :length]  # [1, L]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default="smollm2")
-    ap.add_argument("--length", type=int, default=2048)
-    ap.add_argument("--repeats", type=int, default=3)
-    args = ap.parse_args()
+def main(argv: list[str] | None = None) -> None:
+    args = from_argv(OverheadBench, argv, __doc__.split("\n\n")[0])
     model, tok = attntemp.load_model(args.model)
     cfg = model.config
     ids = stdlib_ids(tok, args.length)

@@ -15,24 +15,36 @@ JSON says so and skips it.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import inspect
 import json
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import torch
-from _harness import machine
+from _harness import BenchOptions, machine
 from model_overhead import stdlib_ids
 
 import attntemp
+from attntemp.hf.loading import ModelOptions
+from attntemp.utils.options import from_argv, names, option, reuse
 
 CONTEXT = {"tiny": 512, "smollm2": 4096}
 NEW_TOKENS = {"tiny": 128, "smollm2": 32}  # per model unless --new-tokens
 GOALS = {"every_1_over_plain": 1.3, "every_8_over_plain": 1.05}
+
+
+@dataclass(frozen=True, kw_only=True)
+class MonitorBench(BenchOptions):
+    """The models and how many tokens each generates."""
+
+    models: tuple[str, ...] = option(("tiny", "smollm2"), "models, comma list", parse=names)
+    new_tokens: int | None = option(None, "tokens to generate (default: 128 for tiny, 32 for smollm2)", parse=int)
+    repeats: int = reuse(BenchOptions, "repeats", 7)
+    threads: int | None = reuse(ModelOptions, "threads")
 
 
 def median_interval(x: list[float], resamples: int = 2000, seed: int = 0) -> dict[str, float]:
@@ -99,17 +111,11 @@ def bench(name: str, new_tokens: int, repeats: int) -> dict:
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--models", default="tiny,smollm2")
-    ap.add_argument("--new-tokens", type=int, default=None, help="default: 128 (tiny), 32 (smollm2)")
-    ap.add_argument("--repeats", type=int, default=7)
-    ap.add_argument("--threads", type=int, default=None)
-    args = ap.parse_args()
+def main(argv: list[str] | None = None) -> None:
+    args = from_argv(MonitorBench, argv, __doc__.split("\n\n")[0])
     if args.threads:
         torch.set_num_threads(args.threads)
-    names = [m.strip() for m in args.models.split(",") if m.strip()]
-    results = [bench(m, args.new_tokens or NEW_TOKENS.get(m, 32), args.repeats) for m in names]
+    results = [bench(m, args.new_tokens or NEW_TOKENS.get(m, 32), args.repeats) for m in args.models]
     print(json.dumps({"benchmark": "monitor", "device": "cpu", "threads": torch.get_num_threads(),
                       "repeats": args.repeats, "goals": {k: f"<= {g}" for k, g in GOALS.items()}, "machine": machine(),
                       "results": results}, indent=2))  # fmt: skip

@@ -7,29 +7,37 @@ interleaved timings (median with its bootstrap 95% interval over the repeats).
 
 from __future__ import annotations
 
-import argparse
 import json
+from dataclasses import dataclass
 
 import torch
-from _harness import machine, median_interval, times_interleaved
+from _harness import BenchOptions, machine, median_interval, times_interleaved
 
 import attntemp
+from attntemp.analysis.run import MeasureConfig
 from attntemp.evaluate import corpus
-from attntemp.evaluate.tasks import EvalContext, get_task
+from attntemp.evaluate.tasks import EvalContext, EvalOptions, get_task
 from attntemp.hf import introspect
+from attntemp.hf.loading import ModelOptions
+from attntemp.utils.options import from_argv, reuse
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default="tiny")
-    ap.add_argument("--length", type=int, default=1024)
-    ap.add_argument("--k", type=int, default=8, help="needles per forward")
-    ap.add_argument("--docs", type=int, default=4, help="needles documents (forwards)")
-    ap.add_argument("--trials", type=int, default=8, help="passkey trials")
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--text", default="stdlib")
-    ap.add_argument("--threads", type=int, default=1)
-    args = ap.parse_args()
+@dataclass(frozen=True, kw_only=True)
+class NeedlesCostBench(BenchOptions):
+    """The model, the length, and how many needles and passkey trials are scored."""
+
+    model: str = reuse(ModelOptions, "model")
+    length: int = reuse(MeasureConfig, "length", 1024)
+    k: int = reuse(EvalOptions, "needles_per_forward", 8)
+    docs: int = reuse(EvalOptions, "n_docs", 4)
+    trials: int = reuse(EvalOptions, "trials", 8)
+    repeats: int = reuse(BenchOptions, "repeats", 3)
+    text: str = reuse(EvalOptions, "text")
+    threads: int = reuse(ModelOptions, "threads", 1)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = from_argv(NeedlesCostBench, argv, __doc__.split("\n\n")[0])
     torch.set_num_threads(args.threads)
     model, tok = attntemp.load_model(args.model)
     trained = introspect.trained_length(model)

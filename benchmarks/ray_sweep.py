@@ -12,21 +12,33 @@ little gain from the second worker; the point of Ray is one worker per GPU.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sqlite3
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from attntemp.evaluate.distributed import run_distributed
 from attntemp.evaluate.sweep import SweepConfig, run_sweep
+from attntemp.hf.loading import ModelOptions
 from attntemp.utils import options
+from attntemp.utils.options import from_argv, reuse
 
 ROWS = "SELECT model, length, rope, mkey, task, metrics FROM points"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RaySweepBench:
+    """The sweep run three ways (its RoPE methods fixed: none and yarn)."""
+
+    model: str = reuse(ModelOptions, "model")
+    lengths: tuple[int, ...] = reuse(SweepConfig, "lengths", (256, 384, 512, 640, 768, 896))
+    multipliers: tuple[float, ...] = reuse(SweepConfig, "multipliers", options.multipliers("0.8:1.2:0.1"))
+    n_docs: int = reuse(SweepConfig, "n_docs", 4)
 
 
 def timed(cfg: SweepConfig, on_ray: bool) -> dict:
@@ -49,19 +61,14 @@ def timed(cfg: SweepConfig, on_ray: bool) -> dict:
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default="tiny")
-    ap.add_argument("--lengths", default="256,384,512,640,768,896")
-    ap.add_argument("--multipliers", default="0.8:1.2:0.1")
-    ap.add_argument("--docs", type=int, default=4)
-    args = ap.parse_args()
+def main(argv: list[str] | None = None) -> None:
+    args = from_argv(RaySweepBench, argv, __doc__.split("\n\n")[0])
     base = {
         "model": args.model,
-        "lengths": options.ints(args.lengths),
+        "lengths": args.lengths,
         "rope": ("none", "yarn"),
-        "multipliers": options.multipliers(args.multipliers),
-        "n_docs": args.docs,
+        "multipliers": args.multipliers,
+        "n_docs": args.n_docs,
         "progress": False,
         "threads": 1,
     }

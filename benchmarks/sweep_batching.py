@@ -8,24 +8,32 @@ run; also checks that both give the same perplexities.
 
 from __future__ import annotations
 
-import argparse
 import json
+from dataclasses import dataclass
 
 import torch
-from _harness import time_interleaved
+from _harness import BenchOptions, time_interleaved
 
 import attntemp
+from attntemp.analysis.run import MeasureConfig
 from attntemp.evaluate import corpus
 from attntemp.evaluate.tasks import EvalContext, get_task
+from attntemp.hf.loading import ModelOptions
+from attntemp.utils.options import from_argv, option, reuse
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default="tiny")
-    ap.add_argument("--length", type=int, default=1024)
-    ap.add_argument("--k", type=int, default=6)
-    ap.add_argument("--repeats", type=int, default=3)
-    args = ap.parse_args()
+@dataclass(frozen=True, kw_only=True)
+class BatchingBench(BenchOptions):
+    """The model, the length and how many multipliers share one forward."""
+
+    model: str = reuse(ModelOptions, "model")
+    length: int = reuse(MeasureConfig, "length", 1024)
+    k: int = option(6, "multipliers, from 0.8 to 1.3")
+    repeats: int = reuse(BenchOptions, "repeats", 3)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = from_argv(BatchingBench, argv, __doc__.split("\n\n")[0])
     model, tok = attntemp.load_model(args.model)
     ctx = EvalContext(model.config.max_position_embeddings, corpus.load_text("stdlib"), n_docs=4)
     ms = torch.linspace(0.8, 1.3, args.k).tolist()

@@ -25,6 +25,7 @@ from attntemp.hf.patch import patch
 from attntemp.ops.schedules import yarn_multiplier
 from attntemp.ops.spec import TemperatureSpec
 from attntemp.ship import bake, export
+from attntemp.utils.options import from_argv
 
 X = torch.randint(1, 97, (2, 48), generator=torch.Generator().manual_seed(1))  # [2, 48]
 PER_HEAD = ("llama", "mistral", "qwen2", "phi3", "gpt_neox")
@@ -98,7 +99,13 @@ def refusal(fn) -> str:
     return "NOT REFUSED"
 
 
-def main() -> None:
+@dataclasses.dataclass(frozen=True)
+class BakeCheckConfig:
+    """No options: every architecture of tests/tiny_configs.py and the same specs, each run."""
+
+
+def main(argv: list[str] | None = None) -> None:
+    from_argv(BakeCheckConfig, argv, __doc__.split("\n\n")[0])  # --help, and no other flag
     out: dict = {"bake": {}}
     for arch in PER_HEAD + PER_LAYER:
         m = sharp(model(arch))

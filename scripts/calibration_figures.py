@@ -8,13 +8,21 @@ reliability diagram of the T = 2.5 case before and after temperature scaling).
 
 from __future__ import annotations
 
-import argparse
 import json
+from dataclasses import dataclass
 
 import torch
 
 from attntemp.logits.calibration import calibration_error, calibration_metrics, fit_temperature, reliability_diagram
 from attntemp.logits.distill import kd_loss, soft_kl
+from attntemp.utils.options import from_argv, option
+
+
+@dataclass(frozen=True, kw_only=True)
+class CalibrationFigures:
+    """The figures are fixed; only the reliability diagram's file is asked."""
+
+    png: str | None = option(None, "also write the T = 2.5 reliability diagram (before / after) here")
 
 
 def recovery(g: torch.Generator) -> list[dict]:
@@ -75,10 +83,8 @@ def grad_ratio(g: torch.Generator, with_t2: bool) -> float:
     return norm(1.0) / norm(10.0)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--png", help="also write the T = 2.5 reliability diagram (before / after) here")
-    args = ap.parse_args()
+def main(argv: list[str] | None = None) -> None:
+    args = from_argv(CalibrationFigures, argv, __doc__.split("\n\n")[0])
     torch.set_num_threads(1)
     if args.png:
         reliability_png(args.png)

@@ -10,4 +10,4 @@ PY=${PYTHON:-python}
 $AT sweep --model tiny --lengths 1024,2048 --rope none,linear,yarn --multipliers 0.7:1.8:0.1 \
     --tasks perplexity --docs 16 --quiet --out "$OUT/sweep"
 $AT report "$OUT/sweep"
-$PY scripts/trust_table.py --out "$OUT/trust" --length 1024 --checks 256 2048
+$PY scripts/trust_table.py --out "$OUT/trust" --length 1024 --checks 256,2048

@@ -20,17 +20,33 @@ Resumable as ``smollm2_distant.py`` is: one JSON per (length, spec, task) under 
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from attntemp.hf.patch import only_layer_types
 from attntemp.hf.rope_scaling import rope_for
 from attntemp.ops.spec import TemperatureSpec
+from attntemp.utils.options import from_argv, option, reuse
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling script whose code this shares
 import smollm2_distant as distant
 
 ROOT = distant.ROOT
 GLOBAL = ("full_attention",)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gemma3DistantConfig(distant.DistantConfig):
+    """``smollm2_distant.py``'s options with Gemma 3's model, files, lengths and threads."""
+
+    model: str = reuse(distant.DistantConfig, "model", "gemma3-270m")
+    table: str = reuse(distant.DistantConfig, "table", str(ROOT / "docs/results/gemma3_distant_table.md"))
+    figure: str = reuse(distant.DistantConfig, "figure", str(ROOT / "docs/img/gemma3_distant.png"))
+    out: str = reuse(distant.DistantConfig, "out", str(ROOT / "docs/results/gemma3_distant"))
+    lengths: tuple[int, ...] = reuse(distant.DistantConfig, "lengths", (32768, 65536))
+    tune_length: int = reuse(distant.DistantConfig, "tune_length", 49152)
+    threads: int = reuse(distant.DistantConfig, "threads", 1)
+    plan: bool = option(False, "print the results still to make and their forwards, then stop")
 
 
 def specs(length: int, trained: int, soft: float, tuned_key: tuple[float, int] | None) -> dict[str, TemperatureSpec]:
@@ -55,23 +71,12 @@ def specs(length: int, trained: int, soft: float, tuned_key: tuple[float, int] |
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = distant.parser(__doc__)
-    ap.set_defaults(
-        model="gemma3-270m",
-        table=str(ROOT / "docs/results/gemma3_distant_table.md"),
-        figure=str(ROOT / "docs/img/gemma3_distant.png"),
-        out=str(ROOT / "docs/results/gemma3_distant"),
-        lengths="32768,65536",
-        tune_length=49152,
-        threads=1,
-    )
-    ap.add_argument("--plan", action="store_true", help="print the results still to make and their forwards, then stop")
-    args = ap.parse_args(argv)
+    args = from_argv(Gemma3DistantConfig, argv, __doc__.split("\n\n")[0])
     model, tok, trained, ctx, settings, out = distant.setup(args)
-    lengths = [int(x) for x in args.lengths.split(",")]
+    lengths = list(args.lengths)
     key_spec = out / f"tuned_key_tokens_{args.tune_length}_spec.json"
     of = {n: specs(n, trained, args.soft, (1.0, args.tune_length)) for n in lengths}  # names with a stand-in m
-    todo = [(n, name, t) for n in lengths for t in args.tasks.split(",") for name in of[n]]
+    todo = [(n, name, t) for n in lengths for t in args.tasks for name in of[n]]
     todo = [c for c in todo if "tuned at" in c[1] or not distant.result_path(out, *c).is_file()]
     search = 0 if key_spec.is_file() else (args.grid + args.iters + 2) * args.tune_docs
     print(f"{len(todo)} results to make, {len(todo) * args.docs} forwards, and up to {search} forwards of "
@@ -92,7 +97,7 @@ def main(argv: list[str] | None = None) -> None:
 
     publish()
     for n in lengths:
-        for task in args.tasks.split(","):
+        for task in args.tasks:
             for name, spec in of[n].items():
                 if any(part in name for part in args.only.split("|")):
                     distant.score(model, tok, n, name, spec, task, ctx, out)

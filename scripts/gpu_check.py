@@ -23,12 +23,12 @@ Measured once per run on whatever machine runs it; nothing here is a stored resu
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,14 +36,15 @@ import torch
 
 from attntemp.analysis.measure import measure
 from attntemp.evaluate import corpus, lm
-from attntemp.evaluate.tasks import tail_start
+from attntemp.evaluate.tasks import EvalOptions, tail_start
 from attntemp.hf import introspect
-from attntemp.hf.loading import load_model
+from attntemp.hf.loading import ModelOptions, load_model
 from attntemp.hf.patch import patch, run_decoder
 from attntemp.ops import intervals
 from attntemp.ops.spec import TemperatureSpec
 from attntemp.tune.gradient import GradientOptions, run_gradient_tuning
 from attntemp.tune.train import TrainOptions
+from attntemp.utils.options import from_argv, ints, option, reuse
 
 KERNELS = {  # op name fragment -> kernel (the order matters: "flash_attention_for_cpu" is flash too)
     "_scaled_dot_product_flash_attention": "flash",
@@ -52,7 +53,27 @@ KERNELS = {  # op name fragment -> kernel (the order matters: "flash_attention_f
     "_scaled_dot_product_fused_attention_overrideable": "fused",
     "_scaled_dot_product_attention_math": "math",
 }
-DRY_RUN = {"model": "tiny", "device": "cpu", "lengths": "320,512", "steps": 2, "docs": 2, "repeats": 2}
+DRY_RUN = {"model": "tiny", "device": "cpu", "lengths": (320, 512), "steps": 2, "docs": 2, "repeats": 2}
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuCheckConfig:
+    """The model, where and in what precision; the lengths and sizes of the figures; the CPU reference."""
+
+    model: str = reuse(ModelOptions, "model", "smollm2")
+    device: str = reuse(ModelOptions, "device", "cuda")
+    dtype: str = reuse(ModelOptions, "dtype", "bfloat16")
+    lengths: tuple[int, ...] = option(
+        (16384, 32768), "comma list; the first: kernels, timing, ppl, tuning; the last: measure", parse=ints
+    )
+    docs: int = reuse(EvalOptions, "n_docs", 4)
+    repeats: int = option(5, "timed forward pairs per length")
+    steps: int = option(50, "gradient tuning steps")
+    text: str = reuse(EvalOptions, "text")
+    cpu_tail_ppl: float | None = option(None, "the CPU fp32 tail perplexity at the first length", parse=float)
+    cpu_reference: str | None = option(None, "a file from --write-cpu-reference: the same windows, paired")
+    write_cpu_reference: str | None = option(None, "score the first length here and write FILE, then stop")
+    dry_run: bool = option(False, "tiny model on the CPU at small lengths: the same code paths")
 
 
 def emit(figure: str, **values: Any) -> dict[str, Any]:
@@ -128,7 +149,7 @@ def tail_figures(nll: list[float], tokens: int) -> dict[str, Any]:
     return {"tail_ppl": ppl, "interval": ci.to_dict() if ci else "no interval (one window)"}
 
 
-def reference_windows(args: argparse.Namespace, tok: Any, length: int) -> tuple[torch.Tensor, dict | None]:
+def reference_windows(args: GpuCheckConfig, tok: Any, length: int) -> tuple[torch.Tensor, dict | None]:
     """The windows to score: those of ``--cpu-reference`` when given (the same tokens), else held-out ones."""
     if args.cpu_reference:
         ref = json.loads(Path(args.cpu_reference).read_text())
@@ -138,11 +159,11 @@ def reference_windows(args: argparse.Namespace, tok: Any, length: int) -> tuple[
     return corpus.heldout_windows(tok, length, n=args.docs, docs=corpus.load_text(args.text)), None
 
 
-def write_reference(args: argparse.Namespace, path: Path) -> dict[str, Any]:
+def write_reference(args: GpuCheckConfig, path: Path) -> dict[str, Any]:
     """On the CPU in float32: score held-out windows at the first length and save them with their
     per-window tail NLL (what ``--cpu-reference`` compares against)."""
     model, tok = load_model(args.model, device="cpu", dtype="float32")
-    length = int(args.lengths.split(",")[0])
+    length = args.lengths[0]
     ids = corpus.heldout_windows(tok, length, n=args.docs, docs=corpus.load_text(args.text))
     start = tail_start(length, introspect.trained_length(model))  # past L0, or the last quarter
     nll = tail_nll(model, ids, start)
@@ -166,7 +187,7 @@ def bare_ratio(here: float, cpu: float) -> dict[str, Any]:
     return {"value": here / cpu, "interval": "none: one window, or a reference without its windows"}
 
 
-def tail_ppl(args: argparse.Namespace, model: Any, tok: Any, length: int) -> dict[str, Any]:
+def tail_ppl(args: GpuCheckConfig, model: Any, tok: Any, length: int) -> dict[str, Any]:
     """Tail perplexity here against the CPU fp32 figure (a paired ratio when the reference has windows)."""
     ids, ref = reference_windows(args, tok, length)
     start = tail_start(length, introspect.trained_length(model))  # past L0, or the last quarter
@@ -203,7 +224,7 @@ class PeakMemory:
             self.bytes, self.kind = int(line.split()[1]) * 1024, "cpu_peak_rss"
 
 
-def measure_figure(args: argparse.Namespace, model: Any, tok: Any, length: int) -> dict[str, Any]:
+def measure_figure(args: GpuCheckConfig, model: Any, tok: Any, length: int) -> dict[str, Any]:
     """``measure`` on one held-out window: seconds, peak memory, mean entropy."""
     ids = corpus.heldout_windows(tok, length, n=1, docs=corpus.load_text(args.text))
     device = next(model.parameters()).device
@@ -224,7 +245,7 @@ def measure_figure(args: argparse.Namespace, model: Any, tok: Any, length: int) 
     )
 
 
-def gradient_figure(args: argparse.Namespace, model: Any, tok: Any, length: int) -> dict[str, Any]:
+def gradient_figure(args: GpuCheckConfig, model: Any, tok: Any, length: int) -> dict[str, Any]:
     """Per-head gradient tuning, ``args.steps`` steps at ``length``: seconds and tail perplexity on
     windows it did not train on (``--docs`` windows split in two: stdlib has 5 held-out documents
     of 16k SmolLM2 tokens)."""
@@ -249,8 +270,8 @@ def gradient_figure(args: argparse.Namespace, model: Any, tok: Any, length: int)
     )
 
 
-def run_checks(args: argparse.Namespace) -> None:
-    lengths = [int(x) for x in args.lengths.split(",")]
+def run_checks(args: GpuCheckConfig) -> None:
+    lengths = list(args.lengths)
     model, tok = load_model(args.model, device=args.device, dtype=args.dtype)
     device = next(model.parameters()).device
     emit(
@@ -273,25 +294,10 @@ def run_checks(args: argparse.Namespace) -> None:
     gradient_figure(args, model, tok, lengths[0])
 
 
-def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default="smollm2", help="model to check (default: smollm2)")
-    p.add_argument("--device", default="cuda", help="cpu, cuda, cuda:N or auto (default: cuda)")
-    p.add_argument("--dtype", default="bfloat16", help="float32, bfloat16 or float16 (default: bfloat16)")
-    p.add_argument("--lengths", default="16384,32768", help="first: kernels, timing, ppl, tuning; last: measure")
-    p.add_argument("--docs", type=int, default=4, help="windows for the perplexity and tuning figures")
-    p.add_argument("--repeats", type=int, default=5, help="timed forward pairs per length")
-    p.add_argument("--steps", type=int, default=50, help="gradient tuning steps")
-    p.add_argument("--text", default="stdlib", help="held-out text (stdlib, gutenberg:<book>, a file or folder)")
-    p.add_argument("--cpu-tail-ppl", type=float, default=None, help="the CPU fp32 tail perplexity at the first length")
-    p.add_argument("--cpu-reference", default=None, help="a file from --write-cpu-reference: the same windows, paired")
-    p.add_argument("--write-cpu-reference", default=None, help="score the first length here and write FILE, then stop")
-    p.add_argument("--dry-run", action="store_true", help="tiny model on the CPU at small lengths: the same code paths")
-    args = p.parse_args(argv)
-    if args.dry_run:
-        for key, value in DRY_RUN.items():
-            setattr(args, key, value)
-    return args
+def parse(argv: list[str] | None = None) -> GpuCheckConfig:
+    """The flags, with ``--dry-run``'s model, device and sizes in place of theirs."""
+    args = from_argv(GpuCheckConfig, argv, __doc__.split("\n\n")[0])
+    return replace(args, **DRY_RUN) if args.dry_run else args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -300,8 +306,9 @@ def main(argv: list[str] | None = None) -> int:
         write_reference(args, Path(args.write_cpu_reference))
         return 0
     if args.dry_run and not args.cpu_reference and args.cpu_tail_ppl is None:  # the reference path too
-        args.cpu_reference = str(Path(tempfile.mkdtemp()) / "cpu_reference.json")
-        write_reference(args, Path(args.cpu_reference))
+        reference = Path(tempfile.mkdtemp()) / "cpu_reference.json"
+        args = replace(args, cpu_reference=str(reference))
+        write_reference(args, reference)
     t0 = time.perf_counter()
     run_checks(args)
     emit("total", seconds=time.perf_counter() - t0)

@@ -9,19 +9,35 @@ K, each with its paired bootstrap 95% interval over windows.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import tempfile
+from dataclasses import dataclass
 
 import torch
 
 import attntemp
+from attntemp.analysis.run import MeasureConfig
 from attntemp.evaluate import corpus
 from attntemp.evaluate.key_tokens import key_mask, short_context_nll, token_nll_rows
-from attntemp.evaluate.tasks import EvalContext
+from attntemp.evaluate.tasks import EvalContext, EvalOptions
 from attntemp.hf import introspect
+from attntemp.hf.loading import ModelOptions
 from attntemp.ops import intervals
+from attntemp.utils.options import from_argv, option, reuse
+
+
+@dataclass(frozen=True, kw_only=True)
+class TruncationConfig:
+    """The model, its windows of a text, and the key-token rule's n-gram and distance K."""
+
+    model: str = reuse(ModelOptions, "model")
+    text: str = reuse(EvalOptions, "text")
+    length: int = reuse(MeasureConfig, "length", 256)
+    distance: int = option(64, "K: the truncated context")
+    ngram: int = reuse(EvalOptions, "key_ngram", 8)
+    windows: int = option(16, "held-out windows")
+    threads: int = reuse(ModelOptions, "threads", 1)
 
 
 def ratio(short: torch.Tensor, full: torch.Tensor, mask: torch.Tensor) -> dict[str, object]:
@@ -35,16 +51,8 @@ def ratio(short: torch.Tensor, full: torch.Tensor, mask: torch.Tensor) -> dict[s
     return {"ratio": ci.to_dict(), "tokens": int(counts.sum()), "windows": int(keep.sum())}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default="tiny")
-    ap.add_argument("--text", default="stdlib")
-    ap.add_argument("--length", type=int, default=256)
-    ap.add_argument("--distance", type=int, default=64, help="K: the truncated context")
-    ap.add_argument("--ngram", type=int, default=8)
-    ap.add_argument("--windows", type=int, default=16)
-    ap.add_argument("--threads", type=int, default=1)
-    args = ap.parse_args()
+def main(argv: list[str] | None = None) -> None:
+    args = from_argv(TruncationConfig, argv, __doc__.split("\n\n")[0])
     torch.set_num_threads(args.threads)
     model, tok = attntemp.load_model(args.model)
     trained = introspect.trained_length(model)

@@ -7,15 +7,40 @@ Only the temperatures train (every weight frozen); see ``attntemp.tune.gradient.
 
 from __future__ import annotations
 
-import argparse
 import json
+from dataclasses import dataclass
 
 import torch
 
-from attntemp.hf.loading import load_model
+from attntemp.hf.loading import ModelOptions, load_model
 from attntemp.ops.spec import GRANULARITIES
 from attntemp.tune.gradient import GradientOptions, run_gradient_tuning
+from attntemp.tune.runner import TuneConfig
 from attntemp.tune.train import TrainOptions
+from attntemp.utils import checks
+from attntemp.utils.options import from_argv, option, reuse
+
+
+@dataclass(frozen=True, kw_only=True)
+class LearnTinyConfig:
+    """The gradient run: its length, steps, RoPE, granularity, schedule and sizes."""
+
+    length: int = option(512, "training and evaluation length N")
+    steps: int = option(20, "gradient steps")
+    rope: str = option("none", "RoPE extension: none or yarn (YaRN's frequencies, attention_factor 1)")
+    granularity: str = reuse(TuneConfig, "granularity", "head")
+    schedule: str = option("none", "none, or log_length: also learn a slope per head")
+    lr: float = option(0.05, "Adam's learning rate for the temperatures")
+    n_train: int = option(8, "training windows")
+    n_eval: int = option(8, "evaluation windows")
+    batch_size: int = option(1, "windows per step")
+    model: str = reuse(ModelOptions, "model")
+    out: str = option("out/learn_tiny", "output folder")
+
+    def __post_init__(self) -> None:
+        checks.choice("rope", self.rope, ("none", "yarn"))
+        checks.choice("granularity", self.granularity, GRANULARITIES)
+        checks.choice("schedule", self.schedule, ("none", "log_length"))
 
 
 def rope_for(kind: str, length: int, trained_length: int) -> dict | None:
@@ -32,19 +57,7 @@ def rope_for(kind: str, length: int, trained_length: int) -> dict | None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--length", type=int, default=512, help="training and evaluation length N")
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--rope", choices=("none", "yarn"), default="none")
-    ap.add_argument("--granularity", choices=GRANULARITIES, default="head")
-    ap.add_argument("--schedule", choices=("none", "log_length"), default="none")
-    ap.add_argument("--lr", type=float, default=0.05)
-    ap.add_argument("--n-train", type=int, default=8)
-    ap.add_argument("--n-eval", type=int, default=8)
-    ap.add_argument("--batch-size", type=int, default=1)
-    ap.add_argument("--model", default="tiny")
-    ap.add_argument("--out", default="out/learn_tiny")
-    args = ap.parse_args(argv)
+    args = from_argv(LearnTinyConfig, argv, __doc__)
     torch.manual_seed(0)
     model, tok = load_model(args.model)
     rope = rope_for(args.rope, args.length, model.config.max_position_embeddings)

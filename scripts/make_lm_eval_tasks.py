@@ -8,23 +8,30 @@ as ``generate_until`` and ``loglikelihood`` tasks (YAML + JSONL; see
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass
 
 from transformers import AutoTokenizer
 
 from attntemp.evaluate import lm_eval_tasks
-from attntemp.hf.loading import resolve
-from attntemp.utils.options import ints
+from attntemp.evaluate.sweep import SweepConfig
+from attntemp.evaluate.tasks import EvalOptions
+from attntemp.hf.loading import ModelOptions, resolve
+from attntemp.utils.options import from_argv, option, reuse
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="tiny", help="whose tokenizer counts the tokens (default: tiny)")
-    p.add_argument("--lengths", type=ints, default=lm_eval_tasks.LENGTHS, help="comma-separated lengths in tokens")
-    p.add_argument("--docs", type=int, default=lm_eval_tasks.DOCS, help="prompts per task and length")
-    p.add_argument("--seed", type=int, default=lm_eval_tasks.SEED, help="seed of the keys and haystacks")
-    p.add_argument("--out", default=str(lm_eval_tasks.lm_eval_tasks_path()), help="folder (default: the shipped one)")
-    args = p.parse_args()
+@dataclass(frozen=True, kw_only=True)
+class LmEvalTasksConfig:
+    """Whose tokens, which lengths, how many prompts, which seed, where."""
+
+    model: str = reuse(ModelOptions, "model")
+    lengths: tuple[int, ...] = reuse(SweepConfig, "lengths", lm_eval_tasks.LENGTHS)
+    docs: int = option(lm_eval_tasks.DOCS, "prompts per task and length")
+    seed: int = reuse(EvalOptions, "seed", lm_eval_tasks.SEED)
+    out: str = option(str(lm_eval_tasks.lm_eval_tasks_path()), "folder of the tasks (the default: the shipped one)")
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = from_argv(LmEvalTasksConfig, argv, __doc__.split("\n\n")[0])
     tok = AutoTokenizer.from_pretrained(resolve(args.model))
     out = lm_eval_tasks.write_folder(args.out, tok, args.lengths, args.docs, args.seed)
     print(f"wrote {len(list(out.glob('*.yaml')))} tasks to {out}")

@@ -10,22 +10,29 @@ bootstrap 95% intervals).
 
 from __future__ import annotations
 
-import argparse
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from attntemp.analysis.monitor_demo import monitor_section
-from attntemp.hf.loading import load_model
+from attntemp.evaluate.tasks import EvalOptions
+from attntemp.hf.loading import ModelOptions, load_model
+from attntemp.utils.options import from_argv, option, reuse
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default="tiny")
-    ap.add_argument("--scale", type=float, default=4.0, help="the long setting: scale x the trained length")
-    ap.add_argument("--trials", type=int, default=16, help="passkey prompts per setting")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default="docs/img", help="folder of the PNG")
-    args = ap.parse_args()
+@dataclass(frozen=True, kw_only=True)
+class MonitorFigureConfig:
+    """The model, the long setting, the passkey prompts and where the PNG goes."""
+
+    model: str = reuse(ModelOptions, "model")
+    scale: float = option(4.0, "the long setting: scale x the trained length")
+    trials: int = reuse(EvalOptions, "trials", 16)
+    seed: int = reuse(EvalOptions, "seed")
+    out: str = option("docs/img", "folder of the PNG")
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = from_argv(MonitorFigureConfig, argv, __doc__.split("\n\n")[0])
     model, tok = load_model(args.model)
     with tempfile.TemporaryDirectory() as tmp:
         lines = monitor_section(model, tok, Path(tmp), args.scale, args.trials, args.seed)

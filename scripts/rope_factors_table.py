@@ -24,9 +24,9 @@ docs/results/tiny_rope_factors_table.md and docs/results/tiny_rope_factors.png.
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -34,13 +34,15 @@ import torch
 import attntemp
 from attntemp.evaluate import corpus
 from attntemp.evaluate.score import ScoreStore, score
-from attntemp.evaluate.tasks import EvalContext, get_task
+from attntemp.evaluate.tasks import EvalContext, EvalOptions, get_task
+from attntemp.hf.loading import ModelOptions
 from attntemp.hf.rope_factors import factors_for
 from attntemp.hf.rope_scaling import rope_for
 from attntemp.ops.spec import TemperatureSpec
 from attntemp.tune.gradient import GradientOptions, run_gradient_tuning
 from attntemp.tune.rope_evolution import evolve_rope_factors
 from attntemp.tune.train import TrainOptions
+from attntemp.utils.options import from_argv, option, reuse
 
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
 OUT = RESULTS / "tiny_rope_factors"  # --out moves these three (a smoke run elsewhere)
@@ -206,15 +208,20 @@ def figure(points) -> None:
     fig.savefig(FIGURE, dpi=120)
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=60, help="gradient steps; the search's budget of window forwards")
-    p.add_argument("--docs", type=int, default=16, help="evaluation windows per text and length")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--out", type=Path, default=RESULTS, help="folder of the table, the figure and the JSON cache")
-    args = p.parse_args()
+@dataclass(frozen=True, kw_only=True)
+class RopeFactorsConfig:
+    """The training budget, the evaluation windows, threads and where the results go."""
+
+    steps: int = option(60, "gradient steps; the search's budget of window forwards")
+    docs: int = reuse(EvalOptions, "n_docs", 16)
+    threads: int = reuse(ModelOptions, "threads", 1)
+    out: str = option(str(RESULTS), "folder of the table, the figure and the JSON cache")
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = from_argv(RopeFactorsConfig, argv, __doc__.splitlines()[0])
     global OUT, TABLE, FIGURE
-    OUT, TABLE, FIGURE = (args.out / x.name for x in (OUT, TABLE, FIGURE))
+    OUT, TABLE, FIGURE = (Path(args.out) / x.name for x in (OUT, TABLE, FIGURE))
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
     model, tok = attntemp.load_model("tiny")

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from attntemp.evaluate.score import score
@@ -35,11 +35,25 @@ from attntemp.evaluate.tasks import get_task, tuning_context
 from attntemp.hf.rope_scaling import rope_for
 from attntemp.ops.search import golden_section
 from attntemp.ops.spec import TemperatureSpec
+from attntemp.utils.options import floats, from_argv, option, reuse
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling script whose code this shares
 import smollm2_distant as distant
 
 ROOT = distant.ROOT
+
+
+@dataclass(frozen=True, kw_only=True)
+class BreakdownConfig(distant.DistantConfig):
+    """``smollm2_distant.py``'s options with this script's files and lengths, and the slope search."""
+
+    table: str = reuse(distant.DistantConfig, "table", str(ROOT / "docs/results/smollm2_breakdown_table.md"))
+    figure: str = reuse(distant.DistantConfig, "figure", str(ROOT / "docs/img/smollm2_breakdown.png"))
+    lengths: tuple[int, ...] = reuse(distant.DistantConfig, "lengths", (16384, 24576))
+    slope_bracket: tuple[float, ...] = option((0.02, 0.4), "the slope b's search range, LO,HI", parse=floats)
+    plan: bool = option(False, "print the cells still to run and their forwards, then stop")
+
+
 SOFT = (0.9, 0.8, 0.7)
 # (index in --lengths, kind) in the order they run: the cells that decide the direction at the first
 # length (16384) first, then the references at the second (24576); every other cell after them.
@@ -129,18 +143,10 @@ def tune_slope(model, tok, ctx, trained: int, args, out: Path) -> float:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = distant.parser(__doc__)
-    ap.set_defaults(
-        table=str(ROOT / "docs/results/smollm2_breakdown_table.md"),
-        figure=str(ROOT / "docs/img/smollm2_breakdown.png"),
-        lengths="16384,24576",
-    )
-    ap.add_argument("--slope-bracket", type=lambda v: [float(x) for x in v.split(",")], default=[0.02, 0.4])
-    ap.add_argument("--plan", action="store_true", help="print the cells still to run and their forwards, then stop")
-    args = ap.parse_args(argv)
-    lengths = [int(x) for x in args.lengths.split(",")]
+    args = from_argv(BreakdownConfig, argv, __doc__.split("\n\n")[0])
+    lengths = list(args.lengths)
     if not (0 < args.slope_bracket[0] < args.slope_bracket[-1]) or len(args.slope_bracket) != 2:
-        raise SystemExit(f"--slope-bracket={args.slope_bracket} is not allowed; expected LO,HI with 0 < LO < HI")
+        raise SystemExit(f"--slope-bracket={list(args.slope_bracket)} is not allowed; expected LO,HI with 0 < LO < HI")
     model, tok, trained, ctx, settings, out = distant.setup(args)
     key_spec = TemperatureSpec.load(out / f"tuned_key_tokens_{args.tune_length}_spec.json")
     slope_file = out / f"tuned_slope_key_tokens_{args.tune_length}_spec.json"
@@ -158,7 +164,7 @@ def main(argv: list[str] | None = None) -> None:
     todo = [
         (n, kind, task)
         for n, kind in cells(lengths)
-        for task in args.tasks.split(",")
+        for task in args.tasks
         if kind not in of(slope)[n] or not distant.result_path(out, n, of(slope)[n][kind][0], task).is_file()
     ]
     print(f"{len(todo)} results to make, {len(todo) * args.docs} forwards (+ the slope search if not done):")

@@ -31,11 +31,9 @@ default n = 8 finds 0-5 key tokens per window (too few for an interval), n = 4 f
 
 from __future__ import annotations
 
-import argparse
 import json
-import math
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -43,17 +41,66 @@ import torch
 from attntemp.evaluate import corpus
 from attntemp.evaluate.lm import token_nll
 from attntemp.evaluate.score import score as scored
-from attntemp.evaluate.tasks import EvalContext, get_task, tuning_context
+from attntemp.evaluate.sweep import SweepConfig
+from attntemp.evaluate.tasks import EvalContext, EvalOptions, get_task, tuning_context
 from attntemp.hf import introspect
 from attntemp.hf.devices import long_run_cpu_dtype
-from attntemp.hf.loading import load_model
+from attntemp.hf.loading import ModelOptions, load_model
 from attntemp.hf.rope_scaling import rope_for
+from attntemp.ops.schedules import yarn_multiplier
 from attntemp.ops.spec import TemperatureSpec
+from attntemp.tune.runner import TuneConfig
 from attntemp.tune.search import SearchOptions, tune_global
+from attntemp.utils import checks
+from attntemp.utils.options import from_argv, names, option, reuse
 
 TASKS = ("key_tokens", "needles")
 BASE = "no RoPE change, m = 1"
 ROOT = Path(__file__).resolve().parents[1]
+DTYPES = ("float32", "bfloat16")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DistantConfig:
+    """What this script and its siblings share: the model, the text and its documents, the key-token
+    rule, the needles, threads, the output files, the key-token search of YaRN's m."""
+
+    model: str = reuse(ModelOptions, "model", "smollm2")
+    table: str = option(str(ROOT / "docs/results/smollm2_distant_table.md"), "table file")
+    figure: str = option(str(ROOT / "docs/img/smollm2_distant.png"), "figure file ('' for none)")
+    lengths: tuple[int, ...] = reuse(SweepConfig, "lengths", (12288, 16384, 8192))
+    docs: int = reuse(EvalOptions, "n_docs", 4)
+    text: str = reuse(EvalOptions, "text", "../shared/data/gutenberg")
+    soft: float = option(0.9, "the softening multiplier m < 1 (T = 1/m)")
+    needles: int = reuse(EvalOptions, "needles_per_forward", 8)
+    key_ngram: int = reuse(EvalOptions, "key_ngram", 4)
+    threads: int = reuse(ModelOptions, "threads", 2)
+    dtype: str | None = option(
+        None,
+        "float32 or bfloat16 (default: the one --out's results were made in; for a new --out the faster on this "
+        "CPU: attntemp.hf.devices.long_run_cpu_dtype, bfloat16 on an AMD CPU with avx512_bf16, else float32)",
+    )
+    out: str = option(str(ROOT / "docs/results/smollm2_distant"), "per-result JSON folder")
+    time_forward: bool = option(False, "time one forward per length first")
+    tune_length: int = reuse(TuneConfig, "length", 12288)
+    tune_docs: int = option(3, "tuning-pool documents of the key-token searches")
+    bracket: tuple[float, ...] = reuse(TuneConfig, "bracket", (0.9, 1.2))
+    grid: int = reuse(TuneConfig, "grid", 3)
+    iters: int = reuse(TuneConfig, "iters", 2)
+    only: str = option("", "score only the specs whose name holds this text (A|B: either)")
+    tasks: tuple[str, ...] = option(TASKS, "the tasks to score, comma list", parse=names)
+
+    def __post_init__(self) -> None:
+        if self.dtype is not None:
+            checks.choice("dtype", self.dtype, DTYPES)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Smollm2DistantConfig(DistantConfig):
+    """This script's own: the tuned global m's row, and the key-token search of it."""
+
+    tuned_spec: str = option("docs/results/smollm2_tune12k_spec.json", "a tuned global m")
+    tune_key_tokens: bool = option(False, "also tune YaRN's global m on key tokens at --tune-length")
 
 
 def specs(
@@ -64,7 +111,7 @@ def specs(
     if length > trained:
         s = length / trained
         yarn = rope_for("yarn", length, trained)
-        m_yarn = (0.1 * math.log(s) + 1) ** 2
+        m_yarn = yarn_multiplier(s)
         out[f"YaRN s = {s:g}, m = 1"] = TemperatureSpec(rope=yarn)
         out[f"YaRN s = {s:g}, YaRN's m = {m_yarn:.4g}"] = TemperatureSpec(multiplier=m_yarn, rope=yarn)
         if tuned is not None:
@@ -277,7 +324,7 @@ class StoredCache(dict):
 
 
 def tune_key_tokens(
-    model, tok, ctx: EvalContext, trained: int, args: argparse.Namespace, out: Path, spec_path: Path
+    model, tok, ctx: EvalContext, trained: int, args: DistantConfig, out: Path, spec_path: Path
 ) -> None:
     """A global m for YaRN at ``--tune-length`` by search on key-token perplexity, on the tuning
     pool (none of the table's windows), saved to ``spec_path``: ``attntemp.tune.search.tune_global``,
@@ -307,46 +354,11 @@ def time_forward(model, lengths: list[int]) -> None:
         print(f"one forward at {n}: {time.perf_counter() - t0:.0f} s", flush=True)
 
 
-def parser(doc: str) -> argparse.ArgumentParser:
-    """The flags this script and its siblings share (model, text, documents, key-token rule, needles,
-    threads, output folder, the key-token search of YaRN's m)."""
-    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
-    ap.add_argument("--model", default="smollm2", help="model (tiny for a quick check of the script)")
-    ap.add_argument("--table", default=str(ROOT / "docs/results/smollm2_distant_table.md"), help="table file")
-    ap.add_argument("--figure", default=str(ROOT / "docs/img/smollm2_distant.png"), help="figure file ('' for none)")
-    ap.add_argument("--lengths", default="12288,16384,8192", help="comma list, in the order to run")
-    ap.add_argument("--docs", type=int, default=4, help="evaluation documents (one window each) per cell")
-    ap.add_argument("--text", default="../shared/data/gutenberg", help="a folder of documents")
-    ap.add_argument("--soft", type=float, default=0.9, help="the softening multiplier m < 1 (T = 1/m)")
-    ap.add_argument("--needles", type=int, default=8, help="needles per forward")
-    ap.add_argument(
-        "--key-ngram", type=int, default=4, help="key tokens: context n-gram length (prose repeats 8-grams too rarely)"
-    )
-    ap.add_argument("--threads", type=int, default=2, help="torch threads")
-    ap.add_argument(
-        "--dtype",
-        default=None,
-        choices=("float32", "bfloat16"),
-        help="default: the one --out's results were made in; for a new --out the faster on this CPU "
-        "(attntemp.hf.devices.long_run_cpu_dtype: bfloat16 on an AMD CPU with avx512_bf16, else float32)",
-    )
-    ap.add_argument("--out", default=str(ROOT / "docs/results/smollm2_distant"), help="per-result JSON folder")
-    ap.add_argument("--time-forward", action="store_true", help="time one forward per length first")
-    ap.add_argument("--tune-length", type=int, default=12288, help="the length of the key-token searches")
-    ap.add_argument("--tune-docs", type=int, default=3, help="tuning-pool documents of those searches")
-    ap.add_argument("--bracket", type=lambda v: [float(x) for x in v.split(",")], default=[0.9, 1.2], help="LO,HI")
-    ap.add_argument("--grid", type=int, default=3, help="those searches' log grid")
-    ap.add_argument("--iters", type=int, default=2, help="those searches' golden-section steps")
-    ap.add_argument("--only", default="", help="score only the specs whose name holds this text (A|B: either)")
-    ap.add_argument("--tasks", default=",".join(TASKS), help="comma list of the tasks to score")
-    return ap
-
-
-def setup(args: argparse.Namespace) -> tuple:
+def setup(args: DistantConfig) -> tuple:
     """Flags checked, then ``(model, tok, trained, ctx, settings, out)``: the model loaded, the
     evaluation context built and the settings checked against those of ``--out``'s results."""
-    if not set(args.tasks.split(",")) <= set(TASKS):
-        raise SystemExit(f"--tasks={args.tasks} is not allowed; expected a comma list of {', '.join(TASKS)}")
+    if not set(args.tasks) <= set(TASKS):
+        raise SystemExit(f"--tasks={','.join(args.tasks)} is not allowed; expected a comma list of {', '.join(TASKS)}")
     if not 0 < args.soft < 1:
         raise SystemExit(f"--soft={args.soft} is not allowed; expected a softening multiplier in (0, 1)")
     torch.set_num_threads(args.threads)
@@ -354,7 +366,7 @@ def setup(args: argparse.Namespace) -> tuple:
     model, tok = load_model(args.model, dtype=dtype)
     trained = introspect.trained_length(model)
     if args.time_forward:
-        time_forward(model, [int(x) for x in args.lengths.split(",")])
+        time_forward(model, list(args.lengths))
     text = corpus.load_text(args.text)
     docs, tuners = corpus.pool(text, "evaluation"), corpus.pool(text, "tuning")
     ctx = EvalContext(
@@ -383,14 +395,9 @@ def setup(args: argparse.Namespace) -> tuple:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = parser(__doc__)
-    ap.add_argument("--tuned-spec", default="docs/results/smollm2_tune12k_spec.json", help="a tuned global m")
-    ap.add_argument(
-        "--tune-key-tokens", action="store_true", help="also tune YaRN's global m on key tokens at --tune-length"
-    )
-    args = ap.parse_args(argv)
+    args = from_argv(Smollm2DistantConfig, argv, __doc__.split("\n\n")[0])
     model, tok, trained, ctx, settings, out = setup(args)
-    lengths = [int(x) for x in args.lengths.split(",")]
+    lengths = list(args.lengths)
     tuned = TemperatureSpec.load(args.tuned_spec).multiplier if args.tuned_spec else None
     key_spec = out / f"tuned_key_tokens_{args.tune_length}_spec.json"
     if args.tune_key_tokens:
@@ -406,7 +413,7 @@ def main(argv: list[str] | None = None) -> None:
 
     publish()
     for length in lengths:
-        for task in args.tasks.split(","):
+        for task in args.tasks:
             for name, spec in of[length].items():
                 if any(part in name for part in args.only.split("|")):
                     score(model, tok, length, name, spec, task, ctx, out)

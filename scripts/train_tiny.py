@@ -10,7 +10,6 @@ documents. Deterministic for a given ``--seed`` and thread count (unless ``--min
 
 from __future__ import annotations
 
-import argparse
 import functools
 import itertools
 import json
@@ -19,6 +18,7 @@ import pathlib
 import string
 import sys
 import time
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -27,6 +27,8 @@ from tqdm import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from attntemp.evaluate import corpus, lm, model_card
+from attntemp.hf.loading import ModelOptions
+from attntemp.utils.options import from_argv, option, reuse
 
 BOS, EOS = "<bos>", "<eos>"
 BOS_ID, EOS_ID = 256, 257
@@ -35,25 +37,35 @@ COPY_ALPHABET = torch.tensor(list(string.ascii_letters.encode() + string.digits.
 NEWLINE = torch.tensor([10])
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", required=True, help="output folder (weights, tokenizer, card)")
-    p.add_argument("--steps", type=int, default=1600, help="optimizer steps on the main mixture")
-    p.add_argument("--copy-steps", type=int, default=900, help="first steps: copy rows only")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
-    p.add_argument("--minutes", type=float, default=25.0, help="stop training after this time")
-    p.add_argument("--context", type=int, default=256, help="trained context (tokens)")
-    p.add_argument("--batch", type=int, default=32, help="rows per batch")
-    p.add_argument("--passkey-share", type=float, default=0.25, help="passkey rows per batch")
-    p.add_argument("--copy-share", type=float, default=0.125, help="copy rows per batch")
-    p.add_argument("--lr", type=float, default=2e-3, help="peak learning rate")
-    p.add_argument("--warmup", type=int, default=50, help="linear warmup steps")
-    p.add_argument("--hidden", type=int, default=128)
-    p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--answer-weight", type=float, default=1.0, help="weight of the answer loss")
-    p.add_argument("--smoke", action="store_true", help="3 steps, light evaluation")
-    return p.parse_args(argv)
+@dataclass(frozen=True, kw_only=True)
+class TrainTinyConfig:
+    """Where the model goes; its size, the data mixture, the schedule and the time budget."""
+
+    out: str = option(help="output folder (weights, tokenizer, card)")
+    steps: int = option(1600, "optimizer steps on the main mixture")
+    copy_steps: int = option(900, "first steps: copy rows only")
+    seed: int = option(0, "seed of the weights, the batches and the passkeys")
+    threads: int = reuse(ModelOptions, "threads", 2)
+    minutes: float = option(25.0, "stop training after this time")
+    context: int = option(256, "trained context (tokens)")
+    batch: int = option(32, "rows per batch")
+    passkey_share: float = option(0.25, "passkey rows per batch")
+    copy_share: float = option(0.125, "copy rows per batch")
+    lr: float = option(2e-3, "peak learning rate")
+    warmup: int = option(50, "linear warmup steps")
+    hidden: int = option(128, "hidden size (a head per 16)")
+    layers: int = option(4, "decoder layers")
+    answer_weight: float = option(1.0, "weight of the answer loss")
+    smoke: bool = option(False, "3 steps, light evaluation")
+
+
+SMOKE = {"steps": 3, "copy_steps": 2, "batch": 8, "warmup": 2}
+
+
+def parse_args(argv: list[str] | None = None) -> TrainTinyConfig:
+    """The flags, with ``--smoke``'s steps and batch in place of theirs."""
+    args = from_argv(TrainTinyConfig, argv, __doc__.split("\n\n")[0])
+    return replace(args, **SMOKE) if args.smoke else args
 
 
 def bytes_to_unicode() -> dict[int, str]:
@@ -82,7 +94,7 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
     )
 
 
-def build_model(args: argparse.Namespace) -> LlamaForCausalLM:
+def build_model(args: TrainTinyConfig) -> LlamaForCausalLM:
     """Llama-format RoPE model: head_dim 16, GQA (2 query heads per key/value head), SwiGLU 3x."""
     heads = args.hidden // 16
     config = LlamaConfig(
@@ -335,7 +347,7 @@ def write_card(out: pathlib.Path, figures: dict) -> None:
     (out / "README.md").write_text(text, encoding="utf-8")
 
 
-def describe(model, args: argparse.Namespace) -> dict:
+def describe(model, args: TrainTinyConfig) -> dict:
     """The run's settings for eval.json and the card."""
     cfg = model.config
     return dict(
@@ -359,8 +371,6 @@ def describe(model, args: argparse.Namespace) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.smoke:
-        args.steps, args.copy_steps, args.batch, args.warmup = 3, 2, 8, 2
     torch.set_num_threads(args.threads)
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -382,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def rows_share(args: argparse.Namespace, share: float) -> float:
+def rows_share(args: TrainTinyConfig, share: float) -> float:
     """The share of rows actually used: whole rows per batch."""
     return round(args.batch * share) / args.batch
 

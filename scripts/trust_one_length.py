@@ -28,21 +28,22 @@ is left out: backpropagating through SmolLM2 at 12k tokens does not fit a 2-core
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
-from dataclasses import replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from attntemp.evaluate import corpus
 from attntemp.evaluate.score import ScoreStore, score
-from attntemp.evaluate.tasks import EvalContext, get_task
+from attntemp.evaluate.tasks import EvalContext, EvalOptions, get_task
 from attntemp.hf import introspect
-from attntemp.hf.loading import load_model
+from attntemp.hf.loading import ModelOptions, load_model
 from attntemp.hf.rope_scaling import rope_for
 from attntemp.ops.spec import TemperatureSpec
 from attntemp.tune.entropy import TARGETS, EntropyOptions, tune_entropy
 from attntemp.tune.evidence import BASELINE, YARN, candidates
+from attntemp.tune.runner import TuneConfig
+from attntemp.utils.options import from_argv, option, reuse
 
 RULES = {"rule logn": "logn", "rule sqrt_logn": "sqrt_logn"}  # label-free published laws, untuned
 
@@ -50,7 +51,24 @@ RULES = {"rule logn": "logn", "rule sqrt_logn": "sqrt_logn"}  # label-free publi
 GLOBAL = "best global m (search)"
 
 
-def fixed_specs(args: argparse.Namespace, rope: dict | None, trained: int) -> dict[str, TemperatureSpec]:
+@dataclass(frozen=True, kw_only=True)
+class TrustOneLengthConfig:
+    """The model, its text and length, the entropy targets, the earlier global tune, the output."""
+
+    model: str = reuse(ModelOptions, "model", "smollm2")
+    text: str = reuse(EvalOptions, "text", "../shared/data/gutenberg")
+    length: int = option(12288, "the length every spec is scored at")
+    rope: str = reuse(TuneConfig, "rope", "yarn")
+    docs: int = reuse(EvalOptions, "n_docs", 4)
+    tune_windows: int = option(2, "tuning-pool windows for entropy matching")
+    targets: str = option(",".join(TARGETS), "entropy targets, comma list")
+    global_spec: str | None = option(None, "spec.json of a global tune to include")
+    global_evidence: str | None = option(None, "its evidence.json, reused if on the same windows")
+    heldout_text: str = option("stdlib", "the second text, scored whole ('none': skip)")
+    out: str = option("runs/smollm2_trust12k", "output folder (reused by a rerun)")
+
+
+def fixed_specs(args: TrustOneLengthConfig, rope: dict | None, trained: int) -> dict[str, TemperatureSpec]:
     """m = 1, YaRN's m and the best global m of an earlier tune (``--global-spec``)."""
     specs = candidates(rope, None)
     if args.global_spec:
@@ -65,7 +83,7 @@ def rule_specs(rope: dict | None, trained: int) -> dict[str, TemperatureSpec]:
     }
 
 
-def reuse_global(args: argparse.Namespace, out: Path, baseline: dict) -> None:
+def reuse_global(args: TrustOneLengthConfig, out: Path, baseline: dict) -> None:
     """Take the tuned spec's scores from the earlier tune's evidence (``--global-evidence``) when
     they were measured on exactly these windows (same digest as this run's m = 1)."""
     if not args.global_evidence:
@@ -106,7 +124,7 @@ def scored(
     return {"spec": spec.to_dict(), "seconds": res.seconds, **res.metrics}
 
 
-def table(results: dict[str, dict], args: argparse.Namespace, text: str | None = None) -> str:
+def table(results: dict[str, dict], args: TrustOneLengthConfig, text: str | None = None) -> str:
     task = get_task("perplexity")
     base = results[BASELINE]
     where = f"{args.text}, evaluation pool" if text is None else f"{text}, whole"
@@ -123,20 +141,8 @@ def table(results: dict[str, dict], args: argparse.Namespace, text: str | None =
     return "\n".join(lines)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="smollm2", help="model to load")
-    ap.add_argument("--text", default="../shared/data/gutenberg", help="text: a folder of documents")
-    ap.add_argument("--length", type=int, default=12288, help="the length every spec is scored at")
-    ap.add_argument("--rope", default="yarn", help="RoPE extension to the length")
-    ap.add_argument("--docs", type=int, default=4, help="evaluation windows (one per document)")
-    ap.add_argument("--tune-windows", type=int, default=2, help="tuning-pool windows for entropy matching")
-    ap.add_argument("--targets", default=",".join(TARGETS), help="entropy targets, comma list")
-    ap.add_argument("--global-spec", default=None, help="spec.json of a global tune to include")
-    ap.add_argument("--global-evidence", default=None, help="its evidence.json, reused if on the same windows")
-    ap.add_argument("--heldout-text", default="stdlib", help="the second text, scored whole ('none': skip)")
-    ap.add_argument("--out", default="runs/smollm2_trust12k", help="output folder (reused by a rerun)")
-    args = ap.parse_args()
+def main(argv: list[str] | None = None) -> None:
+    args = from_argv(TrustOneLengthConfig, argv, __doc__.split("\n\n")[0])
     out = Path(args.out)
     model, tok = load_model(args.model)
     trained = introspect.trained_length(model)
@@ -169,7 +175,7 @@ def main() -> None:
 
 
 def write(
-    results: dict[str, dict], args: argparse.Namespace, out: Path, seconds: float, second: dict | None = None
+    results: dict[str, dict], args: TrustOneLengthConfig, out: Path, seconds: float, second: dict | None = None
 ) -> str:
     md = table(results, args)
     if second:
@@ -179,7 +185,7 @@ def write(
         n: {"tail_ppl": r["tail_ppl"], "seconds": r.get("seconds"), "source": r.get("source")}
         for n, r in results.items()
     }
-    summary = {"args": vars(args), "seconds": seconds, "rows": rows}
+    summary = {"args": asdict(args), "seconds": seconds, "rows": rows}
     (out / "table.json").write_text(json.dumps(summary, indent=1, default=float))
     return md
 

@@ -16,21 +16,22 @@ every ``evidence.json`` already there (delete a folder to redo that method).
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
 from attntemp.evaluate import corpus
-from attntemp.evaluate.tasks import EvalContext, get_task
-from attntemp.hf.loading import load_model
+from attntemp.evaluate.sweep import SweepConfig
+from attntemp.evaluate.tasks import EvalContext, EvalOptions, get_task
+from attntemp.hf.loading import ModelOptions, load_model
 from attntemp.hf.rope_scaling import rope_for
 from attntemp.ops.spec import TemperatureSpec
 from attntemp.tune.evidence import BASELINE, TUNED, YARN, candidates, comparisons, evaluate_specs
 from attntemp.tune.runner import TuneConfig, run_tune
+from attntemp.utils.options import from_argv, option, reuse
 
 METHODS = {  # folder: (label, TuneConfig fields)
     "global": ("best global m (search)", {"method": "search", "granularity": "global", "objective": "perplexity"}),
@@ -55,13 +56,27 @@ METHODS = {  # folder: (label, TuneConfig fields)
 
 TRAINED = 256  # the tiny model's trained length L0
 
+
+@dataclass(frozen=True, kw_only=True)
+class TrustTableConfig:
+    """Where the tunes go, the length they are tuned at and checked at, the RoPE methods, the texts."""
+
+    out: str = option("runs/trust_tiny", "output folder")
+    length: int = reuse(TuneConfig, "length", 1024)
+    checks: tuple[int, ...] = reuse(TuneConfig, "check_lengths", (256, 2048))
+    rope: tuple[str, ...] = reuse(SweepConfig, "rope", ("none", "yarn"))
+    docs: int = reuse(EvalOptions, "n_docs", 16)
+    heldout_text: str = option("package:markdown", "the second text, scored whole")
+    threads: int | None = reuse(ModelOptions, "threads")
+
+
 RULES = {  # label-free published laws, applied as they are (no tuning): label: schedule
     "Qwen log-n, m = ln n / ln L0 (no tuning)": "logn",
     "sqrt law, m = sqrt(ln n / ln L0) (no tuning)": "sqrt_logn",
 }
 
 
-def _scored_lengths(model, tok, spec: TemperatureSpec, ctx: EvalContext, args: argparse.Namespace) -> dict:
+def _scored_lengths(model, tok, spec: TemperatureSpec, ctx: EvalContext, args: TrustTableConfig) -> dict:
     """``spec`` and its baselines at the tuning length and each held-out length, on ``ctx``'s text."""
     scored = {}
     for n in (args.length, *args.checks):
@@ -70,7 +85,7 @@ def _scored_lengths(model, tok, spec: TemperatureSpec, ctx: EvalContext, args: a
     return {**scored[args.length], "checks": {n: scored[n] for n in args.checks}}
 
 
-def _rule(model, tok, rope: str, schedule: str, args: argparse.Namespace) -> dict:
+def _rule(model, tok, rope: str, schedule: str, args: TrustTableConfig) -> dict:
     """A fixed schedule scored like a tuned spec: at the length and the held-out lengths, on both texts."""
     spec = TemperatureSpec(
         schedule=schedule, schedule_params={"trained_len": TRAINED}, rope=rope_for(rope, args.length, TRAINED)
@@ -91,7 +106,7 @@ def _load(path: Path) -> dict:
     return {**ev, "heldout": _int_checks(ev["heldout"])} if ev.get("heldout") else ev
 
 
-def _at(ev: dict, n: int, text: int, args: argparse.Namespace) -> dict:
+def _at(ev: dict, n: int, text: int, args: TrustTableConfig) -> dict:
     """The scores of one evidence at length ``n`` on text 0 (the evaluation pool) or 1 (the second)."""
     scored = ev if text == 0 else ev["heldout"]
     return scored if n == args.length else scored["checks"][n]
@@ -107,10 +122,10 @@ def _ppl(scored: dict, name: str) -> float:
     return scored["results"][name]["perplexity"]["tail_ppl"]
 
 
-def run(args: argparse.Namespace) -> tuple[str, list[dict]]:
+def run(args: TrustTableConfig) -> tuple[str, list[dict]]:
     model, tok = load_model("tiny")
     rows, out = [], Path(args.out)
-    for rope in args.rope.split(","):
+    for rope in args.rope:
         for folder, (label, given) in METHODS.items():
             kw = dict(given)
             if kw.get("lengths") == "half":
@@ -149,11 +164,11 @@ def run(args: argparse.Namespace) -> tuple[str, list[dict]]:
     return table(rows, args), rows
 
 
-def text_labels(args: argparse.Namespace) -> tuple[str, str]:
+def text_labels(args: TrustTableConfig) -> tuple[str, str]:
     return (f"stdlib, evaluation pool ({args.docs} windows)", f"{args.heldout_text}, whole ({args.docs} windows)")
 
 
-def _table(rows: list[dict], args: argparse.Namespace, text: int) -> str:
+def _table(rows: list[dict], args: TrustTableConfig, text: int) -> str:
     lengths = [args.length, *args.checks]
     head = "| rope | spec | " + " | ".join(f"tail ppl at {n} / m = 1" for n in lengths) + " |"
     lines = [head, "|---|---|" + "---|" * len(lengths)]
@@ -170,7 +185,7 @@ def _table(rows: list[dict], args: argparse.Namespace, text: int) -> str:
     return "\n".join(lines)
 
 
-def table(rows: list[dict], args: argparse.Namespace) -> str:
+def table(rows: list[dict], args: TrustTableConfig) -> str:
     """One table per text: the stdlib's evaluation pool, then the second text."""
     return "\n\n".join(f"On {label}:\n\n" + _table(rows, args, i) for i, label in enumerate(text_labels(args)))
 
@@ -184,12 +199,12 @@ def _ratio(scored: dict, name: str) -> tuple[float, float, float] | None:
 LENGTH_MARKS = (("#B7A6D3", "o"), ("#7B5EA7", "s"), ("#3B1F66", "^"))  # light to dark: short to long
 
 
-def _length_label(n: int, args: argparse.Namespace) -> str:
+def _length_label(n: int, args: TrustTableConfig) -> str:
     scale = "trained length" if n == TRAINED else f"{n / TRAINED:g}x"
     return f"{n} tokens ({scale}" + (", tuned here)" if n == args.length else ")")
 
 
-def _forest(ax, mine: list[dict], lengths: list[int], args: argparse.Namespace, text: int) -> None:
+def _forest(ax, mine: list[dict], lengths: list[int], args: TrustTableConfig, text: int) -> None:
     """One RoPE's and text's panel: per spec (a row) and length (a marker), the paired ratio and its interval."""
     for j, n in enumerate(lengths):
         colour, marker = LENGTH_MARKS[j % len(LENGTH_MARKS)]
@@ -210,7 +225,7 @@ def _forest(ax, mine: list[dict], lengths: list[int], args: argparse.Namespace, 
     ax.set_yticks(range(len(mine)), [r["method"].replace(", gradient at L/2 and L", "") for r in mine], fontsize=7)
 
 
-def plot(rows: list[dict], args: argparse.Namespace, path: Path) -> Path:
+def plot(rows: list[dict], args: TrustTableConfig, path: Path) -> Path:
     """A forest plot: each spec's paired tail-perplexity ratio to m = 1 with its 95% interval, one
     panel per RoPE (a column, titled in its palette colour) and text (a row), one marker per length,
     shortest to longest."""
@@ -253,16 +268,8 @@ def plot(rows: list[dict], args: argparse.Namespace, path: Path) -> Path:
     return style.save(fig, path)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default="runs/trust_tiny", help="output folder")
-    ap.add_argument("--length", type=int, default=1024, help="tuning length (4x the tiny model's 256)")
-    ap.add_argument("--checks", type=int, nargs="+", default=[256, 2048], help="held-out lengths")
-    ap.add_argument("--rope", default="none,yarn", help="RoPE extensions, comma list")
-    ap.add_argument("--docs", type=int, default=16, help="evaluation documents per length")
-    ap.add_argument("--heldout-text", default="package:markdown", help="the second text, scored whole")
-    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
-    args = ap.parse_args()
+def main(argv: list[str] | None = None) -> None:
+    args = from_argv(TrustTableConfig, argv, __doc__.split("\n\n")[0])
     if args.threads:
         torch.set_num_threads(args.threads)
     md, rows = run(args)

@@ -102,6 +102,20 @@ def test_export_prints_settings_with_the_multiplier(tmp_path, capsys):
     assert fragment.endswith("--max-model-len 128")
 
 
+def test_export_with_the_models_config_gives_each_layer_type_its_rope(tmp_path, capsys):
+    """Gemma 3 (the shipped gemma3_4b config): YaRN on the global layers, the sliding ones keep theta 1e4."""
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
+    spec = write_spec(tmp_path / "g.json", TemperatureSpec(rope=yarn))
+    assert main(["export", "--spec", spec, "--engine", "transformers", "--config", "gemma3_4b"]) == 0
+    out = capsys.readouterr().out
+    rp = json.loads("\n".join(line for line in out.splitlines() if not line.startswith("#")))["rope_parameters"]
+    assert rp["sliding_attention"] == {"rope_type": "default", "rope_theta": 10000.0}
+    assert rp["full_attention"]["rope_type"] == "yarn" and rp["full_attention"]["rope_theta"] == 1e6
+    assert "add the model's rope_theta" not in out  # read from the config
+    assert main(["export", "--spec", spec, "--engine", "transformers", "--config", str(tmp_path / "none.json")]) == 2
+    assert "--config=" in capsys.readouterr().err
+
+
 def test_export_refusals_are_one_error_line(tmp_path, capsys):
     spec = write_spec(tmp_path / "h.json", TemperatureSpec(layers=(1.0, 1.3)))
     assert main(["export", "--spec", spec, "--engine", "llama.cpp"]) == 2

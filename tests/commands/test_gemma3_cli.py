@@ -133,3 +133,44 @@ def test_tune_on_the_global_heads_and_audit_of_the_real_config(tmp_path, capsys)
     out = json.loads(run(capsys, "audit", "--config", str(resolve("gemma3-270m") / "config.json"), "--engines",
                          "transformers"))  # fmt: skip
     assert out["model_type"] == "gemma3_text" and out["engines"]["transformers"]["verdict"] == "agrees"
+
+
+def _monitor_records(capsys, model: str, prompt, out, *extra: str) -> list[dict]:
+    argv = ["generate", "--model", model, "--prompt-file", str(prompt), "--max-new-tokens", "4", "--monitor",
+            "--every", "1", *extra, "--out", str(out)]  # fmt: skip
+    run(capsys, *argv)
+    return [json.loads(x) for x in (out / "monitor.jsonl").read_text().splitlines()]
+
+
+def test_the_monitor_gives_windowed_layers_their_window(gemma, tmp_path, capsys):
+    """Past the window (16) a sliding layer's query sees 16 keys, so its entropy is at most ln 16;
+    the global layer sees the whole prefix (60+ keys) and its entropy may pass ln 16."""
+    prompt = tmp_path / "p.txt"
+    prompt.write_text("the quick brown fox jumps over the lazy dog, " * 2)  # ~90 byte tokens
+    records = _monitor_records(capsys, gemma, prompt, tmp_path / "g", "--reference-docs", "1")
+    assert len(records) == 4 and all(r["position"] > 16 for r in records)
+    entropy = torch.tensor([r["layers"]["entropy"] for r in records])  # [steps, layers]
+    assert (entropy[:, :2] <= torch.log(torch.tensor(16.0)).item() + 1e-4).all()
+    assert (entropy[:, 2] > torch.log(torch.tensor(16.0)).item()).all()
+
+
+@pytest.mark.slow
+def test_the_monitor_on_the_real_gemma3_270m(tmp_path, capsys):
+    """`generate --monitor` on the real Gemma 3 270M past its 512-token window: the 15 sliding
+    layers' entropy stays under ln 512 at every step, the 3 global layers are recorded beside them.
+    The reference is profiled at 1024 tokens (the default, its trained 32768, takes a 32k forward)."""
+    from attntemp.analysis.reference_profile import reference
+    from attntemp.evaluate.corpus import gutenberg_dir
+    from attntemp.hf.loading import load_model
+
+    model, tok = load_model("gemma3-270m")
+    ref = reference(model, "gutenberg:austen-emma", 1024, tokenizer=tok, n_docs=1).save(tmp_path / "ref.json")
+    del model
+    prompt = tmp_path / "p.txt"
+    prompt.write_text((gutenberg_dir() / "austen-emma.txt").read_text()[20000:24000])  # ~900 tokens
+    records = _monitor_records(capsys, "gemma3-270m", prompt, tmp_path / "g", "--threads", "1", "--reference",
+                               str(ref))  # fmt: skip
+    entropy = torch.tensor([r["layers"]["entropy"] for r in records])  # [steps, 18]
+    assert entropy.shape == (4, 18) and all(r["position"] > 512 for r in records)
+    sliding = [i for i in range(18) if i % 6 != 5]  # 5 sliding layers to every global one
+    assert (entropy[:, sliding] <= torch.log(torch.tensor(512.0)).item() + 1e-3).all()

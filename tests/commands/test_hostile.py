@@ -785,7 +785,7 @@ def test_hostile_input_is_one_line_naming_the_flag_and_exit_2(ws, name, argv, ex
     argv = [a.replace("{w}", str(ws)) for a in argv]
     before = listing(ws)
     if name == "audit-no-engine-runs":  # the same on a machine with vLLM installed (scripts/build_vllm_cpu.sh)
-        monkeypatch.setattr("attntemp.ship.audit.vllm_unavailable", lambda: "vLLM is not installed (this test)")
+        monkeypatch.setattr("attntemp.ship.engines.vllm.unavailable", lambda: "vLLM is not installed (this test)")
     if name == "sweep-out-locked":  # another sweep is running there
         with exclusive(ws / "locked" / LOCK_FILE, "sweep"):  # run_sweep opens it again: the lock conflicts
             code, err = run_main(argv, capsys)

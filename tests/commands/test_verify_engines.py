@@ -13,9 +13,11 @@ from attntemp.cli import main
 from attntemp.hf.loading import load_model
 from attntemp.hf.patch import patch
 from attntemp.ops.spec import TemperatureSpec
+from attntemp.ship import comparison as C
 from attntemp.ship import llamacpp, remote_code
 from attntemp.ship import verify as V
 from attntemp.ship.bake import fixed_input, logits
+from attntemp.ship.engines import llamacpp as llamacpp_engine
 
 
 def read_base(path):
@@ -119,22 +121,23 @@ def test_a_failing_engine_is_one_line_and_exit_1_and_the_work_dir_is_marked(tmp_
         lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
         assert len(lines) == 1 and lines[0].startswith("attntemp verify: failed: GGUF conversion failed"), lines
         assert "boom last words" in lines[0] and "Traceback" not in lines[0]
-        assert (work / V.WORK_MARK).is_file()
+        assert (work / C.WORK_MARK).is_file()
 
 
 def test_routes_and_baselines():
     yarn = dataclasses.replace(TemperatureSpec.yarn(4, 256), multiplier=1.2)
-    base = V.baseline(yarn)
+    base = C.baseline(yarn)
     assert dict(base.rope)["attention_factor"] == 1.0 and base.schedule == "constant" and base.multiplier == 1
-    assert V.is_global(yarn, "llama.cpp") and not V.is_global(TemperatureSpec(layers=(1.0, 1.2)), "llama.cpp")
+    is_global = llamacpp_engine.is_global
+    assert is_global(yarn) and not is_global(TemperatureSpec(layers=(1.0, 1.2)))
     with pytest.raises(ValueError, match="position-dependent"):
-        V.is_global(TemperatureSpec(schedule="logn", schedule_params={"trained_len": 16}), "llama.cpp")
-    assert V.default_length(yarn, 999) == 1024 and V.default_length(TemperatureSpec(), 256) == 256
+        is_global(TemperatureSpec(schedule="logn", schedule_params={"trained_len": 16}))
+    assert C.default_length(yarn, 999) == 1024 and C.default_length(TemperatureSpec(), 256) == 256
 
 
 def test_windows_start_with_bos_and_config_checks():
     _, tok = load_model("tiny")
-    ids = V.windows(tok, "stdlib", 64, 2)
+    ids = C.windows(tok, "stdlib", 64, 2)
     assert ids.shape == (2, 64) and (ids[:, 0] == tok.bos_token_id).all()
     with pytest.raises(ValueError, match=r"engine='tgi' is not allowed"):
         V.VerifyConfig(engine="tgi", spec="s.json")
@@ -207,31 +210,32 @@ def test_a_schedule_checkpoint_is_checked_past_l0_and_refuses_a_plain_load(tmp_p
 
 # ----------------------------------------------------------------------------- vLLM helpers
 def test_vllm_bucket_kl_is_exact_on_the_full_vocabulary_and_a_lower_bound_on_top_k():
-    from attntemp.ship.vllm_engine import _bucket_kl, _kl_rows
+    from attntemp.ship.engines.vllm import bucket_kl, kl_rows
 
     g = torch.Generator().manual_seed(0)
     p = torch.log_softmax(3 * torch.randn(40, generator=g, dtype=torch.float64), -1)  # [V]
     q = torch.log_softmax(3 * torch.randn(40, generator=g, dtype=torch.float64), -1)  # [V]
     exact = float((p.exp() * (p - q)).sum())
-    assert _bucket_kl(p, q) == pytest.approx(exact, rel=1e-9) and _bucket_kl(p, p) == 0.0
+    assert bucket_kl(p, q) == pytest.approx(exact, rel=1e-9) and bucket_kl(p, p) == 0.0
     top = q.argsort(descending=True)[:5]
-    assert 0 <= _bucket_kl(p[top], q[top]) <= exact
+    assert 0 <= bucket_kl(p[top], q[top]) <= exact
     # the output's entry p - 1 is prompt_logprobs[p]; scored row i (position first + i) predicts first + i + 1
     entries = [[[int(k), float(q[k])] for k in top]] * 8
-    kl, same = _kl_rows(p[None].repeat(2, 1), entries, 5)
+    kl, same = kl_rows(p[None].repeat(2, 1), entries, 5)
     assert len(kl) == 2 and same == [int(p.argmax()) == int(q.argmax())] * 2
 
 
 def test_vllm_routes_and_missing_venv(tmp_path):
-    from attntemp.ship.vllm_engine import _route, find_vllm
+    from attntemp.ship.engines.vllm import route as vllm_route
+    from attntemp.ship.vllm_venv import find_vllm
 
     yarn = TemperatureSpec(multiplier=1.3, rope={"rope_type": "yarn", "factor": 2.0})
-    route, over = _route(yarn, 64, 100000.0)
+    route, over = vllm_route(yarn, 64, {"rope_parameters": {"rope_type": "default", "rope_theta": 100000.0}})
     assert route == "export" and over["rope_parameters"]["rope_theta"] == 100000.0
     assert over["rope_parameters"]["original_max_position_embeddings"] == 64
-    assert _route(TemperatureSpec(multiplier=1.3), 64, None) == ("bake", None)
+    assert vllm_route(TemperatureSpec(multiplier=1.3), 64, {}) == ("bake", None)
     logn = TemperatureSpec(schedule="logn", schedule_params={"trained_len": 16})
-    assert _route(logn, 64, None) == ("schedule plugin", None)
+    assert vllm_route(logn, 64, {}) == ("schedule plugin", None)
     with pytest.raises(FileNotFoundError, match=r"no vLLM venv in engine_dir=.*build_vllm_cpu.sh"):
         find_vllm(str(tmp_path))
 
@@ -239,8 +243,11 @@ def test_vllm_routes_and_missing_venv(tmp_path):
 def test_vllm_plugin_package_registers_the_schedule_class(tmp_path):
     root = remote_code.write_vllm_plugin(tmp_path / "plugin")
     assert '[project.entry-points."vllm.general_plugins"]' in (root / "pyproject.toml").read_text()
-    init = (root / remote_code.PLUGIN / "__init__.py").read_text()
-    assert f'register_model("{remote_code.CLASS}", "{remote_code.PLUGIN}.model:{remote_code.CLASS}")' in init
-    model = (root / remote_code.PLUGIN / "model.py").read_text()
-    compile(model, "model.py", "exec")
-    assert "from vllm.model_executor.models.llama import LlamaForCausalLM" in model and "def schedule(" in model
+    package = root / remote_code.PLUGIN
+    for name in ("__init__.py", "model.py", "attntemp_schedule.py"):
+        compile((package / name).read_text(), name, "exec")
+    assert f'"{remote_code.PLUGIN}.model:{{CLASS}}"' in (package / "__init__.py").read_text()
+    model = (package / "model.py").read_text()
+    assert "from vllm.model_executor.models.llama import LlamaForCausalLM" in model
+    assert "from .attntemp_schedule import schedule" in model
+    assert "def schedule(" in (package / "attntemp_schedule.py").read_text()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import pathlib
+import sys
 
 import pytest
 import torch
@@ -114,6 +115,7 @@ def test_first_integer():
 def script():
     spec = importlib.util.spec_from_file_location("train_tiny", ROOT / "scripts" / "train_tiny.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules["train_tiny"] = module  # its config dataclass needs its module registered
     spec.loader.exec_module(module)
     return module
 

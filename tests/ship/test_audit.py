@@ -262,10 +262,10 @@ def test_yarn_bounds_rounded_against_truncate_false_are_caught(monkeypatch):
 
 
 def test_the_human_table_names_each_engine_and_vllm_in_one_line(monkeypatch):
-    from attntemp.ship import audit as audit_module
+    from attntemp.ship.engines import vllm
 
     no_avx = "this CPU lacks avx512f, which vLLM's CPU build needs"
-    monkeypatch.setattr(audit_module, "vllm_unavailable", lambda: no_avx)
+    monkeypatch.setattr(vllm, "unavailable", lambda: no_avx)
     config = AuditConfig(config=str(CONFIGS / "gemma3_27b.json"), engines=("transformers", "vllm"))
     text = run_audit(config).render()
     assert "| full_attention | 10 | 0 | 0.872872 |" in text
@@ -283,7 +283,7 @@ def test_vllm_says_why_it_cannot_run_without_its_venv(monkeypatch, tmp_path):
 
 
 def test_vllms_log_probabilities_are_read_at_the_positions_the_proxy_predicts_at():
-    from attntemp.ship.audit_vllm import engine_logp, mean_kl
+    from attntemp.ship.engines.vllm import engine_logp, mean_kl
 
     length, vocab = 8, 3
     # top[p]: the distribution vLLM predicts at position p (of token p + 1); p encoded in its first value

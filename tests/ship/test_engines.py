@@ -12,37 +12,42 @@ import attntemp.ship.export as E
 from attntemp.hf.patch import patch
 from attntemp.ops.schedules import yarn_mscale, yarn_multiplier
 from attntemp.ops.spec import TemperatureSpec
+from attntemp.ship import llamacpp as binary
+from attntemp.ship.engines import ENGINES
+from attntemp.ship.engines import llamacpp as LC
+from attntemp.ship.engines import transformers as TF
+from attntemp.ship.engines import vllm as VL
 from attntemp.utils.resources import vllm_cpu_refusal
 
 X = torch.randint(1, 97, (2, 48), generator=torch.Generator().manual_seed(1))  # [2, 48]
 
 
 def test_known_values_for_s_4():
-    assert E.transformers_logit_multiplier(1.1386) == pytest.approx(1.2965, abs=2e-4)
-    assert E.transformers_logit_multiplier(yarn_mscale(4)) == pytest.approx(yarn_multiplier(4), rel=1e-12)
+    assert TF.logit_multiplier(1.1386) == pytest.approx(1.2965, abs=2e-4)
+    assert TF.logit_multiplier(yarn_mscale(4)) == pytest.approx(yarn_multiplier(4), rel=1e-12)
     assert yarn_multiplier(4) == pytest.approx(1.2965, abs=1e-4)
     # the plain YaRN temperature is each engine's default: vLLM's attn_factor and llama.cpp's f are 1
-    assert E.vllm_attn_factor(yarn_multiplier(4), 4) == pytest.approx(1.0, rel=1e-12)
-    assert E.llamacpp_attn_factor(yarn_multiplier(4), 4) == pytest.approx(1.0, rel=1e-12)
-    assert E.vllm_logit_multiplier(1.0, 4) == pytest.approx(1.2965, abs=1e-4)
-    assert E.llamacpp_logit_multiplier(1.0, 4) == pytest.approx(1.2965, abs=1e-4)
+    assert VL.attn_factor(yarn_multiplier(4), 4) == pytest.approx(1.0, rel=1e-12)
+    assert LC.attn_factor(yarn_multiplier(4), 4) == pytest.approx(1.0, rel=1e-12)
+    assert VL.logit_multiplier(1.0, 4) == pytest.approx(1.2965, abs=1e-4)
+    assert LC.logit_multiplier(1.0, 4) == pytest.approx(1.2965, abs=1e-4)
     # no scaling (s = 1): every factor is sqrt(m)
-    assert E.vllm_attn_factor(1.44, 1) == E.llamacpp_attn_factor(1.44, 1) == pytest.approx(1.2)
+    assert VL.attn_factor(1.44, 1) == LC.attn_factor(1.44, 1) == pytest.approx(1.2)
 
 
 @pytest.mark.parametrize("m", [0.5, 1.0, 1.2965, 2.0])
 @pytest.mark.parametrize("s", [1.0, 4.0, 32.0])
 def test_round_trips(m, s):
-    assert E.transformers_logit_multiplier(E.transformers_attention_factor(m)) == pytest.approx(m, rel=1e-12)
-    assert E.vllm_logit_multiplier(E.vllm_attn_factor(m, s), s) == pytest.approx(m, rel=1e-12)
-    assert E.llamacpp_logit_multiplier(E.llamacpp_attn_factor(m, s), s) == pytest.approx(m, rel=1e-12)
+    assert TF.logit_multiplier(TF.attention_factor(m)) == pytest.approx(m, rel=1e-12)
+    assert VL.logit_multiplier(VL.attn_factor(m, s), s) == pytest.approx(m, rel=1e-12)
+    assert LC.logit_multiplier(LC.attn_factor(m, s), s) == pytest.approx(m, rel=1e-12)
 
 
 def test_bad_conversion_inputs_name_the_argument():
     with pytest.raises(ValueError, match=r"multiplier=0"):
-        E.transformers_attention_factor(0)
+        TF.attention_factor(0)
     with pytest.raises(ValueError, match=r"s=0.5 .*>= 1.0"):
-        E.vllm_attn_factor(1.2, 0.5)
+        VL.attn_factor(1.2, 0.5)
 
 
 def yarn_spec(multiplier=1.15):
@@ -77,8 +82,8 @@ def test_transformers_export_loaded_fresh_equals_the_patched_model():
 def test_vllm_writes_both_spellings_of_the_same_temperature():
     result = E.export(yarn_spec(), "vllm", rope_theta=10000.0)
     rp, m = result.rope_parameters, 1.15 * yarn_multiplier(4)
-    assert E.transformers_logit_multiplier(rp["attention_factor"]) == pytest.approx(m, rel=1e-12)
-    assert E.vllm_logit_multiplier(rp["attn_factor"], 4.0) == pytest.approx(m, rel=1e-12)
+    assert TF.logit_multiplier(rp["attention_factor"]) == pytest.approx(m, rel=1e-12)
+    assert VL.logit_multiplier(rp["attn_factor"], 4.0) == pytest.approx(m, rel=1e-12)
     assert result.args[-2:] == ("--max-model-len", "128") and rp["rope_theta"] == 10000.0
     assert "mscale" not in rp and '"rope_scaling"' in result.render()
 
@@ -89,7 +94,7 @@ def test_llamacpp_flags_encode_the_multiplier():
     assert args[:6] == ["--rope-scaling", "yarn", "--rope-scale", "4", "--yarn-orig-ctx", "32"]
     key, value = args[args.index("--override-kv") + 1].split("=float:")
     assert key == "llama.rope.scaling.attn_factor"
-    m = E.llamacpp_logit_multiplier(float(value), 4.0)
+    m = LC.logit_multiplier(float(value), 4.0)
     assert m == pytest.approx(1.15 * yarn_multiplier(4), rel=1e-8)
     plain = E.export(TemperatureSpec.yarn(4, 32), "llama.cpp")  # f = 1: the built-in factor
     assert "--override-kv" not in plain.args
@@ -106,7 +111,7 @@ def test_trained_length_fills_the_rope_and_render_states_m():
     assert first.startswith(f"# logit multiplier m = {m:.6g} (temperature T = {1 / m:.6g})")
 
 
-@pytest.mark.parametrize("engine", E.ENGINES)
+@pytest.mark.parametrize("engine", ENGINES)
 def test_refusals_say_why(engine):
     heads = TemperatureSpec.per_head([[1.0, 1.2], [1.0, 1.0]], rope=dict(TemperatureSpec.yarn(4, 32).rope))
     with pytest.raises(ValueError, match=r"per-head multipliers.*bake them into q_proj with `attntemp bake`"):
@@ -182,7 +187,7 @@ def test_llamacpp_perplexity_line_takes_the_chunk_length_not_ctx_size():
     assert any(
         line.startswith("# llama-perplexity -m MODEL.gguf -f TEXT.txt -c 128 --rope-scaling yarn") for line in lines
     )
-    assert E.perplexity_args(("--override-kv", "x"), None)[6] == "<LENGTH>"
+    assert binary.perplexity_args(("--override-kv", "x"), None)[6] == "<LENGTH>"
 
 
 def test_llamacpp_refuses_other_ropes_saying_to_bake_and_convert():
@@ -290,7 +295,7 @@ def _llamacpp_or_skip():
 
 
 def _verify(tmp_path, spec, model, length, chunks, text="stdlib", engine="llama.cpp"):
-    from attntemp.ship import verify_runner as V
+    from attntemp.ship import verify as V
 
     path = spec.save(tmp_path / "spec.json")
     cfg = V.VerifyConfig(engine=engine, spec=str(path), model=model, length=length, chunks=chunks, text=text)
@@ -329,7 +334,7 @@ NEEDS_AVX512 = pytest.mark.skipif(vllm_cpu_refusal() is not None, reason=str(vll
 def test_vllm_runs_what_attntemp_ships_smollm2(tmp_path, case):
     """vLLM (vllm-cpu, its own venv): SmolLM2 only, its CPU attention has no kernel for the tiny
     model's head_dim 16."""
-    from attntemp.ship.vllm_engine import find_vllm
+    from attntemp.ship.vllm_venv import find_vllm
 
     try:
         find_vllm(None)
@@ -343,7 +348,7 @@ def test_vllm_runs_what_attntemp_ships_smollm2(tmp_path, case):
 @NEEDS_AVX512
 def test_vllm_serves_a_schedule_checkpoint_through_the_plugin(tmp_path):
     """log_length past L0 = 256: the schedule checkpoint, served by vLLM with attntemp's plugin."""
-    from attntemp.ship.vllm_engine import find_vllm
+    from attntemp.ship.vllm_venv import find_vllm
 
     try:
         find_vllm(None)
@@ -430,3 +435,65 @@ def test_per_layer_refusal_gives_the_gguf_conversion_for_llamacpp():
         E.export(TemperatureSpec(layers=(1.0, 1.3)), "llama.cpp")
     with pytest.raises(ValueError, match=r"`attntemp bake` and serve that folder"):
         E.export(TemperatureSpec(layers=(1.0, 1.3)), "vllm")
+
+
+# ----------------------------------------------------------------------------- Gemma 3: RoPE per layer type
+YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}  # its own factor, no schedule
+GLOBAL_YARN = TemperatureSpec(multiplier=1.15, layer_types=["full_attention"], rope=YARN)
+
+
+def _gemma3_rotary(cfg: dict, rope_parameters: dict):
+    """transformers' own Gemma 3 rotary embedding for ``cfg`` with the exported ``rope_parameters``."""
+    from transformers import Gemma3TextConfig
+    from transformers.models.gemma3.modeling_gemma3 import Gemma3RotaryEmbedding
+
+    return Gemma3RotaryEmbedding(Gemma3TextConfig.from_dict({**cfg, "rope_parameters": rope_parameters}))
+
+
+@pytest.mark.parametrize("spec, m", [(TemperatureSpec(rope=YARN), 1.0), (GLOBAL_YARN, 1.15)])
+def test_gemma3_yarn_goes_to_the_global_layers_and_the_sliding_ones_keep_their_rope(spec, m):
+    """transformers 5 reads Gemma 3's rope_parameters per layer type: given the model's config, the
+    export puts YaRN and its attention factor on the full-attention layers only (a flat dict would
+    leave them at the default rope: YaRN silently dropped)."""
+    from attntemp.ops import rope
+
+    cfg = config("gemma3_text").to_dict()  # head_dim 16; sliding theta 1e4, global 1e6
+    result = E.export(spec, "transformers", config=cfg)
+    assert set(result.rope_parameters) == {"full_attention", "sliding_attention"}
+    rotary = _gemma3_rotary(cfg, result.rope_parameters)
+    inv, _ = rope.yarn(16, 1e6, 4.0, original_max_position_embeddings=32)
+    assert torch.allclose(rotary.full_attention_inv_freq, inv.float())
+    assert rotary.full_attention_attention_scaling**2 == pytest.approx(m * yarn_multiplier(4), rel=1e-6)
+    plain, _ = rope.default(16, 1e4)
+    assert torch.allclose(rotary.sliding_attention_inv_freq, plain.float())
+    assert rotary.sliding_attention_attention_scaling == 1.0
+    flat = _gemma3_rotary(cfg, E.export(TemperatureSpec(rope=YARN), "transformers").rope_parameters)
+    assert torch.allclose(flat.full_attention_inv_freq, rope.default(16, 1e6)[0].float())  # the old flat export
+
+
+@pytest.mark.parametrize("engine", ["transformers", "vllm"])  # vLLM's --hf-overrides carry the same rope_parameters
+def test_gemma3_export_loaded_fresh_equals_the_patched_model(engine):
+    from tiny_configs import model
+
+    m = model("gemma3_text")
+    cfg = m.config.to_dict()
+    for spec in (TemperatureSpec(rope=YARN), GLOBAL_YARN):
+        with torch.no_grad(), patch(m, spec):
+            want = m(X).logits  # [2, 48, V]
+        rp = E.export(spec, engine, config=cfg).rope_parameters
+        fresh = AutoModelForCausalLM.from_config(type(m.config).from_dict({**cfg, "rope_parameters": rp}))
+        fresh.load_state_dict(m.state_dict())
+        with torch.no_grad():
+            got = fresh.eval()(X).logits  # [2, 48, V]
+        assert (got - want).abs().max() <= 1e-4, spec
+
+
+def test_gemma3_m_on_every_layer_is_refused_where_only_the_global_layers_carry_it():
+    cfg = config("gemma3_text").to_dict()
+    with pytest.raises(ValueError, match=r"m=1.15 on every layer cannot be exported to vllm for this model"):
+        E.export(TemperatureSpec(multiplier=1.15, rope=YARN), "vllm", config=cfg)
+    with pytest.raises(ValueError, match=r"m=1.49.* on every layer"):  # attntemp's YaRN: its m on every layer
+        E.export(yarn_spec(), "transformers", config=cfg)
+    with pytest.raises(ValueError, match=r"layer_types=\['full_attention'\] only; transformers has one"):
+        E.export(GLOBAL_YARN, "transformers")  # without the config: one rope, one temperature for every layer
+    assert '"sliding_attention"' in E.export(GLOBAL_YARN, "vllm", config=cfg).args[1]

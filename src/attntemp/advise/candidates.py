@@ -29,7 +29,8 @@ from typing import Any
 from ..hf.rope_scaling import rope_for
 from ..ops.schedules import yarn_multiplier
 from ..ops.spec import TemperatureSpec
-from ..ship.export import ENGINES, export
+from ..ship.engines import ENGINES
+from ..ship.export import export
 
 SOFT = 0.9  # the softening multiplier raced (T = 1.11)
 SHARP = 1.1  # the sharpening multiplier raced at or below the trained length
@@ -133,7 +134,7 @@ def carry(spec: TemperatureSpec, engine: str, trained: int, model_type: str | No
     if not spec.position_dependent:
         then = " and serve the baked folder" + (" with its RoPE exported" if spec.rope else "")
         return {"how": "bake", "command": f"attntemp bake --spec spec.json --out BAKED{then}", "why": why}
-    if engine == "transformers" and model_type == "llama":
+    if ENGINES[engine].remote_code and model_type == "llama":
         return {
             "how": "remote code",
             "command": "attntemp bake --spec spec.json --out BAKED (a checkpoint whose remote code applies the "

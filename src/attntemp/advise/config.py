@@ -10,7 +10,7 @@ from typing import Any
 from ..evaluate import corpus, limits, needles
 from ..evaluate.task_base import NEEDLES_PER_FORWARD, EvalOptions
 from ..hf import preflight
-from ..ship.export import ENGINES
+from ..ship.engines import ENGINES
 from ..utils import checks, outputs
 from ..utils.options import option
 

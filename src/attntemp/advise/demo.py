@@ -35,6 +35,7 @@ from ..ship.remote_code import save_schedule_checkpoint
 from ..tune.evidence import evaluate_specs
 from ..utils import outputs
 from ..utils.options import option
+from ..utils.tables import markdown_table
 from .config import RESULTS, AdviseConfig, AdvisePlan, preflight_advise
 from .run import AdviseResult, advise, write
 
@@ -122,14 +123,14 @@ def retrieval(plan: AdvisePlan, model: Any, result: AdviseResult) -> list[str]:
         "95% interval; against no change, paired on the same prompts (Newcombe's interval for accuracy, bootstrap "
         "for the answer's log-probability).",
         "",
-        "| spec | accuracy | answer log-prob | accuracy - no change | log-prob - no change |",
-        "|---|---|---|---|---|",
     ]
+    rows = []
     for name in names:
         r, base = res[name]["passkey"], res[names[0]]["passkey"]
         vs = ("-", "-") if name == names[0] else (task.compare(r, base, "acc"), task.compare(r, base, "logp"))
-        lines.append(f"| {name} | {task.describe(r, 'acc', 2)} | {task.describe(r, 'logp', 3)} | {vs[0]} | {vs[1]} |")
-    return [*lines, ""]
+        rows.append((name, task.describe(r, "acc", 2), task.describe(r, "logp", 3), *vs))
+    head = ("spec", "accuracy", "answer log-prob", "accuracy - no change", "log-prob - no change")
+    return [*lines, markdown_table(head, rows), ""]
 
 
 def ship(cfg: DemoConfig, result: AdviseResult, out: Path) -> list[str]:

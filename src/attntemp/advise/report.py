@@ -12,24 +12,23 @@ import numpy as np
 
 from ..analysis.style import DPI, NULL, integer_ticks, plain_ticks, plt
 from ..evaluate.task_base import get_task
-
-
-def _row(*cells: Any) -> str:
-    return "| " + " | ".join(str(c) for c in cells) + " |"
+from ..utils.tables import markdown_table
 
 
 def race_table(ev: dict[str, Any]) -> list[str]:
     engine = ev["question"]["engine"]
-    lines = [
-        _row("candidate", "changes below L0", "kept", "why it left", f"{engine} carries it by"),
-        "|---|---|---|---|---|",
-    ]
-    for c in ev["candidates"]:
-        how = c["engines"][engine]
-        lines.append(
-            _row(c["name"], "no" if c["gated"] else "yes", "yes" if c["kept"] else "no", c["reason"] or "-", how["how"])
+    rows = [
+        (
+            c["name"],
+            "no" if c["gated"] else "yes",
+            "yes" if c["kept"] else "no",
+            c["reason"] or "-",
+            c["engines"][engine]["how"],
         )
-    return lines
+        for c in ev["candidates"]
+    ]
+    head = ("candidate", "changes below L0", "kept", "why it left", f"{engine} carries it by")
+    return [markdown_table(head, rows)]
 
 
 def confirm_table(ev: dict[str, Any]) -> list[str]:
@@ -37,7 +36,7 @@ def confirm_table(ev: dict[str, Any]) -> list[str]:
     names = list(next(iter(ev["confirmation"].values()), {}))
     if not checks or not names:
         return ["(nothing confirmed)"]
-    lines = [_row("spec", *checks), "|---|" + "---|" * len(checks)]
+    rows = []
     for n in names:
         cells = []
         for c in checks:
@@ -51,8 +50,8 @@ def confirm_table(ev: dict[str, Any]) -> list[str]:
                 if vs is None
                 else f"{vs['value']:.4f} [{vs['low']:.4f}, {vs['high']:.4f}] {vs['verdict']}"
             )
-        lines.append(_row(n, *cells))
-    return lines
+        rows.append((n, *cells))
+    return [markdown_table(("spec", *checks), rows)]
 
 
 def temperature_table(ev: dict[str, Any]) -> list[str]:
@@ -62,8 +61,7 @@ def temperature_table(ev: dict[str, Any]) -> list[str]:
     if not rows:
         return []
     checks = list(conf)
-    lines = ["## What a temperature adds on YaRN", "", _row("spec, against YaRN at m = 1", *checks)]
-    lines.append("|---|" + "---|" * len(checks))
+    table = []
     for n in rows:
         cells = []
         for c in checks:
@@ -71,8 +69,13 @@ def temperature_table(ev: dict[str, Any]) -> list[str]:
             cells.append(
                 f"{vs['value']:.4f} [{vs['low']:.4f}, {vs['high']:.4f}] {vs['verdict']}" if "value" in vs else "-"
             )
-        lines.append(_row(n, *cells))
-    return [*lines, ""]
+        table.append((n, *cells))
+    return [
+        "## What a temperature adds on YaRN",
+        "",
+        markdown_table(("spec, against YaRN at m = 1", *checks), table),
+        "",
+    ]
 
 
 def recommendation_lines(ev: dict[str, Any]) -> list[str]:

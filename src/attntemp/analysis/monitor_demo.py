@@ -25,6 +25,7 @@ from ..hf.patch import patch
 from ..ops.intervals import mean_interval, wilson
 from ..ops.spec import TemperatureSpec
 from ..utils import checks
+from ..utils.tables import markdown_table
 from .monitor import Monitor, Step
 from .monitor_plot import plot_runs
 from .reference_profile import FLAGS, Reference
@@ -122,7 +123,7 @@ def passkey_monitor_demo(
     return ref, runs
 
 
-def _row(run: DemoRun) -> str:
+def _row(run: DemoRun) -> tuple[str, ...]:
     hits = run.hits
     acc = wilson(sum(hits), len(hits))
     flagged = run.flagged()  # [steps, rows]
@@ -130,17 +131,14 @@ def _row(run: DemoRun) -> str:
     counts = ", ".join(f"{f.replace('_', ' ')} {int(sum(s.flags[f].sum() for s in run.steps))}" for f in FLAGS)
     shift = np.stack([s.shifts["norm_entropy"] for s in run.steps]).mean(0)  # [rows]: per trial
     ci = mean_interval(shift.tolist()).fixed(3) if len(shift) > 1 else f"{shift[0]:+.3f} (one trial)"
-    return f"| {run.label} | {acc.fixed(2)} | {share.fixed(2)} | {counts} | {ci} |"
+    return (run.label, acc.fixed(2), share.fixed(2), counts, ci)
 
 
 def demo_table(runs: dict[str, DemoRun]) -> list[str]:
     """The markdown table: accuracy and share of flagged steps (Wilson 95%), flag counts, and the
     mean shift of H / ln n from the reference (bootstrap 95% over trials)."""
-    return [
-        "| setting | passkey accuracy | steps flagged | flags raised (step x trial) | H / ln n shift |",
-        "|---|---|---|---|---|",
-        *[_row(r) for r in runs.values()],
-    ]
+    head = ("setting", "passkey accuracy", "steps flagged", "flags raised (step x trial)", "H / ln n shift")
+    return [markdown_table(head, [_row(r) for r in runs.values()])]
 
 
 def monitor_section(

@@ -15,6 +15,7 @@ from ..ops.attention_stats import STATS
 from ..ops.spec import TemperatureSpec
 from ..utils import checks, outputs
 from ..utils.options import option
+from ..utils.tables import markdown_table
 from . import plots
 from .measure import AttentionStats, StatOptions, measure
 
@@ -84,14 +85,9 @@ def preflight_measure(cfg: MeasureConfig) -> MeasurePlan:
 
 def summary_table(stats: AttentionStats) -> str:
     """Per layer, each statistic's mean over heads and positions, as a markdown table."""
-    rows = [
-        "| layer | entropy (nats) | H / ln n | max weight | sink mass | recent mass | distance |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    head = ("layer", "entropy (nats)", "H / ln n", "max weight", "sink mass", "recent mass", "distance")
     tables = [stats.by_head(n).mean(1) for n in STATS]
-    for layer in range(stats.shape[0]):
-        rows.append(f"| {layer} | " + " | ".join(f"{t[layer]:.3f}" for t in tables) + " |")
-    return "\n".join(rows)
+    return markdown_table(head, [(layer, *(f"{t[layer]:.3f}" for t in tables)) for layer in range(stats.shape[0])])
 
 
 def run_measure(cfg: MeasureConfig) -> MeasureResult:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..ship.verify import VerifyConfig, summary_json
-from ..ship.verify_runner import run_verify
+from ..ship.comparison import summary_json
+from ..ship.verify import VerifyConfig, run_verify
 from ..utils.options import add_options, from_args
 from .output import emit
 

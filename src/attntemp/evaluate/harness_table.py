@@ -4,14 +4,17 @@ Per task and metric (lm-eval's ``"metric,filter"`` keys): each run's value and l
 stderr, attntemp's 95% interval from the per-document outcomes lm-eval logs (``log_samples``),
 and the paired comparison on the documents both runs scored:
 
-- a metric lm-eval aggregates by the mean (``exact_match``, ``acc``): each run's interval is the
-  Wilson score interval for 0/1 outcomes (else the bootstrap of the mean), the comparison the paired
-  bootstrap of the difference, with spec minus without (:mod:`attntemp.ops.intervals`);
+- a metric lm-eval aggregates by the mean (``exact_match``, ``acc``): the ``proportion`` rule of
+  :data:`attntemp.ops.intervals.RULES` (each run's Wilson score interval for 0/1 outcomes, else the
+  bootstrap of the mean; the paired difference, with spec minus without);
 - lm-eval's ``perplexity`` of ``loglikelihood`` tasks (``exp(-mean log p(answer))``, per answer,
-  not per token): each run's bootstrap interval over documents and the paired bootstrap of the
-  ratio, with spec / without;
+  not per token): the ``perplexity`` rule over documents of one unit each (each run's bootstrap
+  interval and the paired bootstrap of the ratio, with spec / without);
 - any other aggregate (corpus-level scores, weighted perplexities): the two values and their
   difference, without an interval (the per-document values do not make it by a mean).
+
+Each row's :class:`~attntemp.evaluate.task_base.Metric` carries that rule (:func:`lm_eval_metric`),
+as a registered task's metrics do; nothing here decides an interval itself.
 
 RULER's metrics (lm-eval's ``ruler`` tasks, arXiv:2404.06654) are named by a length in tokens
 (``"4096"``): each document scores at its own length and logs -1 for the others, so a length's row
@@ -23,13 +26,16 @@ Pure Python and numpy: no lm-eval import.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..ops import intervals
 from ..ops.intervals import Interval
+from ..utils.tables import markdown_table
+from .task_base import Metric
 
 RTOL = 1e-6  # a per-document mean must give lm-eval's own value to count as "mean-aggregated"
 NOT_THIS_LENGTH = -1.0  # RULER's score of a document under another length's metric
@@ -71,39 +77,54 @@ def _scalars(values: Sequence[Any]) -> np.ndarray | None:
     return arr if np.isfinite(arr).all() else None
 
 
+@dataclass(frozen=True)
+class Aggregation:
+    """How lm-eval makes a metric's figure from its per-document values, and the interval rule
+    (:data:`attntemp.ops.intervals.RULES`) that figure gets."""
+
+    figure: Callable[[np.ndarray], float]  # lm-eval's figure from the per-document values
+    rule: str
+    units: Callable[[np.ndarray], np.ndarray]  # the per-document values the rule reads
+
+
+# "mean" for any metric; the others by the metric's name: lm-eval's perplexity of loglikelihood
+# tasks logs log p(answer) per document, its rule reads the NLL (-log p) of one unit per document
+AGGREGATIONS = {
+    "mean": Aggregation(lambda x: float(x.mean()), "proportion", lambda x: x),
+    "perplexity": Aggregation(lambda x: math.exp(-float(x.mean())), "perplexity", lambda x: -x),
+}
+
+
 def kind(metric: str, values: np.ndarray | None, reported: float) -> str:
-    """How lm-eval aggregated ``values`` into ``reported``: "mean", "perplexity" or "other"."""
+    """How lm-eval aggregated ``values`` into ``reported``: "mean", the metric's own aggregation
+    (:data:`AGGREGATIONS`: "perplexity") or "other"."""
     if values is None or values.size == 0 or not math.isfinite(reported):
         return "other"
-    if math.isclose(float(values.mean()), reported, rel_tol=RTOL, abs_tol=1e-12):
-        return "mean"
-    if metric == "perplexity" and math.isclose(math.exp(-float(values.mean())), reported, rel_tol=RTOL):
-        return "perplexity"
+    for how in ("mean", metric):
+        agg = AGGREGATIONS.get(how)
+        if agg is not None and math.isclose(agg.figure(values), reported, rel_tol=RTOL, abs_tol=1e-12):
+            return how
     return "other"
 
 
-def _binary(x: np.ndarray) -> bool:
-    return bool(np.isin(x, (0.0, 1.0)).all())
+def lm_eval_metric(metric: str, how: str, higher_is_better: bool) -> Metric | None:
+    """lm-eval's ``metric`` as a :class:`Metric`, its interval rule the one its aggregation ``how``
+    gets; None for "other" (no interval)."""
+    agg = AGGREGATIONS.get(how)
+    return None if agg is None else Metric(metric, higher_is_better, rule=agg.rule)
 
 
-def own_interval(how: str, x: np.ndarray, seed: int) -> Interval | None:
-    """One run's interval over documents (None for "other" or fewer than two documents)."""
-    if how == "other" or x.size < 2:
-        return None
-    if how == "perplexity":
-        return intervals.perplexity_interval((-x).tolist(), [1.0] * x.size, seed=seed)
-    if _binary(x):
-        return intervals.wilson(int(x.sum()), int(x.size))
-    return intervals.mean_interval(x.tolist(), seed=seed)
-
-
-def paired(how: str, a: np.ndarray, b: np.ndarray, seed: int) -> Interval | None:
-    """With spec (``b``) against without (``a``) on the same documents: difference or ratio."""
-    if how == "other" or a.size < 2:
-        return None
-    if how == "perplexity":
-        return intervals.paired_ratio_interval((-b).tolist(), (-a).tolist(), [1.0] * a.size, seed=seed)
-    return intervals.paired_difference_interval(b.tolist(), a.tolist(), seed=seed)
+def _intervals(
+    m: Metric | None, how: str, xs: Sequence[np.ndarray | None], seed: int
+) -> tuple[Interval | None, Interval | None, Interval | None]:
+    """Each run's interval over documents and with spec (second) against without (first), by
+    ``m``'s rule; None for "other" or fewer than two documents."""
+    xa, xb = xs
+    if m is None or xa is None or xb is None or xa.size < 2:
+        return None, None, None
+    a, b = AGGREGATIONS[how].units(xa).tolist(), AGGREGATIONS[how].units(xb).tolist()
+    ones, rule = [1.0] * len(a), m.interval_rule
+    return rule.interval(a, ones, seed), rule.interval(b, ones, seed), rule.paired(b, a, ones, seed)
 
 
 def _stderr(results: dict[str, Any], task: str, key: str) -> float | None:
@@ -140,12 +161,11 @@ def row(without: dict[str, Any], with_: dict[str, Any], task: str, metric: str, 
     xs = [_scalars([p[d] for d in docs]) for p in per]
     hows = {kind(metric, x, float(r["results"][task][key])) for x, r in zip(xs, (without, with_), strict=True)}
     how = hows.pop() if len(hows) == 1 else "other"
-    xa, xb = xs if how != "other" else (None, None)
     higher = bool(without.get("higher_is_better", {}).get(task, {}).get(metric, True))
+    m = lm_eval_metric(metric, how, higher)
     va, vb = float(without["results"][task][key]), float(with_["results"][task][key])
-    ratio = how == "perplexity"
-    iv = paired(how, xa, xb, seed) if xa is not None and xb is not None else None
-    null = 1.0 if ratio else 0.0
+    ratio = m is not None and m.comparison == "ratio"
+    own_a, own_b, iv = _intervals(m, how, xs, seed)
     return {
         "task": task,
         "metric": metric,
@@ -153,13 +173,13 @@ def row(without: dict[str, Any], with_: dict[str, Any], task: str, metric: str, 
         "n": len(docs),
         "higher_is_better": higher,
         "aggregation": how,
-        "without_spec": _side(without, task, key, own_interval(how, xa, seed) if xa is not None else None),
-        "with_spec": _side(with_, task, key, own_interval(how, xb, seed) if xb is not None else None),
+        "without_spec": _side(without, task, key, own_a),
+        "with_spec": _side(with_, task, key, own_b),
         "comparison": {
             "kind": "ratio" if ratio else "difference",
             "value": (vb / va if va else math.nan) if ratio else vb - va,
             "interval": iv.to_dict() if iv else None,
-            "verdict": intervals.verdict(iv, null, lower_is_better=not higher) if iv else "no interval",
+            "verdict": intervals.verdict(iv, m.null, lower_is_better=not higher) if m and iv else "no interval",
         },
     }
 
@@ -198,20 +218,25 @@ def _comparison_cell(c: dict[str, Any]) -> str:
 def markdown(rows: Sequence[dict[str, Any]]) -> str:
     """The side-by-side table: value ± lm-eval's stderr [attntemp's 95% interval] per run, and the
     paired comparison with its interval and verdict."""
-    lines = [
-        "| task | metric | n | without spec | with spec | with vs without (paired) | verdict |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        metric = r["metric"] + (" tokens" if is_length_metric(r["metric"]) else "")
-        metric += "" if r["filter"] == "none" else f" ({r['filter']})"
-        arrow = "↑" if r["higher_is_better"] else "↓"
-        lines.append(
-            f"| {r['task']} | {metric} {arrow} | {r['n']} | {_cell(r['without_spec'], r['aggregation'])} | "
-            f"{_cell(r['with_spec'], r['aggregation'])} | {_comparison_cell(r['comparison'])} | "
-            f"{r['comparison']['verdict']} |"
-        )
-    return "\n".join(lines)
+    return markdown_table(
+        ("task", "metric", "n", "without spec", "with spec", "with vs without (paired)", "verdict"),
+        [_table_row(r) for r in rows],
+    )
+
+
+def _table_row(r: dict[str, Any]) -> tuple[Any, ...]:
+    metric = r["metric"] + (" tokens" if is_length_metric(r["metric"]) else "")
+    metric += "" if r["filter"] == "none" else f" ({r['filter']})"
+    arrow = "↑" if r["higher_is_better"] else "↓"
+    return (
+        r["task"],
+        f"{metric} {arrow}",
+        r["n"],
+        _cell(r["without_spec"], r["aggregation"]),
+        _cell(r["with_spec"], r["aggregation"]),
+        _comparison_cell(r["comparison"]),
+        r["comparison"]["verdict"],
+    )
 
 
 LEGEND = (

@@ -32,7 +32,6 @@ import torch
 
 from ..hf import preflight
 from ..hf.loading import cache_dir, load_model
-from ..ops import intervals
 from . import corpus
 from .corpus import heldout_windows
 from .lm import multiplier_nll, token_nll
@@ -211,11 +210,11 @@ class KeyTokens(Task):
 
     name = "key_tokens"
     metrics = (
-        Metric("key_ppl", False, "perplexity on key tokens", "ratio", ("window_key_nll", "window_key_tokens")),
-        Metric("tail_ppl", False, "perplexity past the trained length", "ratio", ("window_tail_nll", "window_tail")),
+        Metric("key_ppl", False, "perplexity on key tokens", "perplexity", ("window_key_nll", "window_key_tokens")),
         Metric(
-            "key_tokens", True, "key tokens per window (one set for every spec)", "difference", ("window_key_tokens",)
+            "tail_ppl", False, "perplexity past the trained length", "perplexity", ("window_tail_nll", "window_tail")
         ),
+        Metric("key_tokens", True, "key tokens per window (one set for every spec)", "mean", ("window_key_tokens",)),
     )
     objective = "key_ppl"
     per_window = ("window_key_tokens", "window_tail", "window_key_nll", "window_tail_nll")
@@ -224,32 +223,22 @@ class KeyTokens(Task):
         merged["key_tokens_total"] = int(sum(merged["window_key_tokens"]))
         return merged
 
-    def _kept(self, metrics: dict[str, Any], name: str) -> tuple[list[float], list[float]]:
-        """The summed NLL and token count of the windows that hold any of ``name``'s tokens."""
-        nll_key, tok_key = self.metric(name).values
-        pairs = [(a, t) for a, t in zip(metrics.get(nll_key, ()), metrics.get(tok_key, ()), strict=True) if t > 0]
-        return [a for a, _ in pairs], [t for _, t in pairs]
+    def values_of(self, result, metric):
+        """A perplexity's summed NLL and token count of the windows that hold any of its tokens
+        (windows without key tokens add nothing to either sum)."""
+        values, tokens = super().values_of(result, metric)
+        if tokens is None:
+            return values, None
+        kept = [(a, t) for a, t in zip(values, tokens, strict=True) if t > 0]
+        return [a for a, _ in kept], [t for _, t in kept]
 
-    def interval(self, metrics, name, seed=0):
-        if name == "key_tokens":
-            counts = metrics.get("window_key_tokens", ())
-            return intervals.mean_interval(counts, seed=seed) if len(counts) >= 2 else None
-        nll, tokens = self._kept(metrics, name)  # windows without key tokens add nothing to either sum
-        return intervals.perplexity_interval(nll, tokens, seed=seed) if len(nll) >= 2 else None
-
-    def paired(self, a, b, name, seed=0):
-        if len(a.get("window_key_tokens", ())) < 2 or len(b.get("window_key_tokens", ())) < 2:
-            return None
+    def check_pair(self, a, b, metric):
         for key in ("windows_digest", "key_digest"):
             if a.get(key) != b.get(key):
                 raise ValueError(
                     f"the two results were scored on different windows or key tokens ({key} differs); "
                     "a paired comparison needs the same"
                 )
-        if name == "key_tokens":
-            return intervals.paired_difference_interval(a["window_key_tokens"], b["window_key_tokens"], seed=seed)
-        (nll_a, tokens), (nll_b, _) = self._kept(a, name), self._kept(b, name)
-        return intervals.paired_ratio_interval(nll_a, nll_b, tokens, seed=seed) if len(nll_a) >= 2 else None
 
     def evaluate(self, model, tok, length, multipliers, ctx):
         ids = ctx.pick(heldout_windows(tok, length, n=ctx.n_docs, docs=ctx.docs, n_name="n_docs"))  # [n, L]

@@ -52,19 +52,34 @@ def check_distant(opts: Any) -> None:
 
 @dataclass(frozen=True)
 class Metric:
-    """A task's metric: its name, whether higher is better, its unit (for tables), and how two
-    specs are compared on it: their ``ratio`` (perplexity) or their ``difference`` (accuracy)."""
+    """A task's metric: its name, whether higher is better, its unit (for tables), and its interval
+    rule (a name in :data:`attntemp.ops.intervals.RULES`), which also says how two specs are
+    compared on it: their ``ratio`` (perplexity) or their ``difference`` (accuracy, log-probability).
+    As lm-eval's ``MetricSpec``: the one place a metric's interval is decided."""
 
     name: str
     higher_is_better: bool
     unit: str = ""
-    comparison: str = "difference"
-    values: tuple[str, ...] = ()  # the keys of a result it is made of (per window or per trial)
+    rule: str = "mean"
+    # the keys of a result it is made of (per window or per trial); a perplexity's second: tokens
+    values: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        checks.choice("rule", self.rule, intervals.RULES)
+
+    @property
+    def interval_rule(self) -> intervals.IntervalRule:
+        return intervals.RULES[self.rule]
+
+    @property
+    def comparison(self) -> str:
+        """``"ratio"`` or ``"difference"``: how its rule compares two specs."""
+        return self.interval_rule.comparison
 
     @property
     def null(self) -> float:
         """The comparison's value for "no change": 1 for a ratio, 0 for a difference."""
-        return 1.0 if self.comparison == "ratio" else 0.0
+        return self.interval_rule.null
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -256,15 +271,38 @@ class Task(abc.ABC):
         """The metric tables and reports show first."""
         return self.metrics[0]
 
-    @abc.abstractmethod
-    def interval(self, metrics: dict[str, Any], name: str, seed: int = 0) -> Interval | None:
-        """``name`` of one evaluation with its 95% interval, from the per-window / per-trial values
-        it keeps; None for a result stored without them (an older sweep database)."""
+    def values_of(self, result: dict[str, Any], metric: Metric) -> tuple[list[Any], list[Any] | None]:
+        """What ``metric``'s interval rule reads from ``result``: its values per window (or trial)
+        and, for a perplexity, each window's token count (a count kept once stands for every
+        window); no values from a result stored without them."""
+        values = list(result.get(metric.values[0], ()))
+        if len(metric.values) < 2:
+            return values, None
+        tokens = result.get(metric.values[1])
+        return values, list(tokens) if isinstance(tokens, (list, tuple)) else [tokens] * len(values)
 
-    @abc.abstractmethod
+    def check_pair(self, a: dict[str, Any], b: dict[str, Any], metric: Metric) -> None:
+        """Raise unless ``a`` and ``b`` were scored on the same windows (a task's digests; none here)."""
+        return None
+
+    def interval(self, metrics: dict[str, Any], name: str, seed: int = 0) -> Interval | None:
+        """``name`` of one evaluation with its 95% interval by the metric's rule, from the per-window /
+        per-trial values it keeps; None for fewer than two or a result stored without them (an older
+        sweep database)."""
+        m = self.metric(name)
+        values, tokens = self.values_of(metrics, m)
+        return m.interval_rule.interval(values, tokens, seed) if len(values) >= 2 else None
+
     def paired(self, a: dict[str, Any], b: dict[str, Any], name: str, seed: int = 0) -> Interval | None:
         """``a`` against ``b`` (the same windows or trials) on ``name``: the paired interval of their
-        ratio or difference (:attr:`Metric.comparison`); None without per-window values."""
+        ratio or difference by the metric's rule (:attr:`Metric.comparison`); None without per-window
+        values."""
+        m = self.metric(name)
+        (va, tokens), (vb, _) = self.values_of(a, m), self.values_of(b, m)
+        if len(va) < 2 or len(vb) < 2:
+            return None
+        self.check_pair(a, b, m)
+        return m.interval_rule.paired(va, vb, tokens, seed)
 
     def describe(self, metrics: dict[str, Any], name: str, digits: int = 4) -> str:
         """``"6.061 [5.87, 6.25]"``: the figure with its 95% interval; the figure and "(no

@@ -28,7 +28,6 @@ from typing import Any
 import torch
 
 from ..hf.patch import batch_multipliers
-from ..ops import intervals
 from . import corpus
 from .corpus import heldout_windows
 from .key_tokens import KeyTokens
@@ -80,8 +79,10 @@ NEEDLE_QUESTION = "What is the special magic number? The special magic number is
 class Perplexity(Task):
     name = "perplexity"
     metrics = (
-        Metric("tail_ppl", False, "perplexity past the trained length", "ratio", ("window_tail_nll", "tail_tokens")),
-        Metric("ppl", False, "perplexity", "ratio", ("window_nll", "tokens")),
+        Metric(
+            "tail_ppl", False, "perplexity past the trained length", "perplexity", ("window_tail_nll", "tail_tokens")
+        ),
+        Metric("ppl", False, "perplexity", "perplexity", ("window_nll", "tokens")),
     )
     objective = "tail_ppl"
     per_window = ("window_nll", "window_tail_nll", "bucket_nll")
@@ -92,21 +93,10 @@ class Perplexity(Task):
         merged["bucket_ppl"] = [math.exp(s / (t * n)) for s, t in zip(sums, merged["bucket_tokens"], strict=True)]
         return merged
 
-    def interval(self, metrics, name, seed=0):
-        nll_key, tok_key = self.metric(name).values
-        if len(metrics.get(nll_key, ())) < 2:  # one document has no spread to resample
-            return None
-        tokens = [metrics[tok_key]] * len(metrics[nll_key])
-        return intervals.perplexity_interval(metrics[nll_key], tokens, seed=seed)
-
-    def paired(self, a, b, name, seed=0):
-        nll_key, tok_key = self.metric(name).values
-        if len(a.get(nll_key, ())) < 2 or len(b.get(nll_key, ())) < 2:
-            return None
+    def check_pair(self, a, b, metric):
+        tok_key = metric.values[1]
         if a.get("windows_digest") != b.get("windows_digest") or a[tok_key] != b[tok_key]:
             raise ValueError("the two results were scored on different windows; a paired comparison needs the same")
-        tokens = [a[tok_key]] * len(a[nll_key])
-        return intervals.paired_ratio_interval(a[nll_key], b[nll_key], tokens, seed=seed)
 
     def evaluate(self, model, tok, length, multipliers, ctx):
         ids = ctx.pick(heldout_windows(tok, length, n=ctx.n_docs, docs=ctx.docs, n_name="n_docs"))  # [n, L]
@@ -189,8 +179,8 @@ class RetrievalTask(Task):
     """A task scored per trial: ``acc`` (Wilson interval) and ``logp`` (bootstrap over trials)."""
 
     metrics = (
-        Metric("acc", True, "share of trials", "difference", ("hits",)),
-        Metric("logp", True, "nats per answer token", "difference", ("logps",)),
+        Metric("acc", True, "share of trials", "proportion", ("hits",)),
+        Metric("logp", True, "nats per answer token", "mean", ("logps",)),
     )
     objective = "logp"
     per_window = ("hits", "logps")
@@ -199,20 +189,6 @@ class RetrievalTask(Task):
         for key in ("acc_by_depth", "logp_by_depth"):  # a block's by-depth figures are not the merged ones
             merged.pop(key, None)
         return merged
-
-    def interval(self, metrics, name, seed=0):
-        (key,) = self.metric(name).values
-        if len(metrics.get(key, ())) < 2:
-            return None
-        if name == "acc":
-            return intervals.wilson(int(sum(metrics["hits"])), len(metrics["hits"]))
-        return intervals.mean_interval(metrics["logps"], seed=seed)
-
-    def paired(self, a, b, name, seed=0):
-        (key,) = self.metric(name).values
-        if len(a.get(key, ())) < 2 or len(b.get(key, ())) < 2:
-            return None
-        return intervals.paired_difference_interval(a[key], b[key], seed=seed)
 
 
 @register

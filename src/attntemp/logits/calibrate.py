@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..utils import checks, outputs
+from ..utils import checks, outputs, tables
 from ..utils.options import option
 from .calibration import (
     CalibrationFit,
@@ -107,16 +107,13 @@ def load_logits(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
 
 def markdown_table(fit: CalibrationFit, before: CalibrationMetrics, after: CalibrationMetrics) -> str:
     """The metrics before and after scaling as a markdown table."""
-    lines = [
-        "| metric | before | after |",
-        "|---|---:|---:|",
-        f"| temperature T | 1 | {fit.temperature:.4f} |",
-        f"| multiplier m = 1/T | 1 | {fit.multiplier:.4f} |",
-        f"| NLL (nats) | {fit.nll_before:.4f} | {fit.nll_after:.4f} |",
+    rows = [
+        ("temperature T", 1, f"{fit.temperature:.4f}"),
+        ("multiplier m = 1/T", 1, f"{fit.multiplier:.4f}"),
+        ("NLL (nats)", f"{fit.nll_before:.4f}", f"{fit.nll_after:.4f}"),
     ]
-    for label, key in ROWS:
-        lines.append(f"| {label} | {getattr(before, key):.4f} | {getattr(after, key):.4f} |")
-    return "\n".join(lines)
+    rows += [(label, f"{getattr(before, key):.4f}", f"{getattr(after, key):.4f}") for label, key in ROWS]
+    return tables.markdown_table(("metric", "before", "after"), rows, align="-rr")
 
 
 @dataclass(frozen=True)

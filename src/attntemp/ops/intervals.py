@@ -8,13 +8,17 @@
 - Accuracies: the Wilson score interval (Wilson 1927), right at 0 and 1 where the normal one is not;
   paired outcome differences (accuracy, key log-probability) by the paired bootstrap of the mean.
 
+Which of these a metric gets is its :class:`IntervalRule`, named in :data:`RULES` and declared once
+on the metric (``attntemp.evaluate.task_base.Metric.rule``, as lm-eval's ``stderr_for_metric``
+answers per metric): nothing else decides it.
+
 Every bootstrap takes a seed (default 0), so a rerun prints the same interval. Pure numpy.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
@@ -179,3 +183,72 @@ def verdict(interval: Interval, null: float, lower_is_better: bool) -> str:
         return "not distinguishable"
     below = interval.high < null
     return "better" if below == lower_is_better else "worse"
+
+
+# ----------------------------------------------------------------------------- rules per metric
+@dataclass(frozen=True)
+class IntervalRule:
+    """How a metric's interval and the paired comparison of two specs on it are made from its
+    values per unit (window, trial or document): ``own(values, tokens, seed)`` and ``pair(a, b,
+    tokens, seed)``, ``tokens`` a perplexity's token count per window (None for the others)."""
+
+    name: str
+    comparison: str  # "ratio" (a / b) or "difference" (a - b)
+    own: Callable[[Sequence[float], Sequence[float] | None, int], Interval]
+    pair: Callable[[Sequence[float], Sequence[float], Sequence[float] | None, int], Interval]
+
+    @property
+    def null(self) -> float:
+        """The comparison's value for "no change": 1 for a ratio, 0 for a difference."""
+        return 1.0 if self.comparison == "ratio" else 0.0
+
+    def interval(self, values: Sequence[float], tokens: Sequence[float] | None = None, seed: int = 0) -> Interval:
+        return self.own(values, tokens, seed)
+
+    def paired(
+        self, a: Sequence[float], b: Sequence[float], tokens: Sequence[float] | None = None, seed: int = 0
+    ) -> Interval:
+        """``a`` against ``b`` on the same units: their ratio or difference with its interval."""
+        return self.pair(a, b, tokens, seed)
+
+
+def _tokens(tokens: Sequence[float] | None) -> Sequence[float]:
+    if tokens is None:
+        raise ValueError("a perplexity's interval needs the token count of each window")
+    return tokens
+
+
+def _proportion(values: Sequence[float], tokens: Sequence[float] | None, seed: int) -> Interval:
+    """Wilson for 0/1 outcomes; the bootstrap of the mean for graded ones (lm-eval's other means)."""
+    a = np.asarray(values, dtype=np.float64)
+    if np.isin(a, (0.0, 1.0)).all():
+        return wilson(int(a.sum()), int(a.size))
+    return mean_interval(values, seed=seed)
+
+
+RULES: dict[str, IntervalRule] = {
+    r.name: r
+    for r in (
+        # exp(sum NLL / sum tokens) over windows; two specs by the paired bootstrap of their ratio
+        IntervalRule(
+            "perplexity",
+            "ratio",
+            lambda v, t, seed: perplexity_interval(v, _tokens(t), seed=seed),
+            lambda a, b, t, seed: paired_ratio_interval(a, b, _tokens(t), seed=seed),
+        ),
+        # a share of 0/1 outcomes: Wilson; two specs by Newcombe's paired score interval
+        IntervalRule(
+            "proportion",
+            "difference",
+            _proportion,
+            lambda a, b, t, seed: paired_difference_interval(a, b, seed=seed),
+        ),
+        # a mean of graded values: the bootstrap; two specs by the paired bootstrap of the difference
+        IntervalRule(
+            "mean",
+            "difference",
+            lambda v, t, seed: mean_interval(v, seed=seed),
+            lambda a, b, t, seed: paired_difference_interval(a, b, seed=seed),
+        ),
+    )
+}

@@ -17,6 +17,7 @@ from ..evaluate.tasks import TASKS
 from ..ops.schedules import yarn_multiplier
 from ..utils import outputs
 from ..utils.options import option
+from ..utils.tables import markdown_table
 from .figures import (
     plot_heatmap_grid,
     plot_metric_vs_multiplier,
@@ -62,19 +63,20 @@ BEST_NOTE = (
 def best_table(rows: list[dict[str, Any]], trained: int | None) -> str:
     """Per task, length and RoPE: the headline metric at m = 1 and at the best m on the grid, with
     95% intervals, the paired comparison of the two and its verdict, and YaRN's own m."""
-    lines = [
-        "| task | metric | length | rope | at m = 1 | best m | best value | best vs m = 1 (paired) | YaRN m |",
-        "|---|---|---|---|---|---|---|---|---|",
+    table = [
+        _best_row(cls(), cls.metrics[0], name, length, rope, pts, trained)
+        for name, cls in TASKS.items()
+        for (length, rope), pts in sorted(points(rows, name).items())
     ]
-    for name, cls in TASKS.items():
-        task, metric = cls(), cls.metrics[0]
-        for (length, rope), pts in sorted(points(rows, name).items()):
-            lines.append(_best_row(task, metric, name, length, rope, pts, trained))
+    head = ("task", "metric", "length", "rope", "at m = 1", "best m", "best value", "best vs m = 1 (paired)", "YaRN m")
     rules = sorted({(r["task"], r["metrics"]["rule"]) for r in rows if "rule" in r["metrics"]})
-    return "\n".join(lines + ([""] if rules else []) + [f"- {task} key tokens: {rule}" for task, rule in rules])
+    lines = [markdown_table(head, table), *([""] if rules else []), *(f"- {t} key tokens: {rule}" for t, rule in rules)]
+    return "\n".join(lines)
 
 
-def _best_row(task: Any, metric: Any, name: str, length: int, rope: str, pts: list, trained: int | None) -> str:
+def _best_row(
+    task: Any, metric: Any, name: str, length: int, rope: str, pts: list, trained: int | None
+) -> tuple[Any, ...]:
     """One row of :func:`best_table`. No best m when every m scores the same (e.g. accuracy 0 at
     every m: the first grid point would be no answer); YaRN's m only on YaRN rows."""
     values = [r["metrics"][metric.name] for r in pts]
@@ -83,12 +85,10 @@ def _best_row(task: Any, metric: Any, name: str, length: int, rope: str, pts: li
     at1 = "-" if base is None else task.describe(base["metrics"], metric.name)
     ym = f"{yarn_multiplier(length / trained):.3f}" if rope == "yarn" and trained and length > trained else "-"
     if len(values) > 1 and max(values) == min(values):
-        return f"| {name} | {metric.name} | {length} | {rope} | {at1} | none (equal at every m) | - | - | {ym} |"
+        return (name, metric.name, length, rope, at1, "none (equal at every m)", "-", "-", ym)
     vs = "-" if base is None or best is base else task.compare(best["metrics"], base["metrics"], metric.name)
-    return (
-        f"| {name} | {metric.name} | {length} | {rope} | {at1} | {best['multiplier']:g} | "
-        f"{task.describe(best['metrics'], metric.name)} | {vs} | {ym} |"
-    )
+    shown = task.describe(best["metrics"], metric.name)
+    return (name, metric.name, length, rope, at1, f"{best['multiplier']:g}", shown, vs, ym)
 
 
 def _evidence_trained_length(folder: Path) -> int | None:

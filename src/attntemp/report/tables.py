@@ -10,6 +10,7 @@ import torch
 from ..ops.schedules import yarn_mscale, yarn_multiplier, yarn_sqrt_multiplier
 from ..ops.softmax import entropy, tempered_softmax
 from ..utils.options import option
+from ..utils.tables import markdown_table
 
 
 @dataclass(frozen=True)
@@ -64,9 +65,5 @@ def temperature_table(
 def markdown(rows: list[dict[str, float]], digits: int = 4) -> str:
     """A markdown table of ``rows`` (same keys in each)."""
     keys = list(rows[0])
-    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
-    for r in rows:
-        lines.append(
-            "| " + " | ".join(f"{r[k]:.{digits + 1}g}" if isinstance(r[k], float) else str(r[k]) for k in keys) + " |"
-        )
-    return "\n".join(lines)
+    cells = [[f"{r[k]:.{digits + 1}g}" if isinstance(r[k], float) else r[k] for k in keys] for r in rows]
+    return markdown_table(keys, cells)

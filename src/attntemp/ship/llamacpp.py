@@ -13,6 +13,7 @@ token of each chunk is replaced by BOS when the vocabulary adds one, so it is BO
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -27,7 +28,6 @@ import torch
 
 from ..ops.intervals import Interval
 from ..utils.errors import ExternalToolError
-from .export import without_ctx_size
 
 MAGIC = b"_logits_"
 FLOOR = 16.0  # perplexity.cpp: min_logit = max(min_logit, max_logit - 16)
@@ -70,6 +70,29 @@ def write_base(path: Path, ids: torch.Tensor, logp_rows: list[torch.Tensor]) -> 
         for rows in logp_rows:
             f.write(quantize(rows).tobytes())
     return path
+
+
+# ----------------------------------------------------------------------------- llama-perplexity's flags
+def perplexity_args(args: Sequence[str], length: int | None) -> tuple[str, ...]:
+    """The serving flags as ``llama-perplexity`` takes them: there ``-c`` is the chunk length, each
+    chunk's second half is scored and the text needs at least two chunks, so ``--ctx-size`` goes and
+    ``-c length`` comes in (``<LENGTH>`` when unknown)."""
+    out = without_ctx_size(args)
+    return ("llama-perplexity", "-m", "MODEL.gguf", "-f", "TEXT.txt", "-c", str(length or "<LENGTH>"), *out)
+
+
+def without_ctx_size(args: Sequence[str]) -> list[str]:
+    """The serving flags less ``--ctx-size N`` / ``-c N`` (``llama-perplexity`` reads ``-c`` as the
+    chunk length, so a caller sets it itself)."""
+    out, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+        elif a in ("--ctx-size", "-c"):
+            skip = True
+        else:
+            out.append(a)
+    return out
 
 
 # ----------------------------------------------------------------------------- finding and converting
@@ -147,6 +170,31 @@ def convert(convert_script: Path, checkpoint: Path, outfile: Path) -> list[str]:
         tail = (done.stderr or done.stdout)[-800:]
         raise ExternalToolError(f"GGUF conversion failed ({' '.join(cmd[:3])} ...): {tail}")
     return cmd
+
+
+def _weights_key(folder: Path) -> str:
+    """A cache key of a checkpoint folder: its path and its files' sizes and times."""
+    h = hashlib.sha256(str(folder.resolve()).encode())
+    for p in sorted(folder.iterdir()):
+        if p.is_file():
+            st = p.stat()
+            h.update(f"{p.name}:{st.st_size}:{st.st_mtime_ns}".encode())
+    return h.hexdigest()[:16]
+
+
+def original_gguf(llama: LlamaCpp, folder: Path) -> tuple[Path, list[str]]:
+    """The float32 GGUF of an unmodified checkpoint, converted once into the engines cache (and the
+    command that converted it, empty when it was there already)."""
+    if llama.convert is None:
+        raise FileNotFoundError(f"no convert_hf_to_gguf.py beside {llama.perplexity}; pass --engine-dir of a build")
+    out = engines_cache() / "gguf" / f"{folder.name}-{_weights_key(folder)}-f32.gguf"
+    if out.is_file():
+        return out, []
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp.gguf")
+    cmd = convert(llama.convert, folder, tmp)
+    tmp.rename(out)
+    return out, cmd
 
 
 def gguf_architecture(path: Path) -> str:

@@ -21,6 +21,7 @@ from ..evaluate.tasks import EvalContext, get_task
 from ..ops.intervals import Interval
 from ..ops.schedules import yarn_multiplier
 from ..ops.spec import TemperatureSpec
+from ..utils.tables import markdown_table
 
 BASELINE = "m=1"
 YARN = "yarn (0.1 ln s + 1)^2"
@@ -79,9 +80,8 @@ def check_lengths(given: tuple[int, ...] | None, tuned: tuple[int, ...], trained
 
 def _spec_table(results: dict[str, dict[str, Any]], tasks: list[str]) -> list[str]:
     cols = [(t, m.name) for t in tasks for m in get_task(t).metrics]
-    lines = ["| spec | " + " | ".join(f"{t} {m}" for t, m in cols) + " |", "|---|" + "---|" * len(cols)]
-    for name, res in results.items():
-        lines.append(f"| {name} | " + " | ".join(get_task(t).describe(res[t], m) for t, m in cols) + " |")
+    rows = [[name, *(get_task(t).describe(res[t], m) for t, m in cols)] for name, res in results.items()]
+    lines = [markdown_table(["spec", *(f"{t} {m}" for t, m in cols)], rows)]
     rules = sorted({(t, res[t]["rule"]) for res in results.values() for t in tasks if "rule" in res[t]})
     return lines + ([""] if rules else []) + [f"- {t} key tokens: {rule}" for t, rule in rules]
 
@@ -113,15 +113,13 @@ def _fixed(ci: dict[str, Any]) -> str:
 
 
 def _comparison_lines(comps: list[dict[str, Any]]) -> list[str]:
-    lines = [
-        "| tuned against | task metric | ratio or difference, 95% paired interval | verdict |",
-        "|---|---|---|---|",
-    ]
+    rows = []
     for c in comps:
         ci = c["interval"]
         shown = "no interval (fewer than 2 windows or trials)" if ci is None else f"{c['comparison']} {_fixed(ci)}"
-        lines.append(f"| {c['against']} | {c['task']} {c['metric']} | {shown} | {c['verdict'] or '-'} |")
-    return lines
+        rows.append((c["against"], f"{c['task']} {c['metric']}", shown, c["verdict"] or "-"))
+    head = ("tuned against", "task metric", "ratio or difference, 95% paired interval", "verdict")
+    return [markdown_table(head, rows)]
 
 
 def texts(ev: dict[str, Any]) -> list[tuple[str, list[str], dict[str, Any]]]:

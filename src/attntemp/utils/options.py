@@ -6,18 +6,44 @@ A field made with :func:`option` becomes ``--field-name`` (or ``flag``); its CLI
 ``parse`` (default: the field's own type) and any ``ValueError`` is raised again naming the flag.
 A field without a default is a required flag. ``invert=True`` makes a ``True`` boolean a
 ``--flag`` that turns it off (``batched`` / ``--sequential``).
+
+The scripts and benchmarks build their flags the same way: a small config of their own whose shared
+fields are the package's (:func:`reuse`: ``--model``'s help is ``ModelOptions``'s, the default the
+script's), read by :func:`from_argv`.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from . import checks
 
 Parser = Callable[[str], Any]
+T = TypeVar("T")
+_SAME: Any = object()  # reuse: keep the field's own default
+
+
+def _int(text: str) -> int:
+    """An ``int`` field's flag."""
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError("expected an integer") from None
+
+
+def _float(text: str) -> float:
+    """A ``float`` field's flag."""
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError("expected a number") from None
+
+
+_TYPED: dict[str, Parser] = {"int": _int, "float": _float}  # the parser of a field so annotated, without its own
 
 
 def option(
@@ -35,6 +61,35 @@ def option(
     if isinstance(default, (list, dict, set)):
         raise TypeError("option defaults must be immutable (use a tuple)")
     return dataclasses.field(default=default, metadata={"cli": meta})
+
+
+def reuse(cls: type, name: str, default: Any = _SAME) -> Any:
+    """The option field ``name`` of ``cls`` for another config: the same help text and parser (and
+    flag, where it names one; else the new field's name makes it), with ``default`` where given (a
+    note on the old default closing the help is dropped, as the new one is shown)."""
+    f = next((f for f in _cli_fields(cls) if f.name == name), None)
+    if f is None:
+        raise TypeError(f"{cls.__name__} has no option {name!r}")
+    meta = dict(f.metadata["cli"])
+    meta["parse"] = meta["parse"] or _TYPED.get(str(f.type))  # the new field's annotation may differ
+    if default is _SAME:
+        default = f.default
+    elif default != f.default:
+        meta["help"] = re.sub(r"\s*\(default: [^()]*\)$", "", meta["help"])
+    return option(default, **meta)
+
+
+def from_argv(cls: type[T], argv: Sequence[str] | None = None, description: str | None = None) -> T:
+    """A script's config from its command line (``sys.argv`` without ``argv``): one flag per option
+    field of ``cls`` (:func:`add_options`), read by :func:`from_args`. A value the config refuses
+    exits as argparse's own errors do: the usage, the message naming the flag, exit code 2."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_options(parser, cls)
+    args = parser.parse_args(argv)
+    try:
+        return from_args(cls, args)
+    except ValueError as exc:
+        parser.error(str(exc))
 
 
 def _cli_fields(cls: type) -> list[dataclasses.Field]:
@@ -83,14 +138,13 @@ def _convert(f: dataclasses.Field, raw: Any) -> Any:
         return not raw
     if not isinstance(raw, str):
         return raw
-    parse = meta["parse"] or {"int": int, "float": float}.get(str(f.type), None)
+    parse = meta["parse"] or _TYPED.get(str(f.type))
     if parse is None:
         return raw
     try:
         return parse(raw)
     except ValueError as exc:
-        detail = str(exc) if meta["parse"] else f"expected {'an integer' if parse is int else 'a number'}"
-        raise ValueError(f"{flag_of(f)} {raw!r}: {detail}") from None
+        raise ValueError(f"{flag_of(f)} {raw!r}: {exc}") from None
 
 
 def given(cls: type, args: argparse.Namespace) -> dict[str, Any]:

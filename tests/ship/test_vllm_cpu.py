@@ -1,8 +1,8 @@
-"""verify's runner: vLLM's CPU build refused in one line where the CPU lacks AVX-512."""
+"""verify on vLLM: its CPU build refused in one line where the CPU lacks AVX-512."""
 
 import pytest
 
-from attntemp.ship.verify_runner import check_vllm_cpu
+from attntemp.ship.engines.vllm import check_cpu
 from attntemp.utils.resources import cpu_flags, vllm_cpu_refusal
 
 
@@ -33,6 +33,6 @@ def test_vllm_cpu_needs_avx512(cpuinfo, flags, refused):
 def test_verify_refuses_vllm_on_an_avx2_cpu_before_any_work(cpuinfo):
     path = cpuinfo("sse2 avx avx2")
     with pytest.raises(ValueError, match=r"^engine='vllm' cannot run on this machine: vLLM's CPU build needs AVX-512"):
-        check_vllm_cpu("cpu", path)
-    check_vllm_cpu("cuda:0", path)  # vLLM's GPU build has no such need
-    check_vllm_cpu("cpu", cpuinfo("avx2 avx512f"))
+        check_cpu("cpu", path)
+    check_cpu("cuda:0", path)  # vLLM's GPU build has no such need
+    check_cpu("cpu", cpuinfo("avx2 avx512f"))

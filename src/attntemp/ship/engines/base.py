@@ -1,0 +1,295 @@
+"""What an engine module provides (:class:`Engine`) and what every engine's export shares.
+
+An :class:`Engine` is one engine's knowledge behind the verbs: ``export`` (its settings for a
+spec's static temperature and RoPE), ``with_schedule`` (Mistral 3's position schedule under its own
+key), ``audit`` (how it is run on a config's proxy and read) and ``verify`` (how it runs what
+attntemp ships, compared with attntemp's patched model; None where it is not run that way). The
+verbs (:mod:`attntemp.ship.export`, :mod:`~attntemp.ship.audit`, :mod:`~attntemp.ship.verify`)
+look an engine up in :data:`attntemp.ship.engines.ENGINES` and call these.
+
+Every engine spells the YaRN temperature as a factor f on cos and sin, so it lands SQUARED on the
+logits; each engine module says what its f replaces or multiplies. ``m`` below is the total logit
+multiplier (m = 1/T) and s the YaRN scale factor.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ...ops import rope
+from ...ops.attention_config import SCALING_ON_FULL_ONLY, layer_kinds, rope_for, text_config
+from ...ops.spec import TemperatureSpec
+from ...utils import checks
+from .. import schedule_export
+from ..bake import refuse_position_dependent
+from ..comparison import VerifyOptions, VerifyResult
+
+EPS = 1e-12
+GLOBAL = "full_attention"  # the layer type a RoPE extension goes to where the RoPE is per layer type
+SAME_PAST_L0 = (
+    "{engine} uses long_factor {when}; transformers switches to it only for sequences longer than L0 = {l0}: "
+    "the same logits for those, the lengths the factors were tuned for"
+)
+
+
+# ----------------------------------------------------------------------------- what an export gives
+@dataclass(frozen=True)
+class ExportResult:
+    """One engine's settings for a spec; ``logit_multiplier`` is the total m they put on the logits."""
+
+    engine: str
+    logit_multiplier: float
+    rope_parameters: dict[str, Any] | None = field(default=None, hash=False)
+    args: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    source: str = ""
+    perplexity: tuple[str, ...] = ()  # llama.cpp: the same settings as a llama-perplexity command
+
+    def settings(self) -> list[str]:
+        """The settings as printed: the command line's flags, shell-quoted (none: nothing)."""
+        return [" ".join(shlex.quote(a) for a in self.args)] if self.args else []
+
+    def render(self) -> str:
+        """What ``attntemp export`` prints: a comment line, the settings, notes as comments."""
+        m = self.logit_multiplier
+        lines = [f"# logit multiplier m = {m:.6g} (temperature T = {1 / m:.6g}); read from {self.source}"]
+        lines += self.settings()
+        if self.perplexity:
+            lines.append("# the same in llama-perplexity (-c: chunk length, its second half scored; TEXT >= 2 chunks):")
+            lines.append("# " + " ".join(shlex.quote(a) for a in self.perplexity))
+        return "\n".join(lines + [f"# {n}" for n in self.notes])
+
+
+@dataclass(frozen=True)
+class ConfigExport(ExportResult):
+    """Settings that go into the model's ``config.json``: printed as its ``rope_parameters`` JSON."""
+
+    def settings(self) -> list[str]:
+        body = {"rope_parameters": self.rope_parameters} if self.rope_parameters else {}
+        return [json.dumps(body, indent=2)]
+
+
+@dataclass(frozen=True)
+class ExportTarget:
+    """What an export knows of the model besides the spec: its ``rope_theta`` (engines replace the
+    whole rope dict), its GGUF architecture (llama.cpp's ``--override-kv`` keys) and its RoPE per
+    layer type where it has one (Gemma 3: :func:`layer_ropes`), else None."""
+
+    rope_theta: float | None = None
+    gguf_arch: str | None = None
+    layer_ropes: dict[str, dict[str, Any]] | None = None
+
+
+@dataclass(frozen=True)
+class AuditRun:
+    """What an engine's audit gets: the config, attntemp's reference figures, the transformers
+    proxy's entry (the base the KL engines are measured against), and where and how to run."""
+
+    config: dict[str, Any]
+    reference: dict[str, Any]
+    base: dict[str, Any]
+    engine_dir: str | None = None
+    threads: int | None = None
+
+
+# ----------------------------------------------------------------------------- the engine
+@dataclass(frozen=True)
+class Engine:
+    """One engine behind the verbs (see the module doc). ``after_bake``: what follows `attntemp bake`
+    in a refusal (None: serve the baked folder with this engine's export of its RoPE);
+    ``reads_gguf_arch``: its export takes ``--gguf-arch``; ``rope_per_layer_type``: its settings give
+    each layer type its own RoPE where the model's config does (Gemma 3), the attention factor with
+    it; ``remote_code``: it loads a schedule checkpoint's remote code (``trust_remote_code=True``)."""
+
+    name: str
+    export: Callable[[float, dict[str, Any], ExportTarget], ExportResult]
+    with_schedule: Callable[[ExportResult, float, int, ExportTarget], ExportResult]
+    schedule_readers: str
+    audit: Callable[[AuditRun], dict[str, Any]]
+    verify: Callable[[VerifyOptions, TemperatureSpec], VerifyResult] | None = None
+    after_bake: str | None = None
+    reads_gguf_arch: bool = False
+    rope_per_layer_type: bool = False
+    remote_code: bool = False
+
+    def bake_route(self) -> str:
+        """How a spec this engine cannot express ships: the tail of the refusal after `attntemp bake`."""
+        if self.after_bake is not None:
+            return self.after_bake
+        return f" and serve that folder (`attntemp export --engine {self.name}` of its RoPE, if any)"
+
+
+# ----------------------------------------------------------------------------- a spec's export
+def export_spec(
+    spec: TemperatureSpec, engine: Engine, trained_length: int | None = None, target: ExportTarget | None = None
+) -> ExportResult:
+    """``spec`` as ``engine``'s settings (:func:`attntemp.ship.export.export` by name). The logit
+    multiplier is the spec's m times the square of its rope's own factor; Mistral 3's position
+    schedule goes to the engine's own key (:mod:`attntemp.ship.schedule_export`)."""
+    target = target or ExportTarget()
+    spec, scaling = schedule_export.split(spec)
+    per_type = engine.rope_per_layer_type and target.layer_ropes is not None
+    m_spec = global_multiplier(spec, engine, per_type)
+    if per_type and spec.layer_types is None and abs(m_spec - 1) > EPS:
+        raise ValueError(
+            f"m={m_spec:.6g} on every layer cannot be exported to {engine.name} for this model: its RoPE is per "
+            f"layer type, so the attention factor reaches the {GLOBAL} layers only and the sliding ones keep their "
+            f"own rope. Give the spec layer_types=['{GLOBAL}'], or bake it into q_proj with `attntemp bake`"
+        )
+    params = resolve_rope(spec, trained_length)
+    m = m_spec * builtin_factor(params) ** 2 if params else m_spec
+    result = engine.export(m, params, target)
+    if scaling is None:
+        return result
+    beta, l0 = schedule_export.parameters(scaling, result.rope_parameters)
+    said = (*result.notes, f"llama_4_scaling_beta {beta:g} from L0 {l0}: {engine.schedule_readers}")
+    return engine.with_schedule(replace(result, notes=said), beta, l0, target)
+
+
+# ----------------------------------------------------------------------------- spec analysis
+def global_multiplier(spec: TemperatureSpec, engine: Engine, per_type: bool = False) -> float:
+    """The one static m of the spec; raise when it varies by layer or head, or by position, or
+    targets some layer types only (``per_type``: the settings carry a RoPE per layer type, so a spec
+    of the global layers alone is one m there)."""
+    name = engine.name
+    refuse_position_dependent(spec, f"exported to {name}", "its settings have no per-position temperature")
+    if spec.layer_types is not None and not (per_type and spec.layer_types == (GLOBAL,)):
+        raise ValueError(
+            f"the spec tempers layer_types={list(spec.layer_types)} only; {name} has one temperature for every "
+            f"layer: bake it into q_proj with `attntemp bake`{engine.bake_route()}"
+        )
+    if spec.layers and spec.heads and len(spec.layers) != len(spec.heads):
+        raise ValueError(f"the spec has {len(spec.layers)} layers values but {len(spec.heads)} heads rows")
+    rows = len(spec.layers or spec.heads or (0,))
+    heads = len(spec.heads[0]) if spec.heads else 1
+    table = spec.heads_table(rows, heads, [GLOBAL] * rows if spec.layer_types else None)  # [layers, heads]
+    low, high = float(table.min()), float(table.max())
+    if high - low > EPS * high:
+        raise ValueError(
+            f"the spec has per-layer or per-head multipliers (m from {low:.4g} to {high:.4g}); {name} "
+            f"has one temperature for the whole model: bake them into q_proj with `attntemp bake`{engine.bake_route()}"
+        )
+    m = spec.multiplier * (spec.layers[0] if spec.layers else 1.0) * (spec.heads[0][0] if spec.heads else 1.0)
+    return m * spec.schedule_multiplier()
+
+
+def resolve_rope(spec: TemperatureSpec, trained_length: int | None) -> dict[str, Any]:
+    """spec.rope with original_max_position_embeddings filled from ``trained_length`` (must agree)."""
+    params: dict[str, Any] = {k: list(v) if isinstance(v, tuple) else v for k, v in spec.rope}
+    if trained_length is not None:
+        checks.positive_int("trained_length", trained_length)
+        l0 = params.get("original_max_position_embeddings")
+        if l0 is not None and int(l0) != trained_length:
+            raise ValueError(
+                f"trained_length={trained_length} disagrees with the spec's rope original_max_position_embeddings={l0}"
+            )
+        if params:
+            params["original_max_position_embeddings"] = trained_length
+    return params
+
+
+def builtin_factor(params: dict[str, Any]) -> float:
+    """The rope's own cos/sin factor (yarn: given or 0.1 ln s + 1 / mscale ratio; longrope; else 1)."""
+    kind = params.get("rope_type")
+    if kind == "yarn":
+        return rope.yarn_attention_factor(
+            params["factor"], params.get("mscale"), params.get("mscale_all_dim"), params.get("attention_factor")
+        )
+    if kind == "longrope":
+        return rope.longrope_attention_factor(
+            params["factor"], params["original_max_position_embeddings"], params.get("attention_factor")
+        )
+    return 1.0
+
+
+def layer_ropes(config: dict[str, Any] | None) -> dict[str, dict[str, Any]] | None:
+    """``{layer type: its rope parameters}`` of a model config whose RoPE is per layer type (Gemma 3
+    and OLMo 3 in transformers 5: ``rope_parameters`` keyed by ``full_attention`` and
+    ``sliding_attention``, or their older ``rope_scaling`` meant for the full layers only); None
+    for every other config (one rope dict for every layer)."""
+    if config is None:
+        return None
+    text = text_config(config)
+    given = text.get("rope_parameters")
+    nested = isinstance(given, dict) and bool(given) and all(isinstance(v, dict) for v in given.values())
+    if not nested and text.get("model_type") not in SCALING_ON_FULL_ONLY:
+        return None
+    return {kind: rope_for(text, kind) for kind in sorted({t for t, _ in layer_kinds(text)} | {GLOBAL})}
+
+
+def export_target(
+    config: dict[str, Any] | None, rope_theta: float | None = None, gguf_arch: str | None = None
+) -> ExportTarget:
+    """What an export knows of the model whose ``config`` (its config.json as a dict, or None) is
+    given: its RoPE per layer type and, unless ``rope_theta`` is given, the theta of its (global
+    layers') RoPE."""
+    ropes = layer_ropes(config)
+    if rope_theta is None and config is not None:
+        text = text_config(config)
+        given = ropes[GLOBAL] if ropes else (text.get("rope_parameters") or {})
+        rope_theta = given.get("rope_theta", text.get("rope_theta"))
+    return ExportTarget(rope_theta, gguf_arch, ropes)
+
+
+def per_layer_type(rp: dict[str, Any] | None, ropes: dict[str, dict[str, Any]] | None) -> dict[str, Any] | None:
+    """``rp`` as the rope of the global layers beside each other layer type's own (``ropes``, from
+    :func:`layer_ropes`); ``rp`` itself where the RoPE is one dict for every layer."""
+    if rp is None or ropes is None:
+        return rp
+    return {**ropes, GLOBAL: rp}
+
+
+# ----------------------------------------------------------------------------- export helpers
+def need(params: dict[str, Any], key: str, engine: str) -> Any:
+    """``params[key]``, or raise naming the rope type, the engine and the missing key."""
+    if params.get(key) is None:
+        hint = (
+            " (pass trained_length / --trained-length: the model's max_position_embeddings)"
+            if (key == "original_max_position_embeddings")
+            else ""
+        )
+        raise ValueError(f"rope_type={params['rope_type']!r} for {engine} needs {key}{hint}")
+    return params[key]
+
+
+def number(x: float) -> str:
+    """A number as engines' flags take it: up to 10 significant digits."""
+    return format(float(x), ".10g")
+
+
+def rope_dict(params: dict[str, Any], rope_theta: float | None, **factors: float) -> dict[str, Any]:
+    """rope_parameters to write: mscale/mscale_all_dim folded into the explicit factor(s)."""
+    out = {k: v for k, v in params.items() if k not in ("mscale", "mscale_all_dim", "attention_factor")}
+    if rope_theta is not None:
+        out["rope_theta"] = checks.positive("rope_theta", rope_theta)
+    return {**out, **factors}
+
+
+def no_knob(engine: str, kind: str | None, m: float) -> ValueError:
+    """The refusal of an engine whose only temperature knob is the YaRN attention factor."""
+    what = f"{engine} reads no attention factor for rope_type={kind!r}" if kind else "the spec has no RoPE"
+    return ValueError(
+        f"m={m:.6g} cannot be exported to {engine}: {what}, and the YaRN attention factor is the only "
+        "temperature setting there. Bake it into q_proj with `attntemp bake`, or add a YaRN rope"
+    )
+
+
+def theta_note(rope_theta: float | None, where: str) -> tuple[str, ...]:
+    """A note to add the model's rope_theta when it was not given (``where`` replaces the whole dict)."""
+    if rope_theta is not None:
+        return ()
+    return (f"add the model's rope_theta to rope_parameters: {where} replaces the whole dict",)
+
+
+def context_length(params: dict[str, Any]) -> int:
+    """A longrope's extended context: ``round(s * L0)``."""
+    return round(float(params["factor"]) * int(params["original_max_position_embeddings"]))
+
+
+def same_past_l0(engine: str, when: str, params: dict[str, Any]) -> str:
+    """The note that an engine's longrope agrees with transformers' past L0 only."""
+    return SAME_PAST_L0.format(engine=engine, when=when, l0=params["original_max_position_embeddings"])

