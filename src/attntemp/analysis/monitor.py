@@ -156,9 +156,8 @@ class Monitor:
 
     ``reference``: a :class:`Reference` or an ``AttentionStats`` at the trained length (None: no
     flags); ``every``: record every k-th generated token; ``callback(step)``: after each recorded
-    step, may return ``"stop"`` or a spec; ``flags``: the flags' trailing window and margins
-    (:class:`FlagOptions`); ``sink_tokens``, ``recent_tokens``: default the reference's (4 and 64
-    without one)."""
+    step, may return ``"stop"`` or a spec; ``flags``: :class:`FlagOptions`; ``sink_tokens``,
+    ``recent_tokens``: default the reference's (4 and 64 without one)."""
 
     def __init__(
         self,
