@@ -25,6 +25,8 @@ from attntemp.hf.patch import patch
 from attntemp.ops.schedules import yarn_multiplier
 from attntemp.ops.spec import TemperatureSpec
 from attntemp.ship import bake, export
+from attntemp.ship.engines import llamacpp, vllm
+from attntemp.ship.engines import transformers as transformers_engine
 from attntemp.utils.options import from_argv
 
 X = torch.randint(1, 97, (2, 48), generator=torch.Generator().manual_seed(1))  # [2, 48]
@@ -123,9 +125,9 @@ def main(argv: list[str] | None = None) -> None:
     m4 = yarn_multiplier(4)
     out["factors_s4_plain_yarn"] = {
         "logit_multiplier": m4,
-        "transformers_attention_factor": export.transformers_attention_factor(m4),
-        "vllm_attn_factor": export.vllm_attn_factor(m4, 4),
-        "llamacpp_attn_factor": export.llamacpp_attn_factor(m4, 4),
+        "transformers_attention_factor": transformers_engine.attention_factor(m4),
+        "vllm_attn_factor": vllm.attn_factor(m4, 4),
+        "llamacpp_attn_factor": llamacpp.attn_factor(m4, 4),
     }
     print(json.dumps(out, indent=2))
 

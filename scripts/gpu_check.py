@@ -42,7 +42,8 @@ from attntemp.hf.loading import ModelOptions, load_model
 from attntemp.hf.patch import patch, run_decoder
 from attntemp.ops import intervals
 from attntemp.ops.spec import TemperatureSpec
-from attntemp.tune.gradient import run_gradient_tuning
+from attntemp.tune.gradient import GradientOptions, run_gradient_tuning
+from attntemp.tune.train import TrainOptions
 from attntemp.utils.options import from_argv, ints, option, reuse
 
 KERNELS = {  # op name fragment -> kernel (the order matters: "flash_attention_for_cpu" is flash too)
@@ -252,9 +253,9 @@ def gradient_figure(args: GpuCheckConfig, model: Any, tok: Any, length: int) -> 
     n_train = max(1, args.docs // 2)
     n_eval = max(1, args.docs - n_train)
     with tempfile.TemporaryDirectory() as out:
-        _, ev = run_gradient_tuning(
-            model, tok, length, args.steps, out, docs=docs, n_train=n_train, n_eval=n_eval, progress=False
-        )
+        train = TrainOptions(steps=args.steps, progress=False)
+        opts = GradientOptions(lengths=(length,), train=train, n_train=n_train, n_eval=n_eval)
+        _, ev = run_gradient_tuning(model, tok, opts, out, docs=docs)
     return emit(
         "gradient_tune",
         length=length,

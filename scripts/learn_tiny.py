@@ -15,8 +15,9 @@ import torch
 from attntemp.hf.introspect import trained_length
 from attntemp.hf.loading import ModelOptions, load_model
 from attntemp.ops.spec import GRANULARITIES
-from attntemp.tune.gradient import run_gradient_tuning
+from attntemp.tune.gradient import GradientOptions, run_gradient_tuning
 from attntemp.tune.runner import TuneConfig
+from attntemp.tune.train import TrainOptions
 from attntemp.utils import checks
 from attntemp.utils.options import from_argv, option, reuse
 
@@ -61,20 +62,13 @@ def main(argv: list[str] | None = None) -> dict:
     torch.manual_seed(0)
     model, tok = load_model(args.model)
     rope = rope_for(args.rope, args.length, trained_length(model))
-    _, evidence = run_gradient_tuning(
-        model,
-        tok,
-        args.length,
-        args.steps,
-        args.out,
-        granularity=args.granularity,
+    schedule = None if args.schedule == "none" else args.schedule
+    train = TrainOptions(
+        steps=args.steps, lr=args.lr, batch_size=args.batch_size, granularity=args.granularity, schedule=schedule,
         rope=rope,
-        n_train=args.n_train,
-        n_eval=args.n_eval,
-        lr=args.lr,
-        batch_size=args.batch_size,
-        schedule=None if args.schedule == "none" else args.schedule,
-    )
+    )  # fmt: skip
+    opts = GradientOptions(lengths=(args.length,), train=train, n_train=args.n_train, n_eval=args.n_eval)
+    _, evidence = run_gradient_tuning(model, tok, opts, args.out)
     print(json.dumps(evidence, indent=2))
     return evidence
 

@@ -39,8 +39,9 @@ from attntemp.hf.loading import ModelOptions
 from attntemp.hf.rope_factors import factors_for
 from attntemp.hf.rope_scaling import rope_for
 from attntemp.ops.spec import TemperatureSpec
-from attntemp.tune.gradient import run_gradient_tuning
+from attntemp.tune.gradient import GradientOptions, run_gradient_tuning
 from attntemp.tune.rope_evolution import evolve_rope_factors
+from attntemp.tune.train import TrainOptions
 from attntemp.utils.options import from_argv, option, reuse
 
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
@@ -86,10 +87,12 @@ def trained_specs(model, tok, steps: int) -> dict[str, TemperatureSpec]:
         path = folder / f"{name}.json"
         if not path.is_file():
             t0 = time.perf_counter()
-            spec, _ = run_gradient_tuning(
-                model, tok, TUNE_LENGTH, steps, OUT / "runs" / name, granularity=granularity, rope=yarn,
-                docs=tuning, n_train=16, n_eval=2, progress=False, rope_factors=factors, rope_temperature=temperature,
+            train = TrainOptions(steps=steps, granularity=granularity, rope=yarn, progress=False)
+            opts = GradientOptions(
+                lengths=(TUNE_LENGTH,), train=train, n_train=16, n_eval=2, rope_factors=factors,
+                rope_temperature=temperature,
             )  # fmt: skip
+            spec, _ = run_gradient_tuning(model, tok, opts, OUT / "runs" / name, docs=tuning)
             spec.save(path)
             seconds[name] = time.perf_counter() - t0
         specs[name] = TemperatureSpec.load(path)
@@ -116,7 +119,7 @@ def scored(model, tok, specs, n_docs: int) -> dict[tuple[str, int, str], dict]:
     for label, text in TEXTS.items():
         docs = corpus.load_text(text)
         docs = corpus.pool(docs, "evaluation") if text == "stdlib" else docs  # markdown: held out whole
-        ctx = EvalContext(L0, docs, n_docs, batch_size=4)
+        ctx = EvalContext(L0, docs, n_docs=n_docs, trials=20, batch_size=4)  # trials: its scores.db's keys
         for n in LENGTHS:
             for name, spec in specs.items():
                 out[(label, n, name)] = {

@@ -50,7 +50,7 @@ from attntemp.hf.rope_scaling import rope_for
 from attntemp.ops.schedules import yarn_multiplier
 from attntemp.ops.spec import TemperatureSpec
 from attntemp.tune.runner import TuneConfig
-from attntemp.tune.search import tune_global
+from attntemp.tune.search import SearchOptions, tune_global
 from attntemp.utils import checks
 from attntemp.utils.options import from_argv, names, option, reuse
 
@@ -336,9 +336,11 @@ def tune_key_tokens(
     rope = rope_for("yarn", n, trained)
     cache = StoredCache(out / f"tuned_key_tokens_{n}_search.json")
     t0 = time.perf_counter()
-    found = tune_global(
-        model, tok, n, "key_tokens", tctx, rope, tuple(args.bracket), args.grid, args.iters, True, cache
+    lo, hi = args.bracket
+    opts = SearchOptions(
+        length=n, objective="key_tokens", rope=rope, bracket=(lo, hi), grid=args.grid, iters=args.iters, progress=True
     )
+    found = tune_global(model, tok, tctx, opts, cache)
     TemperatureSpec(multiplier=found["multiplier"], rope=rope).save(str(spec_path))
     print(f"tuned on key tokens at {n}: m = {found['multiplier']:.4g}, {time.perf_counter() - t0:.0f} s")
 

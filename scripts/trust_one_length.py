@@ -40,7 +40,7 @@ from attntemp.hf import introspect
 from attntemp.hf.loading import ModelOptions, load_model
 from attntemp.hf.rope_scaling import rope_for
 from attntemp.ops.spec import TemperatureSpec
-from attntemp.tune.entropy import TARGETS, tune_entropy
+from attntemp.tune.entropy import TARGETS, EntropyOptions, tune_entropy
 from attntemp.tune.evidence import M_ONE, YARN, evidence_specs
 from attntemp.tune.runner import TuneConfig
 from attntemp.utils.options import from_argv, option, reuse
@@ -103,7 +103,7 @@ def entropy_spec(model, tok, args, rope, trained: int, tuning: list, target: str
         return TemperatureSpec.load(path)
     ids = corpus.heldout_windows(tok, args.length, n=args.tune_windows, docs=tuning)  # [n, L]
     t0 = time.perf_counter()
-    spec = tune_entropy(model, ids, trained, "head", rope, progress=True, target=target).spec
+    spec = tune_entropy(model, ids, trained, EntropyOptions(rope=rope, target=target)).spec
     path.parent.mkdir(parents=True, exist_ok=True)
     spec.save(path)
     print(f"matched {target} in {time.perf_counter() - t0:.0f} s", flush=True)
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> None:
     rope = rope_for(args.rope, args.length, trained)
     docs = corpus.load_text(args.text)
     evaluation, tuning = corpus.pool(docs, "evaluation"), corpus.pool(docs, "tuning")
-    ctx = EvalContext(trained, evaluation, n_docs=args.docs, batch_size=1)
+    ctx = EvalContext(trained, evaluation, n_docs=args.docs, trials=20, batch_size=1)  # trials: scores.db's keys
     other = None if args.heldout_text == "none" else replace(ctx, docs=corpus.load_text(args.heldout_text))
     t_start = time.perf_counter()
     results: dict[str, dict] = {}

@@ -147,7 +147,7 @@ def run(args: TrustTableConfig) -> tuple[str, list[dict]]:
                 **kw,
             )
             t0 = time.perf_counter()
-            ev = run_tune(cfg, model, tok)
+            ev = run_tune(cfg, model, tok).evidence
             rows.append({"rope": rope, "method": label, "seconds": time.perf_counter() - t0, "evidence": ev})
             print(f"{rope:5s} {label}: {time.perf_counter() - t0:.0f} s", flush=True)
         for label, schedule in RULES.items():

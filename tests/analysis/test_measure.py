@@ -6,7 +6,7 @@ import torch
 from tiny_configs import Capture, model
 
 from attntemp.analysis import plots
-from attntemp.analysis.measure import AttentionStats, _bucket_means, bucket_edges, measure
+from attntemp.analysis.measure import AttentionStats, StatOptions, _bucket_means, bucket_edges, measure
 from attntemp.ops.attention_stats import STATS, reference_stats
 from attntemp.ops.spec import TemperatureSpec
 
@@ -18,7 +18,7 @@ def test_measure_equals_reference_on_captured_q_k(arch):
     m = model(arch)
     heads = 0.5 + torch.rand(2, 4, generator=torch.Generator().manual_seed(0))
     spec = TemperatureSpec.per_head(heads)
-    stats = measure(m, X, spec, n_buckets=5, budget_bytes=4096, progress=False)
+    stats = measure(m, X, spec, opts=StatOptions(n_buckets=5, budget_bytes=4096), progress=False)
     name = "attntemp_eager" if arch == "gemma2" else "attntemp_sdpa"
     with Capture(name) as cap, __import__("attntemp").patch(m, spec), torch.no_grad():
         m(X)
@@ -92,8 +92,9 @@ def test_average_of_per_document_runs_equals_one_batched_measure(tiny, stdlib_do
 
     model, tok = tiny
     ids = heldout_windows(tok, 300, n=2, docs=stdlib_docs)
-    batched = measure(model, ids, n_buckets=6, progress=False)
-    each = AttentionStats.average([measure(model, ids[i : i + 1], n_buckets=6, progress=False) for i in range(2)])
+    six = StatOptions(n_buckets=6)
+    batched = measure(model, ids, opts=six, progress=False)
+    each = AttentionStats.average([measure(model, ids[i : i + 1], opts=six, progress=False) for i in range(2)])
     for name in batched.stats:
         assert np.allclose(each.stats[name], batched.stats[name], rtol=1e-4, atol=1e-5, equal_nan=True), name
     assert each.meta["batch"] == 2

@@ -205,7 +205,7 @@ def test_public_name_probes_and_arguments(tiny, stdlib_reference):
     with pytest.raises(ValueError, match="every=0"):
         monitor(model, every=0)
     with pytest.raises(ValueError, match=r"margins=.*unknown flag"):
-        monitor(model, stdlib_reference, margins={"colapse": 0.1})
+        monitor(model, stdlib_reference, flags=monitor.FlagOptions(margins={"colapse": 0.1}))
     with pytest.raises(ValueError, match="recent_tokens=32 differs"):
         monitor(model, stdlib_reference, recent_tokens=32)
     with probing(model, TemperatureSpec(), lambda *a: None), pytest.raises(ValueError, match="probed already"):

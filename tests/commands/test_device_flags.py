@@ -17,8 +17,8 @@ from attntemp.hf import devices, loading
 from attntemp.hf.loading import load_model
 from attntemp.ops.spec import TemperatureSpec
 from attntemp.ship.bake import save_baked
-from attntemp.tune.entropy import tune_entropy
-from attntemp.tune.gradient import train_temperatures
+from attntemp.tune.entropy import EntropyOptions, tune_entropy
+from attntemp.tune.train import TrainOptions, train_temperatures
 
 NO_CUDA = not torch.cuda.is_available()
 YARN = {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 256}
@@ -201,11 +201,11 @@ def test_split_model_patches_and_measures_as_whole(split, one_torch_thread):
 
 def test_split_model_tunes_as_whole(split, one_torch_thread):
     model, whole, _, ids = split
-    ea = tune_entropy(model, ids[:1], 256, "layer", progress=False)
-    eb = tune_entropy(whole, ids[:1], 256, "layer", progress=False)
+    layer = EntropyOptions(granularity="layer", progress=False)
+    ea, eb = tune_entropy(model, ids[:1], 256, layer), tune_entropy(whole, ids[:1], 256, layer)
     torch.testing.assert_close(ea.spec.heads_table(4, 8), eb.spec.heads_table(4, 8), rtol=0, atol=1e-6)
-    ga = train_temperatures(model, ids, 2, start=256, progress=False, rope=YARN)
-    gb = train_temperatures(whole, ids, 2, start=256, progress=False, rope=YARN)
+    train = TrainOptions(steps=2, start=256, progress=False, rope=YARN)
+    ga, gb = train_temperatures(model, ids, train), train_temperatures(whole, ids, train)
     np.testing.assert_allclose(ga.losses, gb.losses, rtol=0, atol=1e-5)
     torch.testing.assert_close(ga.state["log_m"], gb.state["log_m"], rtol=0, atol=1e-6)
     assert ga.losses[0] > 0 and not torch.equal(ga.state["log_m"], torch.zeros_like(ga.state["log_m"]))

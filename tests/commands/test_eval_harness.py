@@ -205,7 +205,8 @@ def test_the_python_entry_point_with_an_identity_spec_changes_nothing(tiny, one_
     import attntemp.evaluate
 
     model, tok = tiny
-    result = attntemp.evaluate.harness(model, tok, TemperatureSpec(), ["attntemp_passkey_ll_256"], limit=3)
+    opts = attntemp.evaluate.HarnessOptions(limit=3)
+    result = attntemp.evaluate.harness(model, tok, TemperatureSpec(), ["attntemp_passkey_ll_256"], opts)
     assert [(r["metric"], r["comparison"]["verdict"]) for r in result.rows] == [
         ("perplexity", "not distinguishable"),
         ("acc", "not distinguishable"),

@@ -49,8 +49,10 @@ def test_report_from_sweep_and_evidence(tmp_path):
     tune.mkdir()
     (tune / "evidence.md").write_text("# tuning evidence: x\n\n| spec | a |\n|---|---|\n| tuned | 1 |\n")
     (tune / "entropy.json").write_text(json.dumps({"reference": [[1, 2]], "before": [[2, 3]], "after": [[1, 2]]}))
-    md, page = build_report(tmp_path)
+    report = build_report(tmp_path)
+    md, page = report.md_path, report.page
     text = md.read_text()
+    assert report.markdown() == text
     # an older database keeps no per-window values: the figures stand alone, said so
     no_ci = "no interval (fewer than 2 windows or trials)"
     row = f"| perplexity | tail_ppl | 1024 | yarn | 5.36 (no interval) | 1.2 | 5.04 (no interval) | {no_ci} | 1.296 |"

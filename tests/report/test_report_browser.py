@@ -28,7 +28,7 @@ IMAGE_CHECK = (
 @pytest.mark.skipif(CHROMIUM is None, reason="no Chromium binary found (apt-get install chromium)")
 def test_report_renders_with_every_image(tmp_path):
     fake_sweep(tmp_path)
-    _, report = build_report(tmp_path)
+    report = build_report(tmp_path).page
     assert "<script" not in report.read_text()  # the product page carries no test hook
     page = report.with_name("report_check.html")  # beside it, so its relative image paths resolve
     page.write_text(report.read_text().replace("</body>", IMAGE_CHECK + "</body>"))

@@ -14,6 +14,8 @@ from attntemp.evaluate.corpus import Document, is_heldout
 from attntemp.hf import learnable as LT
 from attntemp.ops.spec import TemperatureSpec
 from attntemp.tune import gradient as G
+from attntemp.tune import train as T
+from attntemp.tune.train import TrainOptions
 
 X = torch.randint(1, 97, (2, 40), generator=torch.Generator().manual_seed(1))
 
@@ -103,7 +105,7 @@ def test_weights_frozen_inside_and_restored_after_also_on_an_exception():
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        G.train_temperatures(m, X, steps=3, progress=False, callback=stop)
+        T.train_temperatures(m, X, TrainOptions(steps=3, progress=False), callback=stop)
     assert_restored(m, flags, state, base)
 
 
@@ -155,7 +157,7 @@ def test_a_few_steps_reduce_the_loss_on_a_fixed_batch():
     with LT.learnable(m) as temps:
         with torch.no_grad():
             before = lm.next_token_loss(m, x).item()
-        res = G.train_temperatures(m, x, steps=8, lr=0.2, batch_size=2, warmup=1, progress=False)
+        res = T.train_temperatures(m, x, TrainOptions(steps=8, lr=0.2, batch_size=2, warmup=1, progress=False))
         with torch.no_grad():
             after = lm.next_token_loss(m, x).item()
         assert res.losses[0] == pytest.approx(before, rel=1e-5)
@@ -165,7 +167,7 @@ def test_a_few_steps_reduce_the_loss_on_a_fixed_batch():
 
 
 def test_learning_rate_warms_up_then_decays_by_cosine():
-    lrs = [G.lr_at(s, 10, 1.0, 2) for s in range(10)]
+    lrs = [T.lr_at(s, 10, 1.0, 2) for s in range(10)]
     assert lrs[:3] == pytest.approx([0.5, 1.0, 1.0])
     assert lrs[6] == pytest.approx(0.5) and all(a > b for a, b in itertools.pairwise(lrs[2:]))
     assert 0 < lrs[-1] < 0.05
@@ -179,23 +181,23 @@ def test_checkpoint_resume_equals_an_uninterrupted_run(tmp_path):
     m = model("llama")
     kw = dict(steps=6, lr=0.1, batch_size=1, checkpoint_every=2, progress=False, schedule="log_length")
     x = X[:, :32]
-    whole = G.train_temperatures(m, x, checkpoint=tmp_path / "a.pt", **kw)
+    whole = T.train_temperatures(m, x, TrainOptions(**kw), checkpoint=tmp_path / "a.pt")
 
     def interrupt(step, loss):
         if step == 5:  # after step 5, before its checkpoint at 6: resume starts at 4
             raise Interrupt
 
     with pytest.raises(Interrupt):
-        G.train_temperatures(m, x, checkpoint=tmp_path / "b.pt", callback=interrupt, **kw)
+        T.train_temperatures(m, x, TrainOptions(**kw), checkpoint=tmp_path / "b.pt", callback=interrupt)
     assert torch.load(tmp_path / "b.pt", weights_only=True)["step"] == 4
-    resumed = G.train_temperatures(m, x, checkpoint=tmp_path / "b.pt", **kw)
+    resumed = T.train_temperatures(m, x, TrainOptions(**kw), checkpoint=tmp_path / "b.pt")
     assert resumed.resumed_from == 4 and whole.resumed_from == 0
     for k, v in whole.state.items():
         assert torch.allclose(resumed.state[k], v, rtol=1e-6, atol=1e-7), k
     assert resumed.losses == pytest.approx(whole.losses, rel=1e-6)
     assert not list(tmp_path.glob("*.tmp"))
     with pytest.raises(ValueError, match=r"lr=0\.1; this run has lr=0\.2"):
-        G.train_temperatures(m, x, checkpoint=tmp_path / "b.pt", **{**kw, "lr": 0.2})
+        T.train_temperatures(m, x, TrainOptions(**{**kw, "lr": 0.2}), checkpoint=tmp_path / "b.pt")
 
 
 def test_log_length_multiplier_is_exp_a_below_trained_length_and_its_spec_is_exact():
@@ -226,9 +228,9 @@ def test_gradient_checkpointing_recomputes_and_learns_the_same():
     calls = []
     hook = m.model.layers[0].self_attn.register_forward_hook(lambda *a: calls.append(1))
     kw = dict(steps=2, lr=0.1, warmup=0, progress=False)
-    plain = G.train_temperatures(m, X, **kw)
+    plain = T.train_temperatures(m, X, TrainOptions(**kw))
     n_plain = len(calls)
-    ckpt = G.train_temperatures(m, X, gradient_checkpointing=True, **kw)
+    ckpt = T.train_temperatures(m, X, TrainOptions(gradient_checkpointing=True, **kw))
     hook.remove()
     assert n_plain == 2 and len(calls) - n_plain == 4  # one recompute per step in the backward
     assert torch.allclose(ckpt.state["log_m"], plain.state["log_m"], atol=1e-6)
@@ -252,19 +254,9 @@ def test_run_gradient_tuning_writes_its_outputs(tmp_path):
     names = [n for n in (f"doc{i}.py" for i in range(200)) if is_heldout(n)][:4]
     docs = [Document(n, f"# {n}\n" + "def f(x):\n    return x * 2\n" * (8 + i)) for i, n in enumerate(names)]
     rope = {**YARN, "original_max_position_embeddings": 32}
-    spec, ev = G.run_gradient_tuning(
-        m,
-        ByteTokenizer(),
-        64,
-        3,
-        tmp_path,
-        rope=rope,
-        docs=docs,
-        n_train=2,
-        n_eval=2,
-        progress=False,
-        checkpoint_every=2,
-    )
+    train = TrainOptions(steps=3, rope=rope, progress=False, checkpoint_every=2)
+    opts = G.GradientOptions(lengths=(64,), train=train, n_train=2, n_eval=2)
+    spec, ev = G.run_gradient_tuning(m, ByteTokenizer(), opts, tmp_path, docs=docs)
     assert ev["start"] == 32 and ev["steps"] == 3 and ev["train_windows"] != ev["eval_windows"]
     assert TemperatureSpec.load(tmp_path / "learned_spec.json") == spec and dict(spec.rope) == rope
     log = json.loads((tmp_path / "train_log.json").read_text())
@@ -280,20 +272,20 @@ def test_run_gradient_tuning_writes_its_outputs(tmp_path):
 def test_one_spec_learned_from_several_lengths(tmp_path):
     m = model("llama")
     short, long = X[:2, :16], X[:2, :32]
-    assert torch.equal(G._batch([short, long], 0, 1), short[:1])
-    assert torch.equal(G._batch([short, long], 1, 1), long[:1])
-    assert torch.equal(G._batch([short, long], 2, 1), short[1:2])  # the second round takes the next rows
-    res = G.train_temperatures(m, [short, long], steps=4, lr=0.1, progress=False, schedule="log_length")
+    assert torch.equal(T._batch([short, long], 0, 1), short[:1])
+    assert torch.equal(T._batch([short, long], 1, 1), long[:1])
+    assert torch.equal(T._batch([short, long], 2, 1), short[1:2])  # the second round takes the next rows
+    res = T.train_temperatures(m, [short, long], TrainOptions(steps=4, lr=0.1, progress=False, schedule="log_length"))
     assert len(res.losses) == 4 and res.spec.schedule == "log_length"
     with pytest.raises(ValueError, match="non-empty list"):
-        G.train_temperatures(m, [], steps=2, progress=False)
+        T.train_temperatures(m, [], TrainOptions(steps=2, progress=False))
 
 
 def test_slope_only_schedule_changes_nothing_up_to_the_trained_length():
     m = model("llama")
     x = X[:2, :32]
     with LT.learnable(m, schedule="log_length_slope", trained_length=8):
-        res = G.train_temperatures(m, x, steps=4, lr=0.2, progress=False)
+        res = T.train_temperatures(m, x, TrainOptions(steps=4, lr=0.2, progress=False))
     a, b = dict(res.spec.schedule_params)["a"], dict(res.spec.schedule_params)["b"]
     assert all(v == 0.0 for row in a for v in row) and any(v != 0.0 for row in b for v in row)
     with P.patch(m, res.spec):

@@ -14,8 +14,9 @@ from attntemp.evaluate import limits
 from attntemp.evaluate.corpus import heldout_windows
 from attntemp.ops.search import bisect_log_m, golden_section
 from attntemp.ops.spec import TemperatureSpec
-from attntemp.tune.entropy import _match_layer, capture_qk, tune_entropy
-from attntemp.tune.runner import TuneConfig, held_out_lengths, preflight_tune, run_tune
+from attntemp.tune.config import held_out_lengths
+from attntemp.tune.entropy import EntropyOptions, _match_layer, capture_qk, tune_entropy
+from attntemp.tune.runner import TuneConfig, preflight_tune, run_tune
 
 
 def test_golden_section_finds_the_minimum():
@@ -43,14 +44,14 @@ def _peaky(arch: str = "llama"):
 
 def test_entropy_matching_restores_trained_length_entropy():
     m, ids = _peaky()
-    match = tune_entropy(m, ids, trained_length=32, granularity="head", progress=False)
+    match = tune_entropy(m, ids, 32, EntropyOptions(granularity="head", progress=False))
     gap_before = abs(match.before - match.reference).mean()
     gap_after = abs(match.after - match.reference).mean()
     assert gap_after < 0.005 and gap_before > 0.03
     assert match.passes == 1  # one ordered pass is exact per head
     table = torch.tensor(match.spec.heads)
     assert table.shape == (2, 4) and (table > 1).float().mean() > 0.5  # longer context: mostly sharpen
-    layer = tune_entropy(m, ids, trained_length=32, granularity="layer", progress=False)
+    layer = tune_entropy(m, ids, 32, EntropyOptions(granularity="layer", progress=False))
     assert all(len(set(row)) == 1 for row in layer.spec.heads)
 
 
@@ -59,7 +60,7 @@ def test_one_forward_pass_equals_matching_layer_by_layer(granularity):
     """The fast pass (each layer matched inside one forward) against the slow reference: a forward
     stopped at each layer in turn, with the layers below at their matched multipliers."""
     m, ids = _peaky()
-    fast = tune_entropy(m, ids, trained_length=32, granularity=granularity, progress=False)
+    fast = tune_entropy(m, ids, 32, EntropyOptions(granularity=granularity, progress=False))
     ref = torch.tensor(fast.reference, dtype=torch.float32)  # [layers, H]
     table = torch.ones_like(ref)
     with torch.no_grad():
@@ -72,7 +73,7 @@ def test_one_forward_pass_equals_matching_layer_by_layer(granularity):
 
 def test_global_entropy_match_is_a_fixed_point():
     m, ids = _peaky()
-    match = tune_entropy(m, ids, trained_length=32, granularity="global", max_passes=6, tol=1e-4, progress=False)
+    match = tune_entropy(m, ids, 32, EntropyOptions(granularity="global", max_passes=6, tol=1e-4, progress=False))
     g = match.spec.heads[0][0]
     assert all(x == g for row in match.spec.heads for x in row) and g > 1.05
     assert 1 < match.passes <= 6
@@ -105,7 +106,7 @@ def test_run_tune_global_and_entropy_write_evidence(tiny, tmp_path):
         ),
         model,
         tok,
-    )
+    ).evidence
     assert set(ev["results"]) == {"m=1", "yarn (0.1 ln s + 1)^2", "tuned"}
     curve = ev["info"]["search"]["curve"]
     best = min(v for _, v in curve)
@@ -147,7 +148,7 @@ def test_run_tune_global_and_entropy_write_evidence(tiny, tmp_path):
         ),
         model,
         tok,
-    )
+    ).evidence
     assert ev["checks"] == {} and "heldout" not in ev
     info = json.loads((tmp_path / "e" / "entropy.json").read_text())
     assert len(info["after"]) == 4 and all(math.isfinite(x) for row in info["after"] for x in row)
@@ -198,7 +199,7 @@ def test_entropy_matching_builds_no_autograd_graph():
     ]
     try:
         with torch.enable_grad():
-            tune_entropy(m, ids, trained_length=32, granularity="head", progress=False)
+            tune_entropy(m, ids, 32, EntropyOptions(granularity="head", progress=False))
     finally:
         for h in hooks:
             h.remove()
@@ -210,7 +211,7 @@ def test_after_entropy_from_the_matching_pass_equals_a_fresh_measure(granularity
     """``after`` is read inside the matching pass (no extra forward); it must equal measuring the
     tuned spec from scratch."""
     m, ids = _peaky()
-    match = tune_entropy(m, ids, trained_length=32, granularity=granularity, progress=False)
+    match = tune_entropy(m, ids, 32, EntropyOptions(granularity=granularity, progress=False))
     fresh = measure(m, ids, match.spec, positions=[32], progress=False).by_head("entropy", start=32)
     assert np.isfinite(match.after).all()
     np.testing.assert_allclose(match.after, fresh, rtol=1e-4, atol=1e-5)
@@ -232,7 +233,7 @@ def test_gradient_tune_of_a_length_schedule_from_two_lengths_checked_at_a_third(
         check_lengths=(768,),
         progress=False,
     )
-    ev = run_tune(cfg, model, tok)
+    ev = run_tune(cfg, model, tok).evidence
     spec = TemperatureSpec.from_dict(ev["spec"])
     assert spec.schedule == "log_length" and dict(spec.schedule_params)["trained_len"] == 256
     assert list(ev["checks"]) == [768] and ev["info"]["lengths"] == [384, 512]
@@ -244,7 +245,7 @@ def test_gradient_tune_of_a_length_schedule_from_two_lengths_checked_at_a_third(
 def test_every_entropy_target_is_hit_per_head(tiny, target):
     model, tok = tiny
     ids = heldout_windows(tok, 512, n=2)
-    match = tune_entropy(model, ids, 256, "head", progress=False, target=target)
+    match = tune_entropy(model, ids, 256, EntropyOptions(progress=False, target=target))
     m = np.asarray(match.spec.heads)
     inside = (m > 0.21) & (m < 4.9)  # heads not clamped at the bisection's bounds
     assert inside.mean() > 0.5 and match.target == target

@@ -1,10 +1,14 @@
 """The global search: its multipliers go in batch-sized chunks, and a cache given to it resumes it."""
 
+from dataclasses import replace
+
 import pytest
 
 from attntemp.evaluate import corpus, score
 from attntemp.evaluate.tasks import EvalContext, get_task
 from attntemp.tune import search
+
+OPTS = search.SearchOptions(length=384, objective="key_tokens", grid=3, iters=2)
 
 
 @pytest.fixture
@@ -31,12 +35,12 @@ def test_a_cache_resumes_the_search_without_scoring_again(tiny, counted):
     model, tok = tiny
     ctx = EvalContext(256, corpus.pool(corpus.load_text("stdlib"), "tuning"), n_docs=2, batch_size=4)
     cache: dict[float, float] = {}
-    first = search.tune_global(model, tok, 384, "key_tokens", ctx, grid=3, iters=2, cache=cache)
+    first = search.tune_global(model, tok, ctx, OPTS, cache=cache)
     assert all(len(ms) <= 2 for ms in counted)  # 4 rows a batch, 2 windows a multiplier
     assert sum(len(ms) for ms in counted) == len(cache) == len(first["curve"]) >= 5
     assert first["value"] == pytest.approx(min(v for _, v in first["curve"]))  # key-token ppl: lower is better
     counted.clear()
-    again = search.tune_global(model, tok, 384, "key_tokens", ctx, grid=3, iters=2, cache=dict(cache))
+    again = search.tune_global(model, tok, ctx, OPTS, cache=dict(cache))
     assert counted == [] and again["multiplier"] == first["multiplier"]
 
 
@@ -44,8 +48,9 @@ def test_a_score_store_resumes_the_search_without_scoring_again(tiny, counted, t
     model, tok = tiny
     ctx = EvalContext(256, corpus.pool(corpus.load_text("stdlib"), "tuning"), n_docs=2, batch_size=4)
     store = score.ScoreStore(tmp_path / "scores.db")
-    first = search.tune_global(model, tok, 384, "key_tokens", ctx, grid=3, iters=1, store=store, model_id="tiny")
+    opts, kept = replace(OPTS, iters=1), score.Kept(store, "tiny")
+    first = search.tune_global(model, tok, ctx, opts, kept=kept)
     assert store.count() == sum(len(ms) for ms in counted) >= 4
     counted.clear()
-    again = search.tune_global(model, tok, 384, "key_tokens", ctx, grid=3, iters=1, store=store, model_id="tiny")
+    again = search.tune_global(model, tok, ctx, opts, kept=kept)
     assert counted == [] and again["multiplier"] == first["multiplier"]

@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from ..evaluate.score import Kept
 from ..evaluate.task_base import eval_context, get_task
 from ..hf import preflight
 from ..hf.loading import load_model, resolve
@@ -112,7 +113,8 @@ def retrieval(plan: AdvisePlan, model: Any, result: AdviseResult) -> list[str]:
     if rec["name"] is not None and rec["name"] not in specs:
         specs[f"recommended: {rec['name']}"] = TemperatureSpec.from_dict(rec["spec"])
     ctx = eval_context(cfg, trained)
-    res = evaluate_specs(model, plan.tok, n, specs, ("passkey",), ctx, False, result.store, result.model_id)
+    kept = Kept(result.store, result.model_id) if result.store is not None else None
+    res = evaluate_specs(model, plan.tok, n, specs, ("passkey",), ctx, False, kept)
     task, names = get_task("passkey"), list(specs)
     lines = [
         f"## Retrieval at {n} tokens",
@@ -157,8 +159,26 @@ def ship(cfg: DemoConfig, result: AdviseResult, out: Path) -> list[str]:
     ]
 
 
-def run_demo(cfg: DemoConfig) -> Path:
-    """Advise, retrieval, bake; returns the report's path. A failed run leaves no empty ``out``."""
+@dataclass(frozen=True)
+class DemoResult:
+    """What the demo found: advise's result and the sections after it (retrieval, the bake, the
+    time), as ``report.md`` holds them (``markdown()``); ``report.html`` in ``out``."""
+
+    advice: AdviseResult
+    extra: str
+    page: Path
+
+    def markdown(self) -> str:
+        return self.advice.markdown() + self.extra
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``--json`` document: the page and the report's markdown."""
+        return {"report": str(self.page.resolve()), "markdown": self.markdown()}
+
+
+def run_demo(cfg: DemoConfig) -> DemoResult:
+    """Advise, retrieval, bake; returns the result (``report.html`` and ``report.md`` written in
+    ``out``). A failed run leaves no empty ``out``."""
     t0 = time.perf_counter()
     resolve(cfg.model)  # a bad --model is one line, before any progress is printed
     plan = preflight_advise(cfg)
@@ -170,5 +190,6 @@ def run_demo(cfg: DemoConfig) -> Path:
         _stage(cfg, f"retrieval at {cfg.length} tokens: {cfg.trials} passkey prompts")
         extra = ["", *retrieval(plan, model, result), *ship(cfg, result, out)]
         extra.append(f"Total time: {time.perf_counter() - t0:.0f} s ({torch.get_num_threads()} CPU threads).")
-        write_advice(result, out, "\n".join(extra) + "\n")
-    return out / "report.html"
+        text = "\n".join(extra) + "\n"
+        write_advice(result, out, text)
+    return DemoResult(result, text, out / "report.html")

@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from ..evaluate.corpus import load_text
-from ..evaluate.score import ScoreStore, merged, model_identity, score_many
+from ..evaluate.score import Kept, ScoreStore, merged, model_identity, score_many
 from ..evaluate.task_base import EvalContext, eval_context, tuning_context
 from ..hf.loading import load_model
 from ..hf.rope_scaling import rope_for
 from ..ops.spec import TemperatureSpec
 from ..report.html import markdown_to_html
-from ..tune.search import tune_global
+from ..tune.search import SearchOptions, tune_global
 from ..utils import outputs
 from . import diagnose, report
 from .candidates import BASELINE, Candidate, candidates, tuned_yarn, with_engines
@@ -148,9 +148,8 @@ def _tuned(plan: AdvisePlan, model, tok, tctx: EvalContext, store, model_id: str
     cfg = plan.cfg
     spare = replace(tctx, window_range=(cfg.race_windows, cfg.race_windows + plan.spare))
     yarn = rope_for("yarn", cfg.length, plan.trained)
-    found = tune_global(
-        model, tok, cfg.length, cfg.objective, spare, yarn, (0.8, 1.6), 5, 3, False, None, store, model_id
-    )
+    opts = SearchOptions(length=cfg.length, objective=cfg.objective, rope=yarn, bracket=(0.8, 1.6), grid=5, iters=3)
+    found = tune_global(model, tok, spare, opts, kept=Kept(store, model_id))
     count.rows["tuning"] = len(found["curve"]) * plan.spare
     return tuned_yarn(cfg.length, plan.trained, float(found["multiplier"]))
 

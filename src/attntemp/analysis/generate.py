@@ -31,7 +31,7 @@ from ..hf.patch import patch
 from ..ops.spec import TemperatureSpec
 from ..utils import checks, options, outputs
 from ..utils.options import option
-from .monitor import Monitor, Step
+from .monitor import FlagOptions, Monitor, Step
 from .monitor_plot import plot_monitor
 from .reference_profile import DEFAULT_QUANTILE, DEFAULT_WINDOW, FLAGS, Reference, reference
 
@@ -106,10 +106,43 @@ def _stream(path: Path) -> bool:
     return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)
 
 
-def preflight_generate(cfg: GenerateConfig) -> tuple[str, TemperatureSpec | None, Reference | None]:
+@dataclass(frozen=True)
+class GeneratePlan:
+    """What :func:`run_generate` consumes: the prompt read, the spec and the saved reference loaded."""
+
+    cfg: GenerateConfig
+    prompt: str
+    spec: TemperatureSpec | None
+    reference: Reference | None
+
+
+@dataclass(frozen=True)
+class GenerateResult:
+    """What a generation did: its summary (tokens, time, the text, the folder, the monitor's flags)."""
+
+    summary: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.summary
+
+    def markdown(self) -> str:
+        """The run in one line for a person: tokens, time, the folder, and the monitor's flags."""
+        s = self.summary
+        line = (
+            f"generated {s['new_tokens']} tokens after a prompt of {s['prompt_tokens']} in "
+            f"{s['seconds']:.1f} s; wrote {s['out']}/generated.txt"
+        )
+        if "steps" in s:
+            flags = ", ".join(f"{k} {v}" for k, v in s["flag_counts"].items() if v) or "none"
+            stopped = "; stopped by the monitor" if s["stopped_by_monitor"] else ""
+            line += f" and monitor.jsonl ({s['steps']} steps recorded, flags: {flags}{stopped})"
+        return line
+
+
+def preflight_generate(cfg: GenerateConfig) -> GeneratePlan:
     """Before the model loads: ``out``, the prompt (non-empty UTF-8), the spec against the model's
     config, the memory of a forward over prompt + new tokens, and the saved reference; returns the
-    prompt, spec and reference."""
+    plan: the prompt, spec and reference."""
     outputs.check_out(cfg.out, GENERATE_RESULTS, cfg.overwrite)
     try:
         prompt = Path(cfg.prompt_file).read_text(encoding="utf-8")
@@ -130,7 +163,7 @@ def preflight_generate(cfg: GenerateConfig) -> tuple[str, TemperatureSpec | None
         raise ValueError(f"reference={cfg.reference!r} is not a reference profile: not UTF-8 ({exc.reason})") from None
     except (KeyError, TypeError, AttributeError, ValueError) as exc:  # ValueError: JSON, arrays
         raise ValueError(f"reference={cfg.reference!r} is not a reference profile ({exc})") from None
-    return prompt, spec, ref
+    return GeneratePlan(cfg, prompt, spec, ref)
 
 
 def check_reference_text(cfg: GenerateConfig, trained: int | None) -> None:
@@ -222,10 +255,12 @@ def _generate(
     return out.cpu()
 
 
-def run_generate(cfg: GenerateConfig, stream: bool = True) -> dict[str, Any]:
-    """Generate, monitor when asked, write the outputs under ``cfg.out``; returns a summary (with
-    the text). ``stream=False`` keeps stdout for the caller (the step lines still go to stderr)."""
-    prompt, spec, ref = preflight_generate(cfg)
+def run_generate(cfg: GenerateConfig, stream: bool = True) -> GenerateResult:
+    """Generate, monitor when asked, write the outputs under ``cfg.out``; returns the result (its
+    summary holds the text). ``stream=False`` keeps stdout for the caller (the step lines still go
+    to stderr)."""
+    plan = preflight_generate(cfg)
+    prompt, spec, ref = plan.prompt, plan.spec, plan.reference
     model, tok = load_model(cfg.model, **cfg.load_args())
     ids = tok(prompt, return_tensors="pt").input_ids  # [1, P]
     mon = None
@@ -233,7 +268,7 @@ def run_generate(cfg: GenerateConfig, stream: bool = True) -> dict[str, Any]:
         trained = trained_length(model)
         ref = ref or reference(model, cfg.reference_text, trained, tokenizer=tok, n_docs=cfg.reference_docs)
         stop = _stop_callback(cfg.stop_on)
-        mon = Monitor(model, ref, cfg.every, callback=stop, window=cfg.window, quantile=cfg.quantile)
+        mon = Monitor(model, ref, cfg.every, callback=stop, flags=FlagOptions(cfg.window, cfg.quantile))
     t0 = time.perf_counter()
     out = _generate(model, tok, ids, cfg, mon, spec, stream)
     seconds = time.perf_counter() - t0
@@ -249,7 +284,7 @@ def run_generate(cfg: GenerateConfig, stream: bool = True) -> dict[str, Any]:
         summary["out"] = str(folder)
         if mon is not None and ref is not None:
             summary.update(_save_monitor(mon, ref, folder, _tokens(tok, out, ids.shape[1]), cfg))
-    return summary
+    return GenerateResult(summary)
 
 
 def _save_monitor(mon: Monitor, ref: Reference, folder: Path, tokens, cfg: GenerateConfig) -> dict[str, Any]:

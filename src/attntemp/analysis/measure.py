@@ -26,6 +26,22 @@ from ..ops.spec import TemperatureSpec
 from ..utils import checks
 
 
+@dataclass(frozen=True)
+class StatOptions:
+    """What the statistics count: the first ``sink_tokens`` keys as the sink and the last
+    ``recent_tokens`` as recent, over ``n_buckets`` query-position buckets; ``budget_bytes``: the
+    most bytes of attention weights materialised at once (blocks of queries beyond it)."""
+
+    sink_tokens: int = 4
+    recent_tokens: int = 64
+    n_buckets: int = 16
+    budget_bytes: int = 64 * 2**20
+
+    def __post_init__(self) -> None:
+        checks.positive_int("sink_tokens", self.sink_tokens)
+        checks.positive_int("recent_tokens", self.recent_tokens)
+
+
 def bucket_edges(length: int, positions: str | Sequence[int] = "buckets", n_buckets: int = 16) -> list[int]:
     """Query-position bucket edges: ``n_buckets`` equal-width buckets, or the given edges."""
     if isinstance(positions, str):
@@ -149,9 +165,9 @@ class StatsComparison:
 class _Probe:
     """Collects per-layer statistics during the forward."""
 
-    def __init__(self, edges, sink_tokens, recent_tokens, budget_bytes, bar):
-        self.edges, self.sink, self.recent = edges, sink_tokens, recent_tokens
-        self.budget, self.bar = budget_bytes, bar
+    def __init__(self, edges: list[int], opts: StatOptions, bar: tqdm):
+        self.edges, self.sink, self.recent = edges, opts.sink_tokens, opts.recent_tokens
+        self.budget, self.bar = opts.budget_bytes, bar
         self.layers: dict[int, dict[str, np.ndarray]] = {}
 
     def __call__(self, module, query, key, m, scaling, kwargs):
@@ -178,22 +194,19 @@ def measure(
     input_ids: torch.Tensor,
     spec: TemperatureSpec | None = None,
     positions: str | Sequence[int] = "buckets",
-    sink_tokens: int = 4,
-    recent_tokens: int = 64,
-    n_buckets: int = 16,
-    budget_bytes: int = 64 * 2**20,
+    opts: StatOptions | None = None,
     progress: bool = True,
 ) -> AttentionStats:
     """Attention statistics of ``model`` on ``input_ids`` ``[B, L]`` (patched with ``spec``, if any):
     entropy, normalised entropy, largest weight, sink and recent mass, mean distance, per layer,
-    head and query-position bucket. See :mod:`attntemp.ops.attention_stats` for the definitions."""
-    checks.positive_int("sink_tokens", sink_tokens)
-    checks.positive_int("recent_tokens", recent_tokens)
+    head and query-position bucket (``opts``: :class:`StatOptions`, its defaults without one). See
+    :mod:`attntemp.ops.attention_stats` for the definitions."""
+    opts = opts or StatOptions()
     length = int(input_ids.shape[-1])
-    edges = bucket_edges(length, positions, n_buckets)
+    edges = bucket_edges(length, positions, opts.n_buckets)
     mods = attention_modules(model)
     with tqdm(total=len(mods), desc=f"measure L={length}", disable=not progress, leave=False) as bar:
-        probe = _Probe(edges, sink_tokens, recent_tokens, budget_bytes, bar)
+        probe = _Probe(edges, opts, bar)
         with probing(model, spec or TemperatureSpec(), probe):
             run_decoder(model, input_ids)
     stats = {k: np.stack([probe.layers[i][k] for i in sorted(probe.layers)]) for k in STATS}
@@ -204,4 +217,4 @@ def measure(
         "spec": None if spec is None else spec.to_dict(),
         "batch": int(input_ids.shape[0]),
     }
-    return AttentionStats(stats, edges, length, sink_tokens, recent_tokens, meta)
+    return AttentionStats(stats, edges, length, opts.sink_tokens, opts.recent_tokens, meta)

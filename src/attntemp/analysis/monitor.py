@@ -141,15 +141,23 @@ class _Stopper(StoppingCriteria):
         return done  # type: ignore[return-value]
 
 
+@dataclass(frozen=True)
+class FlagOptions:
+    """Flags: a trailing mean over ``window`` steps past a margin (the reference's ``quantile``, or ``margins``)."""
+
+    window: int = DEFAULT_WINDOW
+    quantile: float = DEFAULT_QUANTILE
+    margins: dict[str, float] | None = None
+
+
 class Monitor:
     """The context manager ``attntemp.monitor(...)`` returns; ``steps`` holds a :class:`Step` per
     recorded step.
 
     ``reference``: a :class:`Reference` or an ``AttentionStats`` at the trained length (None: no
     flags); ``every``: record every k-th generated token; ``callback(step)``: after each recorded
-    step, may return ``"stop"`` or a spec; ``window``, ``quantile``: the flags' trailing mean and
-    the reference quantile of their margins; ``margins``: fixed margins per flag instead;
-    ``sink_tokens``, ``recent_tokens``: default the reference's (4 and 64 without one)."""
+    step, may return ``"stop"`` or a spec; ``flags``: :class:`FlagOptions`; ``sink_tokens``,
+    ``recent_tokens``: default the reference's (4 and 64 without one)."""
 
     def __init__(
         self,
@@ -158,17 +166,16 @@ class Monitor:
         every: int = 1,
         *,
         callback: Callable[[Step], Any] | None = None,
-        window: int = DEFAULT_WINDOW,
-        quantile: float = DEFAULT_QUANTILE,
-        margins: dict[str, float] | None = None,
+        flags: FlagOptions | None = None,
         sink_tokens: int | None = None,
         recent_tokens: int | None = None,
     ):
+        flags = flags or FlagOptions()
         self.model, self.every, self.callback = model, checks.positive_int("every", every), callback
-        self.window = checks.positive_int("window", window)
+        self.window = checks.positive_int("window", flags.window)
         self.reference = Reference.from_stats(reference) if isinstance(reference, AttentionStats) else reference
         self.sink_tokens, self.recent_tokens = self._windows(sink_tokens, recent_tokens)
-        self.margins = self._margins(quantile, margins or {})
+        self.margins = self._margins(flags.quantile, flags.margins or {})
         table = [np.resize(self.margins[f], self.window) for f in FLAGS] if self.margins else []
         self._table = np.stack(table) if table else np.zeros((0, self.window))  # [flags, window]
         self._sizes = (self.sink_tokens, self.recent_tokens)
@@ -377,6 +384,7 @@ class _MonitorFactory:
 
     reference = staticmethod(reference)
     load_reference = staticmethod(Reference.load)
+    FlagOptions = FlagOptions
     FLAGS = FLAGS
     STOP = STOP
 

@@ -38,7 +38,7 @@ from ..hf.patch import is_patched, probes, probing, run_decoder
 from ..ops.attention_stats import attention_stats
 from ..ops.spec import TemperatureSpec
 from ..utils import checks
-from .measure import AttentionStats
+from .measure import AttentionStats, StatOptions
 
 STEP_STATS = ("entropy", "norm_entropy", "sink_mass", "recent_mass")
 # flag -> (statistic, direction): raised when direction * shift > margin
@@ -262,21 +262,19 @@ def reference(
     tokenizer: Any = None,
     n_docs: int = 16,
     start: int | None = None,
-    sink_tokens: int = 4,
-    recent_tokens: int = 64,
     batch_size: int = 4,
-    budget_bytes: int = 64 * 2**20,
+    opts: StatOptions | None = None,
 ) -> Reference:
     """The reference profile of ``model`` as it is (patched or not) at ``length`` tokens (default:
-    its trained length) on ``n_docs`` rows of ``text``: a source name, strings or ids ``[n, L]``."""
+    its trained length) on ``n_docs`` rows of ``text``: a source name, strings or ids ``[n, L]``
+    (``opts``: the sink and recent windows and the block budget, :class:`StatOptions`)."""
+    opts = opts or StatOptions()
     length = checks.positive_int("length", length or trained_length(model))
     start = length // 2 if start is None else start
     if not 0 <= start < length:
         raise ValueError(f"start={start} is not allowed; expected 0 <= start < length={length}")
-    checks.positive_int("sink_tokens", sink_tokens)
-    checks.positive_int("recent_tokens", recent_tokens)
     ids = _ids(model, text, length, tokenizer, checks.positive_int("n_docs", n_docs))  # [n, length]
-    collect = _Collect(start, sink_tokens, recent_tokens, budget_bytes)
+    collect = _Collect(start, opts.sink_tokens, opts.recent_tokens, opts.budget_bytes)
     with probed(model, collect):
         for a in range(0, len(ids), checks.positive_int("batch_size", batch_size)):
             run_decoder(model, ids[a : a + batch_size])

@@ -21,13 +21,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    cfg = from_args(CalibrateConfig, args)
-    report, table = run_calibration(cfg)
-    state = "converged" if report["converged"] else "NOT converged (optimum at the edge of [1e-2, 1e2])"
-    human = (
-        f"Temperature scaling (Guo et al. 2017): T = {report['temperature']:.4f} divides the logits "
-        f"(m = 1/T = {report['multiplier']:.4f}); {report['method']}, {state}, {report['n']} positions, "
-        f"{cfg.bins} bins.\n\n{table}\n\nwrote {cfg.out}/reliability.png and {cfg.out}/calibration.json"
-    )
-    emit(args, human, {**report, "out": cfg.out})
+    result = run_calibration(from_args(CalibrateConfig, args))
+    emit(args, result.markdown(), result.to_dict())
     return 0

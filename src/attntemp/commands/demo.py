@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from ..advise.demo import MODEL_DEFAULTS, DemoConfig, demo_config, run_demo
 from ..utils.options import add_options, from_args, show
@@ -21,8 +20,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    cfg = from_args(DemoConfig, args, build=demo_config)
-    page = run_demo(cfg)
-    md = (Path(cfg.out) / "report.md").read_text()
-    emit(args, f"{md}\nreport: {page.resolve()}", {"report": str(page.resolve()), "markdown": md})
+    result = run_demo(from_args(DemoConfig, args, build=demo_config))
+    emit(args, f"{result.markdown()}\nreport: {result.page.resolve()}", result.to_dict())
     return 0

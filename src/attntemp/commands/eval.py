@@ -17,6 +17,5 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     result = run_eval(from_args(EvalHarnessConfig, args))
-    human = f"{result.table}\n\n{len(result.rows)} rows; wrote {result.out}"
-    emit(args, human, {"out": str(result.out), "rows": result.rows})
+    emit(args, result.markdown(), result.to_dict())
     return 0

@@ -17,7 +17,5 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     result = run_measure(from_args(MeasureConfig, args))
-    said = f"wrote stats.json, summary.md and {', '.join(result['plots'])} to {result['out']}"
-    human = f"{result['table']}\n\nmean entropy {result['mean_entropy']:.4f} nats; {said}"
-    emit(args, human, {k: v for k, v in result.items() if k != "table"})
+    emit(args, result.markdown(), result.to_dict())
     return 0

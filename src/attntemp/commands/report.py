@@ -17,6 +17,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     cfg = from_args(ReportConfig, args)
-    md, page = build_report(cfg.dir, cfg.progress, cfg.overwrite)
-    emit(args, f"{md.read_text()}\nreport: {page}", {"report": str(page), "markdown": md.read_text()})
+    result = build_report(cfg.dir, cfg.progress, cfg.overwrite)
+    emit(args, f"{result.markdown()}\nreport: {result.page}", result.to_dict())
     return 0

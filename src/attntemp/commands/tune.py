@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from ..tune.runner import TuneConfig, run_tune
 from ..utils.options import add_options, from_args
@@ -17,8 +16,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    cfg = from_args(TuneConfig, args)
-    evidence = run_tune(cfg)
-    human = (Path(cfg.out) / "evidence.md").read_text() + f"\nspec: {cfg.out}/spec.json"
-    emit(args, human, {"spec_file": f"{cfg.out}/spec.json", **evidence})
+    result = run_tune(from_args(TuneConfig, args))
+    emit(args, result.markdown(), result.to_dict())
     return 0

@@ -123,6 +123,12 @@ class HarnessResult:
     table: str
     out: Path | None = None
 
+    def to_dict(self) -> dict[str, Any]:  # the --json document
+        return {"out": str(self.out), "rows": self.rows}
+
+    def markdown(self) -> str:
+        return f"{self.table}\n\n{len(self.rows)} rows; wrote {self.out}"
+
 
 # ----------------------------------------------------------------------------- lm-eval, checked
 def require_lm_eval() -> None:
@@ -183,6 +189,19 @@ class Settings:
     max_length: int = MAX_LENGTH
     bootstrap_iters: int = 100000
     samples: dict[str, list[int]] | None = None  # with ``limit``: the documents per task (per length for RULER)
+
+
+@dataclass(frozen=True, kw_only=True)
+class HarnessOptions(Settings):
+    """:func:`harness`'s options: how lm-eval runs (:class:`Settings`), more task folders, the seed of
+    the paired intervals, ``out``, lm-eval's log lines and every task's ``metadata``."""
+
+    include_path: Sequence[str | os.PathLike[str]] = ()
+    seed: int = 0
+    out: str | os.PathLike[str] | None = None
+    overwrite: bool = False
+    lm_eval_logs: bool = False
+    metadata: dict[str, Any] | None = None
 
 
 def prepare(
@@ -253,19 +272,10 @@ def harness(
     tokenizer: Any,
     spec: TemperatureSpec | str | os.PathLike[str],
     tasks: Sequence[str],
-    *,
-    include_path: Sequence[str | os.PathLike[str]] = (),
-    limit: int | None = None,
-    batch_size: int = 1,
-    max_length: int = MAX_LENGTH,
-    bootstrap_iters: int = 100000,
-    seed: int = 0,
-    out: str | os.PathLike[str] | None = None,
-    overwrite: bool = False,
-    lm_eval_logs: bool = False,
-    metadata: dict[str, Any] | None = None,
+    opts: HarnessOptions | None = None,
 ) -> HarnessResult:
-    """lm-eval ``tasks`` on ``model`` without ``spec`` and with it (``attntemp.patch``), paired.
+    """lm-eval ``tasks`` on ``model`` without ``spec`` and with it (``attntemp.patch``), paired, as
+    ``opts`` says (:class:`HarnessOptions`).
 
     ``max_length`` is lm-eval's prompt budget (longer prompts lose their start); HFLM would
     otherwise take the model's ``max_position_embeddings``, which attntemp runs past. With
@@ -273,19 +283,20 @@ def harness(
     ``comparison.json`` and ``comparison.md`` (a non-empty ``out`` needs ``overwrite``).
     ``metadata`` goes to every task (RULER: ``max_seq_lengths``); ``tokenizer`` is passed in it.
     """
+    o = opts or HarnessOptions()
     spec = spec if isinstance(spec, TemperatureSpec) else TemperatureSpec.load(Path(spec))
-    user = task_metadata(json.dumps(metadata)) if metadata else {}
-    check_metadata(user, max_length)
+    user = task_metadata(json.dumps(o.metadata)) if o.metadata else {}
+    check_metadata(user, o.max_length)
     require_lm_eval()
-    if out is not None:
-        check_eval_out(Path(out), overwrite)
-    with lm_eval_logging(lm_eval_logs), tempfile.TemporaryDirectory() as tmp:
+    if o.out is not None:
+        check_eval_out(Path(o.out), o.overwrite)
+    with lm_eval_logging(o.lm_eval_logs), tempfile.TemporaryDirectory() as tmp:
         meta_ = {"tokenizer": tokenizer_source(tokenizer, Path(tmp) / "tokenizer")} | user
-        settings = Settings(limit, batch_size, max_length, bootstrap_iters)
-        manager, names_, settings = prepare(tasks, include_path, metadata=meta_, settings=settings)
+        settings = Settings(o.limit, o.batch_size, o.max_length, o.bootstrap_iters)
+        manager, names_, settings = prepare(tasks, o.include_path, metadata=meta_, settings=settings)
         runs = both_runs(model, tokenizer, spec, names_, manager, settings)
-    meta = {"spec": spec.to_dict(), "tasks": names_, "limit": limit, "max_length": max_length, "metadata": user}
-    return finish(runs, seed, None if out is None else Path(out), meta)
+    meta = {"spec": spec.to_dict(), "tasks": names_, "limit": o.limit, "max_length": o.max_length, "metadata": user}
+    return finish(runs, o.seed, None if o.out is None else Path(o.out), meta)
 
 
 # ----------------------------------------------------------------------------- outputs

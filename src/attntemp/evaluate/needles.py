@@ -109,7 +109,7 @@ def documents(tok: Any, length: int, ctx: EvalContext) -> list[NeedleDocument]:
     if not hay_docs:
         raise ValueError(f"no haystack document for length={length}: give --gutenberg or a text")
     rng = random.Random(ctx.seed)
-    k = ctx.needles_per_forward
+    k = ctx.needles_k
     if k > MAX_NEEDLES:
         raise ValueError(f"needles_per_forward={k} is not allowed; expected at most {MAX_NEEDLES}")
     out = []

@@ -140,6 +140,14 @@ class ScoreStore:
         self.db.close()
 
 
+@dataclass(frozen=True)
+class Kept:
+    """Where scores are kept: the store, and the model's identity in it (:func:`model_identity`)."""
+
+    store: ScoreStore
+    model_id: str = ""
+
+
 def base_of(spec: TemperatureSpec) -> TemperatureSpec:
     """``spec`` with its global multiplier 1: specs with one base run as one batched forward."""
     return spec if spec.multiplier == 1.0 else TemperatureSpec.from_dict({**spec.to_dict(), "multiplier": 1.0})

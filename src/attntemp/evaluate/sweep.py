@@ -16,7 +16,7 @@ Lengths, memory and ``out`` are checked before the model loads (:mod:`.limits`).
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +33,20 @@ from .tasks import EvalOptions, eval_context
 __all__ = ["LOCK_FILE", "Store", "SweepConfig", "check_resumable", "preflight_sweep", "run_sweep"]
 
 
-def preflight_sweep(cfg: SweepConfig, model=None, tok=None) -> tuple[Any, dict[str, Any]]:
+@dataclass(frozen=True)
+class SweepPlan:
+    """What a sweep consumes, worked out once by :func:`preflight_sweep`."""
+
+    cfg: SweepConfig  # the needles per forward fitted to the lengths
+    tok: Any
+    trained: int | None  # L0 (--trained-length, the model's or its config's); None: read off the loaded model
+    settings: dict[str, Any]  # what the database records (:data:`SETTINGS`)
+
+
+def preflight_sweep(cfg: SweepConfig, model=None, tok=None) -> SweepPlan:
     """Before the model loads: each length long enough for each task (the tokenizer alone), each
-    forward within the memory available; returns the tokenizer and the settings to record."""
+    forward within the memory available; returns the plan: the tokenizer, the needles fitted, the
+    trained length and the settings to record."""
     config = model.config.to_dict() if model is not None else preflight.source_config(cfg.model)
     tok = tok if tok is not None else preflight.load_tokenizer(cfg.model)
     trained = cfg.trained_length or (
@@ -52,7 +63,7 @@ def preflight_sweep(cfg: SweepConfig, model=None, tok=None) -> tuple[Any, dict[s
     files = {"model_files": preflight.fingerprint(cfg.model), "model_weights": preflight.weights_digest(cfg.model)}
     used = {"key_distance": cfg.key_distance or max(1, (trained or 2) // 2)}  # the value used, typed or not
     found = {**asdict(cfg), "dtype": dtype, "trained_length": trained, **files, **used}
-    return tok, {k: found.get(k) for k in SETTINGS}
+    return SweepPlan(cfg, tok, trained, {k: found.get(k) for k in SETTINGS})
 
 
 def check_resumable(out: str | Path, opts: EvalOptions) -> None:
@@ -91,11 +102,11 @@ def run_sweep(cfg: SweepConfig, model=None, tok=None) -> Store:
     db = out / "sweep.db"
     existed = db.exists()
     with outputs.output_folder(out, scratch=(LOCK_FILE,)), outputs.exclusive(out / LOCK_FILE, "sweep"):
-        tok, settings = preflight_sweep(cfg, model, tok)
-        given, cfg = cfg, replace(cfg, needles_per_forward=settings["needles_per_forward"])  # fitted to the lengths
+        plan = preflight_sweep(cfg, model, tok)
+        given, cfg = cfg, plan.cfg
         store = Store(db)
         try:
-            store.check_settings(settings)
+            store.check_settings(plan.settings)
             limits.say_needles(given, cfg, cfg.lengths)
             for length in cfg.lengths:  # stored multipliers that only share a key: refused before loading
                 for rope in cfg.rope:
@@ -104,7 +115,7 @@ def run_sweep(cfg: SweepConfig, model=None, tok=None) -> Store:
             if cfg.workers > 1 or cfg.ray_address:
                 store.close()
                 return run_distributed(cfg)
-            return _run_here(cfg, store, model, tok)
+            return _run_here(plan, store, model)
         except BaseException:
             _drop_if_empty(store, db, existed)
             raise
@@ -122,12 +133,13 @@ def _drop_if_empty(store: Store, db: Path, existed: bool) -> None:
             p.unlink(missing_ok=True)
 
 
-def _run_here(cfg: SweepConfig, store: Store, model=None, tok=None) -> Store:
+def _run_here(plan: SweepPlan, store: Store, model=None) -> Store:
     """The sweep in this process (store opened and its settings checked)."""
+    cfg, tok = plan.cfg, plan.tok
     store.log_run(cfg)
     if model is None:
-        model, tok = load_model(cfg.model, **cfg.load_args())
-    trained = cfg.trained_length or introspect.trained_length(model)
+        model, _ = load_model(cfg.model, **cfg.load_args())
+    trained = plan.trained or introspect.trained_length(model)
     store.set_trained_length(trained)
     ctx = eval_context(cfg, trained)
     total = len(cfg.lengths) * len(cfg.rope) * len(cfg.tasks) * len(cfg.multipliers)

@@ -14,7 +14,7 @@ import abc
 import hashlib
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from ..hf.loading import ModelOptions
@@ -31,7 +31,7 @@ MAX_NEEDLES = 64  # distinct keys the needles task has words for
 
 
 def check_distant(opts: Any) -> None:
-    """The key_tokens and needles options of ``opts`` (an EvalOptions or EvalContext), naming the field."""
+    """The key_tokens and needles options of ``opts`` (an :class:`EvalSettings`), naming the field."""
     if checks.positive_int("key_ngram", opts.key_ngram) > 64:
         raise ValueError(f"key_ngram={opts.key_ngram} is not allowed; expected an integer in [1, 64]")
     if opts.key_distance is not None:
@@ -82,64 +82,16 @@ class Metric:
         return self.interval_rule.null
 
 
-@dataclass(frozen=True)
-class EvalContext:
-    """What every task needs besides the model: trained length, text and sizes."""
-
-    trained_length: int
-    docs: Sequence[corpus.Document] = field(default=(), repr=False)
-    n_docs: int = 4
-    trials: int = 20
-    seed: int = 0
-    depths: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
-    batch_size: int = 16
-    haystack: Sequence[corpus.Document] = field(default=(), repr=False)
-    tuning_docs: Sequence[corpus.Document] = field(default=(), repr=False)  # the other pool: tuners use it
-    key_ngram: int = KEY_NGRAM  # key_tokens: the context n-gram's length
-    key_distance: int | None = None  # key_tokens: K, how far back its evidence lies (None: trained length / 2)
-    key_evaluator: str | None = None  # key_tokens: LongPPL's rule with this model instead of the n-gram rule
-    key_alpha: float = KEY_ALPHA
-    key_beta: float = KEY_BETA
-    needles_per_forward: int = NEEDLES_PER_FORWARD  # needles: k keyed facts scored in one forward
-    # score only windows (or trials) [a, b) of the n_docs (trials) drawn: a race scores a block at a time
-    window_range: tuple[int, int] | None = None
-
-    def __post_init__(self) -> None:
-        checks.positive_int("trained_length", self.trained_length)
-        checks.positive_int("n_docs", self.n_docs)
-        checks.positive_int("trials", self.trials)
-        check_distant(self)
-        if self.window_range is not None:
-            a, b = self.window_range
-            if not (isinstance(a, int) and isinstance(b, int) and 0 <= a < b):
-                raise ValueError(f"window_range={self.window_range!r} is not allowed; expected (a, b) with 0 <= a < b")
-
-    def pick(self, rows: Sequence[Any]) -> Sequence[Any]:
-        """The rows of :attr:`window_range` (all of them without one); refused past the last row."""
-        if self.window_range is None:
-            return rows
-        a, b = self.window_range
-        if b > len(rows):
-            raise ValueError(f"window_range={self.window_range!r} is not allowed: only {len(rows)} windows were drawn")
-        return rows[a:b]
-
-    @property
-    def key_span(self) -> int:
-        """K: the key-token distance given, or half the trained length."""
-        return self.key_distance or max(1, self.trained_length // 2)
-
-
 @dataclass(frozen=True, kw_only=True)
-class EvalOptions(ModelOptions):
-    """What every command that evaluates takes: the model, the text and the evaluation's sizes."""
+class EvalSettings:
+    """What picks and scores the windows besides the text, declared once: the sizes and seed, the
+    key-token rule and the needles' count. The evaluating commands take them as flags
+    (:class:`EvalOptions`) and every task reads them off its :class:`EvalContext`; both are these."""
 
-    text: str = option("stdlib", "held-out text: stdlib, gutenberg:<book>, a file or a folder")
     n_docs: int = option(16, "held-out documents (windows) per evaluation", flag="--docs")
     trials: int = option(50, "passkey / needle trials per point (and depth)")
     seed: int = option(0, "seed of the passkey and needle keys and depths")
     batch_size: int = option(16, "rows per forward (one row per window and multiplier)")
-    gutenberg: str | None = option(None, "needle haystack, e.g. gutenberg:melville-moby_dick")
-    progress: bool = option(True, "no progress bars", flag="--quiet", invert=True)
     key_ngram: int = option(KEY_NGRAM, "key_tokens: a token is key when its preceding n-gram of this many tokens ...")
     key_distance: int | None = option(
         None,
@@ -166,14 +118,73 @@ class EvalOptions(ModelOptions):
         checks.positive_int("trials", self.trials)
         checks.positive_int("batch_size", self.batch_size)
         check_distant(self)
-        if self.gutenberg is not None and not self.gutenberg.strip():
-            raise ValueError(f"gutenberg={self.gutenberg!r} is empty; expected gutenberg:<book>, a file or a folder")
         for name, default in (("key_alpha", KEY_ALPHA), ("key_beta", KEY_BETA)):
             if self.key_evaluator is None and getattr(self, name) != default:
                 raise ValueError(
                     f"{name}={getattr(self, name)!r} is not allowed without key_evaluator=MODEL: it is a threshold of "
                     "LongPPL's rule, which only an evaluator model applies; add one, or leave it out"
                 )
+
+    def eval_settings(self) -> dict[str, Any]:
+        """These fields by name: what an :class:`EvalContext` is built with."""
+        return {f.name: getattr(self, f.name) for f in fields(EvalSettings)}
+
+
+@dataclass(frozen=True)
+class EvalContext(EvalSettings):
+    """What every task needs besides the model: the trained length, the text, and the
+    :class:`EvalSettings` (``needles_per_forward`` None: :data:`NEEDLES_PER_FORWARD`)."""
+
+    trained_length: int
+    docs: Sequence[corpus.Document] = field(default=(), repr=False)
+    depths: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
+    haystack: Sequence[corpus.Document] = field(default=(), repr=False)
+    tuning_docs: Sequence[corpus.Document] = field(default=(), repr=False)  # the other pool: tuners use it
+    # score only windows (or trials) [a, b) of the n_docs (trials) drawn: a race scores a block at a time
+    window_range: tuple[int, int] | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        checks.positive_int("trained_length", self.trained_length)
+        if self.needles_per_forward is None:
+            object.__setattr__(self, "needles_per_forward", NEEDLES_PER_FORWARD)  # frozen: set once, here
+        if self.window_range is not None:
+            a, b = self.window_range
+            if not (isinstance(a, int) and isinstance(b, int) and 0 <= a < b):
+                raise ValueError(f"window_range={self.window_range!r} is not allowed; expected (a, b) with 0 <= a < b")
+
+    def pick(self, rows: Sequence[Any]) -> Sequence[Any]:
+        """The rows of :attr:`window_range` (all of them without one); refused past the last row."""
+        if self.window_range is None:
+            return rows
+        a, b = self.window_range
+        if b > len(rows):
+            raise ValueError(f"window_range={self.window_range!r} is not allowed: only {len(rows)} windows were drawn")
+        return rows[a:b]
+
+    @property
+    def key_span(self) -> int:
+        """K: the key-token distance given, or half the trained length."""
+        return self.key_distance or max(1, self.trained_length // 2)
+
+    @property
+    def needles_k(self) -> int:
+        """Needles per forward, as an int (:meth:`__post_init__` filled in the default)."""
+        return self.needles_per_forward or NEEDLES_PER_FORWARD
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvalOptions(EvalSettings, ModelOptions):
+    """What every command that evaluates takes: the model, the text and the evaluation's settings."""
+
+    text: str = option("stdlib", "held-out text: stdlib, gutenberg:<book>, a file or a folder")
+    gutenberg: str | None = option(None, "needle haystack, e.g. gutenberg:melville-moby_dick")
+    progress: bool = option(True, "no progress bars", flag="--quiet", invert=True)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.gutenberg is not None and not self.gutenberg.strip():
+            raise ValueError(f"gutenberg={self.gutenberg!r} is empty; expected gutenberg:<book>, a file or a folder")
 
 
 def eval_context(opts: EvalOptions, trained_length: int, tuning: bool = False) -> EvalContext:
@@ -187,22 +198,7 @@ def eval_context(opts: EvalOptions, trained_length: int, tuning: bool = False) -
     evaluation, tuners = corpus.pool(docs, "evaluation"), corpus.pool(docs, "tuning")
     if not evaluation or not tuners:
         tuners, evaluation = corpus.halves(docs) if tuning else ([], list(docs))
-    return EvalContext(
-        trained_length,
-        evaluation,
-        opts.n_docs,
-        opts.trials,
-        opts.seed,
-        batch_size=opts.batch_size,
-        haystack=hay,
-        tuning_docs=tuners,
-        key_ngram=opts.key_ngram,
-        key_distance=opts.key_distance,
-        key_evaluator=opts.key_evaluator,
-        key_alpha=opts.key_alpha,
-        key_beta=opts.key_beta,
-        needles_per_forward=opts.needles_per_forward or NEEDLES_PER_FORWARD,
-    )
+    return EvalContext(trained_length, evaluation, haystack=hay, tuning_docs=tuners, **opts.eval_settings())
 
 
 def tuning_context(ctx: EvalContext) -> EvalContext:

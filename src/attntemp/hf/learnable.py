@@ -79,7 +79,6 @@ class LearnableTemperatures(nn.Module):
         schedule: str | None = None,
         trained_length: int | None = None,
         dtype: torch.dtype = torch.float32,
-        device: torch.device | str | None = None,
         learn_temperature: bool = True,
     ) -> None:
         super().__init__()
@@ -92,7 +91,7 @@ class LearnableTemperatures(nn.Module):
         self.trained_length = None
         if schedule is not None:
             self.trained_length = checks.positive_int("trained_length", trained_length)
-        table = _init_table(init, num_layers, num_heads, granularity).to(dtype=dtype, device=device)
+        table = _init_table(init, num_layers, num_heads, granularity).to(dtype)  # on the CPU: .to(device) moves it
         self.log_m = nn.Parameter(table, requires_grad=learn_temperature and schedule != "log_length_slope")
         self.slope = nn.Parameter(torch.zeros_like(table)) if schedule else None
         self.base = TemperatureSpec()  # the spec applied under it (set by apply_learnable)
@@ -184,8 +183,8 @@ def apply_learnable(
     dtype = torch.float64 if weight.dtype == torch.float64 else torch.float32
     heads = model_geometry(model).num_heads
     temps = LearnableTemperatures(
-        len(attention_modules(model)), heads, granularity, init, schedule, l0, dtype, weight.device, learn_temperature
-    )
+        len(attention_modules(model)), heads, granularity, init, schedule, l0, dtype, learn_temperature
+    ).to(weight.device)
     temps.base = base
     patch.apply(model, base)  # restore puts back the RoPE found here: the rotary modules swapped below too
     flags = {name: p.requires_grad for name, p in model.named_parameters()}

@@ -10,7 +10,7 @@ safetensors folder in the cache (:mod:`.shipped`), so later loads take seconds.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,43 +48,47 @@ def resolve(name_or_path: str) -> Path | str:
     return source.check_hub_id(name_or_path)
 
 
-def load_model(
-    name_or_path: str = "tiny",
-    gguf_file: str | None = None,
-    dtype: str | torch.dtype | None = None,
-    device_map: str | dict | None = None,
-    attn_implementation: str = "sdpa",
-    *,
-    device: str = "cpu",
-    threads: int | None = None,
-    offload_folder: str | Path | None = None,
-    verbose: bool = False,
-):
-    """Load ``(model, tokenizer)``: ``tiny`` (default), ``smollm2``, ``gemma3-270m``, a hub id or a local folder
-    (with ``gguf_file`` for a GGUF inside it). The model is in eval mode.
+@dataclass(frozen=True, kw_only=True)
+class LoadOptions:
+    """Where and how :func:`load_model` loads: ``device`` (cpu, cuda, cuda:N or auto: accelerate's
+    ``device_map="auto"`` where CUDA is available: GPUs, then CPU memory, then disk); ``dtype``
+    (float32, bfloat16, float16: a name or a torch dtype; default float32 on the CPU, bfloat16 on
+    CUDA); ``threads``: torch's CPU threads (``torch.set_num_threads``, process-wide). An explicit
+    ``device_map`` (e.g. layers on several devices or ``"disk"``) replaces the one ``device``
+    implies; offloaded weights go to ``offload_folder`` (default: ``cache_dir()/offload``);
+    ``gguf_file``: a GGUF inside a local folder; transformers' own loading bars and warnings show
+    only with ``verbose``. Every value is checked by :func:`load_model` before loading."""
 
-    ``device``: cpu, cuda, cuda:N or auto (accelerate's ``device_map="auto"`` where CUDA is
-    available: GPUs, then CPU memory, then disk); ``dtype``: float32, bfloat16, float16 (a name or a
-    torch dtype; default float32 on the CPU, bfloat16 on CUDA); ``threads``: torch's CPU threads
-    (``torch.set_num_threads``, process-wide). An explicit ``device_map`` (e.g. layers on several
-    devices or ``"disk"``) replaces the one ``device`` implies; offloaded weights go to
-    ``offload_folder`` (default: ``cache_dir()/offload``). Every value is checked before loading.
-    transformers' own loading bars and warnings show only with ``verbose``."""
+    device: str = "cpu"
+    dtype: str | torch.dtype | None = None
+    threads: int | None = None
+    device_map: str | dict | None = None
+    offload_folder: str | Path | None = None
+    gguf_file: str | None = None
+    attn_implementation: str = "sdpa"
+    verbose: bool = False
+
+
+def load_model(name_or_path: str = "tiny", opts: LoadOptions | None = None, **given: Any):
+    """Load ``(model, tokenizer)``: ``tiny`` (default), ``smollm2``, ``gemma3-270m``, a hub id or a
+    local folder, as ``opts`` says (:class:`LoadOptions`; ``given``: its fields by name, on top,
+    e.g. ``load_model("tiny", dtype="bfloat16")``). The model is in eval mode."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    device = devices.check_device(device)
-    torch_dtype = devices.check_dtype(dtype, device)
-    threads = devices.check_threads(threads)
+    o = replace(opts or LoadOptions(), **given)
+    device = devices.check_device(o.device)
+    torch_dtype = devices.check_dtype(o.dtype, device)
+    threads = devices.check_threads(o.threads)
     if threads is not None:
         torch.set_num_threads(threads)
     src = resolve(name_or_path)
-    extra = {"gguf_file": gguf_file} if gguf_file else {}
-    placement = device_map if device_map is not None else devices.device_map_for(device)
-    offload = {} if placement is None else {"offload_folder": str(offload_folder or cache_dir() / "offload")}
-    with source.loading(name_or_path), noise.quiet_libraries(verbose):  # broken checkpoint: one ValueError
+    extra = {"gguf_file": o.gguf_file} if o.gguf_file else {}
+    placement = o.device_map if o.device_map is not None else devices.device_map_for(device)
+    offload = {} if placement is None else {"offload_folder": str(o.offload_folder or cache_dir() / "offload")}
+    with source.loading(name_or_path), noise.quiet_libraries(o.verbose):  # broken checkpoint: one ValueError
         loaded: Any = AutoModelForCausalLM.from_pretrained(
-            src, dtype=torch_dtype, device_map=placement, attn_implementation=attn_implementation, **extra, **offload,
-            output_loading_info=True,
+            src, dtype=torch_dtype, device_map=placement, attn_implementation=o.attn_implementation, **extra,
+            **offload, output_loading_info=True,
         )  # fmt: skip
         model, info = loaded
         source.refuse_missing(name_or_path, info)  # transformers would initialise them at random

@@ -104,16 +104,18 @@ def _model_eager(module: torch.nn.Module):
     return sys.modules[type(module).__module__].eager_attention_forward
 
 
-def _softcap_attention(module, query, key, value, mask, scaling, m, softcap, dropout=0.0, **_):
-    """Eager attention with m applied to the soft-capped logits (Gemma 2): exact, O(L^2).
+def _softcap_attention(module, query, key, value, mask, scaling, m, **kwargs):
+    """Eager attention with m applied to the soft-capped logits (Gemma 2): exact, O(L^2); the soft
+    cap and the dropout from transformers' ``kwargs``.
 
     transformers' mask (or, when it is None, a causal one) is applied by ``reference_scores``."""
+    softcap = kwargs.get("softcap")
     s = reference_scores(
         query, key, m, is_causal=mask is None, attn_mask=mask, scale=scaling, softcap=softcap
     )  # [B, H, Lq, Lk]
     v = repeat_kv(value, query.shape[1] // value.shape[1])  # [B, H, Lk, D]
     p = torch.softmax(s, dim=-1).to(query.dtype)  # [B, H, Lq, Lk]
-    p = torch.nn.functional.dropout(p, p=dropout, training=module.training)
+    p = torch.nn.functional.dropout(p, p=kwargs.get("dropout", 0.0), training=module.training)
     return (p @ v).transpose(1, 2).contiguous(), p  # [B, Lq, H, D]
 
 

@@ -116,11 +116,49 @@ def metrics_table(fit: CalibrationFit, before: CalibrationMetrics, after: Calibr
     return tables.markdown_table(("metric", "before", "after"), rows, align="-rr")
 
 
-def run_calibration(cfg: CalibrateConfig) -> tuple[dict[str, Any], str]:
-    """Fit, write ``reliability.png`` and ``calibration.json`` under ``cfg.out``; returns the report
-    and the before/after markdown table."""
+@dataclass(frozen=True)
+class CalibratePlan:
+    """What :func:`run_calibration` consumes: the config and its logits and labels, read and checked."""
+
+    cfg: CalibrateConfig
+    logits: torch.Tensor  # [..., C]
+    labels: torch.Tensor  # [...]
+
+
+@dataclass(frozen=True)
+class CalibrateResult:
+    """The fit: its report (as ``calibration.json`` holds it) and the before/after table."""
+
+    report: dict[str, Any]
+    table: str
+    out: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``--json`` document: the report and the output folder."""
+        return {**self.report, "out": self.out}
+
+    def markdown(self) -> str:
+        r = self.report
+        state = "converged" if r["converged"] else "NOT converged (optimum at the edge of [1e-2, 1e2])"
+        return (
+            f"Temperature scaling (Guo et al. 2017): T = {r['temperature']:.4f} divides the logits "
+            f"(m = 1/T = {r['multiplier']:.4f}); {r['method']}, {state}, {r['n']} positions, "
+            f"{r['n_bins']} bins.\n\n{self.table}\n\nwrote {self.out}/reliability.png and {self.out}/calibration.json"
+        )
+
+
+def preflight_calibrate(cfg: CalibrateConfig) -> CalibratePlan:
+    """Before any work: ``out`` (the rule of :mod:`attntemp.utils.outputs`), the logits and labels read and checked."""
     outputs.check_out(cfg.out, CALIBRATION_RESULTS, cfg.overwrite)
     logits, labels = load_logits(Path(cfg.logits))
+    return CalibratePlan(cfg, logits, labels)
+
+
+def run_calibration(cfg: CalibrateConfig) -> CalibrateResult:
+    """Fit, write ``reliability.png`` and ``calibration.json`` under ``cfg.out``; returns the
+    result: the report and the before/after markdown table."""
+    plan = preflight_calibrate(cfg)
+    logits, labels = plan.logits, plan.labels
     fit = fit_temperature(logits, labels, ignore_index=cfg.ignore_index)
     z, y = flatten_labelled(logits, labels, cfg.ignore_index)  # [N, C], [N]
     p_before = torch.softmax(z, dim=-1)  # [N, C]
@@ -142,4 +180,4 @@ def run_calibration(cfg: CalibrateConfig) -> tuple[dict[str, Any], str]:
     with outputs.output_folder(cfg.out, replace=CALIBRATION_RESULTS if cfg.overwrite else ()) as out:  # none left empty
         reliability_diagram(p_before, y, out / "reliability.png", cfg.bins, title="Temperature scaling", after=p_after)
         (out / "calibration.json").write_text(json.dumps(report, indent=2) + "\n")
-    return report, metrics_table(fit, before, after)
+    return CalibrateResult(report, metrics_table(fit, before, after), cfg.out)

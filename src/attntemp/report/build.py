@@ -99,8 +99,24 @@ def _evidence_trained_length(folder: Path) -> int | None:
     return None
 
 
-def build_report(folder: str | Path, progress: bool = False, overwrite: bool = False) -> tuple[Path, Path]:
-    """Write ``report.md`` and ``report.html`` (with PNGs) in ``folder``; returns their paths.
+@dataclass(frozen=True)
+class ReportResult:
+    """The report: its markdown (``markdown()``, as ``report.md`` holds it) and where it was written."""
+
+    text: str
+    md_path: Path
+    page: Path
+
+    def markdown(self) -> str:
+        return self.text
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``--json`` document: the page and the markdown."""
+        return {"report": str(self.page), "markdown": self.text}
+
+
+def build_report(folder: str | Path, progress: bool = False, overwrite: bool = False) -> ReportResult:
+    """Write ``report.md`` and ``report.html`` (with PNGs) in ``folder``; returns the report.
     ``progress``: a bar over the figures (the slow part of a large sweep's report). An earlier
     report's files are replaced only with ``overwrite`` (the rule of :mod:`attntemp.utils.outputs`)."""
     folder = Path(folder)
@@ -144,4 +160,4 @@ def build_report(folder: str | Path, progress: bool = False, overwrite: bool = F
     md = "\n".join(parts)
     (folder / "report.md").write_text(md)
     (folder / "report.html").write_text(markdown_to_html(md, folder.name))
-    return folder / "report.md", folder / "report.html"
+    return ReportResult(md, folder / "report.md", folder / "report.html")

@@ -119,38 +119,60 @@ class EntropyMatch:
     target: str = "entropy"  # reference, before and after hold this target's statistic
 
 
+@dataclass(frozen=True, kw_only=True)
+class EntropyOptions:
+    """How :func:`tune_entropy` matches: per ``granularity`` (head, layer or global), with ``rope``
+    applied, holding ``target`` (:data:`TARGETS`); the global fixed point stops after
+    ``max_passes`` or when m moves by less than ``tol`` in ln m."""
+
+    granularity: str = "head"
+    rope: dict | None = None
+    target: str = "entropy"
+    max_passes: int = 3
+    tol: float = 1e-3
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        checks.choice("granularity", self.granularity, GRANULARITIES)
+        checks.choice("target", self.target, TARGETS)
+
+    @property
+    def goal(self) -> Target:
+        return TARGETS[self.target]
+
+
+@dataclass
+class _Tables:
+    """The matching's tables ``[layers, H]``: the reference to hit, the matched m, the statistic after."""
+
+    ref: torch.Tensor
+    m: torch.Tensor
+    after: torch.Tensor
+
+
 @torch.no_grad()
-def tune_entropy(
-    model,
-    ids: torch.Tensor,
-    trained_length: int,
-    granularity: str = "head",
-    rope: dict | None = None,
-    max_passes: int = 3,
-    tol: float = 1e-3,
-    progress: bool = True,
-    target: str = "entropy",
-) -> EntropyMatch:
+def tune_entropy(model, ids: torch.Tensor, trained_length: int, opts: EntropyOptions | None = None) -> EntropyMatch:
     """Per-head (or per-layer, or global) multipliers matching the tail's ``target`` statistic at
     ``ids``' length to its value at the trained length (see :data:`TARGETS`). ``ids`` ``[B, N]``
-    with N > trained length."""
-    checks.choice("granularity", granularity, GRANULARITIES)
-    goal = TARGETS[checks.choice("target", target, TARGETS)]
+    with N > trained length; :class:`EntropyOptions` says how (default: per head, entropy)."""
+    opts = opts or EntropyOptions()
+    goal, granularity, rope = opts.goal, opts.granularity, opts.rope
     n_layers = len(attention_modules(model))
     ref_stats = measure(model, ids[:, :trained_length], positions=[trained_length // 2], progress=False)
     ref_stat = torch.tensor(ref_stats.by_head(goal.stat, start=trained_length // 2), dtype=torch.float32)
     ref = ref_stat + goal.shift(trained_length, ids.shape[1], trained_length)  # [layers, H], what the tail must hit
     table = torch.ones(n_layers, ref.shape[1])  # [layers, H]
     after = torch.full_like(table, float("nan"))  # [layers, H] tail entropy at the matched m, set by the pass
+    tables = _Tables(ref, table, after)
     passes = 0
-    for passes in range(1, max_passes + 1):
+    for passes in range(1, opts.max_passes + 1):
         old = table.clone()
-        with tqdm(total=n_layers, desc=f"entropy match pass {passes}", disable=not progress, leave=False) as bar:
-            _match_pass(model, ids, rope, ref, table, after, trained_length, granularity, bar, goal)
+        with tqdm(total=n_layers, desc=f"entropy match pass {passes}", disable=not opts.progress, leave=False) as bar:
+            _match_pass(model, ids, opts, tables, trained_length, bar)
         if granularity != "global":
             break  # exact after one ordered pass: layer l saw the matched layers below it
         table[:] = table.mean()  # one value: the mean of the per-layer matches, the next pass's m
-        if (table.log() - old.log()).abs().max() < tol:
+        if (table.log() - old.log()).abs().max() < opts.tol:
             break
     spec = TemperatureSpec(heads=table.tolist(), rope=rope)
     before = measure(model, ids, TemperatureSpec(rope=rope), positions=[trained_length], progress=False)
@@ -165,7 +187,7 @@ def tune_entropy(
         before.by_head(goal.stat, start=trained_length),
         np.asarray(after_heads, dtype=np.float64),
         passes,
-        target,
+        opts.target,
     )
 
 
@@ -184,32 +206,21 @@ def _match_layer(
     return m.expand(h)
 
 
-def _match_pass(
-    model,
-    ids: torch.Tensor,
-    rope: dict | None,
-    ref: torch.Tensor,
-    table: torch.Tensor,
-    after: torch.Tensor,
-    start: int,
-    granularity: str,
-    bar: tqdm,
-    goal: Target = TARGETS["entropy"],
-) -> None:
-    """One forward: each layer's probe writes its matched multipliers into ``table`` ``[layers, H]``
-    and its tail entropy at them into ``after``, and runs its own attention with them, so every
+def _match_pass(model, ids: torch.Tensor, opts: EntropyOptions, tables: _Tables, start: int, bar: tqdm) -> None:
+    """One forward: each layer's probe writes its matched multipliers into ``tables.m`` ``[layers, H]``
+    and its tail entropy at them into ``tables.after``, and runs its own attention with them, so every
     layer sees the matched layers below it. For the global match every layer runs at the current
     global m (the mean of ``table``) instead, and ``after`` is left to the caller."""
-    glob = granularity == "global"
+    glob, goal, table = opts.granularity == "global", opts.goal, tables.m
 
     def probe(module, query, key, m, scaling, kwargs):
         i = module.layer_idx
         seen = _seen(query, key, scaling, kwargs)
-        table[i] = _match_layer(seen, ref[i], start, granularity, goal)  # [H]
+        table[i] = _match_layer(seen, tables.ref[i], start, opts.granularity, goal)  # [H]
         if not glob:  # the global pass runs at the previous m: its statistic is measured afterwards
-            after[i] = head_stat(seen, table[i], start, goal.stat)  # [H]
+            tables.after[i] = head_stat(seen, table[i], start, goal.stat)  # [H]
         bar.update(1)
         return None if glob else table[i].to(query.device).reshape(-1, 1)  # [H, 1]
 
-    with probing(model, TemperatureSpec(multiplier=float(table.mean()) if glob else 1.0, rope=rope), probe):
+    with probing(model, TemperatureSpec(multiplier=float(table.mean()) if glob else 1.0, rope=opts.rope), probe):
         run_decoder(model, ids)

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..evaluate.score import ScoreStore, score
+from ..evaluate.score import Kept, score
 from ..evaluate.tasks import EvalContext, get_task
 from ..ops.intervals import Interval
 from ..ops.schedules import yarn_multiplier
@@ -46,11 +46,11 @@ def evaluate_specs(
     tasks: Any,
     ctx: EvalContext,
     progress: bool = False,
-    store: ScoreStore | None = None,
-    model_id: str = "",
+    kept: Kept | None = None,
 ) -> dict[str, dict[str, Any]]:
     """``{spec name: {task: metrics}}`` on the evaluation documents (per-window values kept), each
-    scored by :func:`attntemp.evaluate.score.score` (read from ``store`` when it holds it)."""
+    scored by :func:`attntemp.evaluate.score.score` (read from ``kept``'s store when it holds it)."""
+    store, model_id = (kept.store, kept.model_id) if kept else (None, "")
     result: dict[str, dict[str, Any]] = {}
     with tqdm(total=len(specs) * len(tasks), desc=f"evaluate L={length}", disable=not progress, leave=False) as bar:
         for name, spec in specs.items():

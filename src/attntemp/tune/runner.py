@@ -2,9 +2,11 @@
 then check it on the evaluation pool against the untuned model (and YaRN's own temperature when
 the RoPE method is yarn), at the tuning length and at held-out lengths (:mod:`.evidence`).
 
-Writes ``spec.json`` (the TemperatureSpec), ``evidence.json`` (every figure with the per-window and
-per-trial values it is made of, the paired comparisons) and ``evidence.md``, and for entropy
-matching ``entropy.json`` (reference, before and after per head).
+The run consumes the plan :func:`~.config.preflight_tune` worked out (the trained length, the
+held-out lengths, the second text) and returns a :class:`TuneResult`. It writes ``spec.json``
+(the TemperatureSpec), ``evidence.json`` (every figure with the per-window and per-trial values it
+is made of, the paired comparisons) and ``evidence.md``, and for entropy matching ``entropy.json``
+(reference, before and after per head): each file from one place.
 """
 
 from __future__ import annotations
@@ -16,191 +18,46 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..evaluate import corpus, limits
-from ..evaluate.corpus import HELDOUT_FOR_STDLIB, heldout_windows
+from ..evaluate import limits
+from ..evaluate.corpus import heldout_windows
 from ..evaluate.key_tokens import key_token_targets
 from ..evaluate.needles import needle_targets
-from ..evaluate.tasks import TASKS, EvalContext, EvalOptions, eval_context, tuning_context
-from ..hf import introspect, preflight
-from ..hf.learnable import LEARNED_SCHEDULES
+from ..evaluate.tasks import EvalContext, eval_context, tuning_context
+from ..hf import introspect
 from ..hf.loading import load_model
 from ..hf.patch import only_layer_types
-from ..hf.rope_scaling import SCALINGS, rope_for
-from ..ops.spec import GRANULARITIES, LAYER_TYPES, TemperatureSpec
-from ..utils import checks, options, outputs
-from ..utils.options import option
-from .entropy import TARGETS, tune_entropy
-from .evidence import comparisons, evaluate_specs, evidence_markdown, evidence_specs, pick_check_lengths
-from .gradient import ROPE_FACTORS, ROPE_TEMPERATURES, run_gradient_tuning
-from .resume import TUNE_OUTPUTS, TUNE_RESULTS, check_resume, check_tune_out, resumable, settings
-from .search import SEARCH_OBJECTIVES, tune_global
+from ..hf.rope_scaling import rope_for
+from ..ops.spec import TemperatureSpec
+from ..utils import outputs
+from .config import TuneConfig, TunePlan, preflight_tune
+from .entropy import tune_entropy
+from .evidence import comparisons, evaluate_specs, evidence_markdown, evidence_specs
+from .gradient import run_gradient_tuning
+from .resume import TUNE_OUTPUTS, TUNE_RESULTS, resumable
+from .search import tune_global
 
-TUNE_METHODS = ("search", "gradient")
 TARGETS_OF = {"key_tokens": key_token_targets, "needles": needle_targets}  # gradient: ([n, L] ids, [n, L-1] mask)
-TEXT_FREE = ("passkey",)  # tasks whose prompts do not come from the text: not scored again on the second one
-OBJECTIVES = (*SEARCH_OBJECTIVES, "entropy")
-GRADIENT_OBJECTIVES = ("perplexity", "key_tokens", "needles")  # the next-token loss on all / key / answer tokens
 
 
-@dataclass(frozen=True, kw_only=True)
-class TuneConfig(EvalOptions):
-    """``attntemp tune`` and :func:`run_tune`: a TemperatureSpec for one model and length."""
+@dataclass(frozen=True)
+class TuneResult:
+    """What a tune found: the evidence (``to_dict()``, as ``evidence.json`` holds it) and its
+    report (``markdown()``, as ``evidence.md`` holds it), the spec saved in ``out``."""
 
-    out: str = option(help="output folder (spec.json, evidence.md, evidence.json)")
-    overwrite: bool = option(False, "replace the spec.json and evidence an earlier tune wrote in --out")
-    length: int = option(1024, "tokens per window to tune at")
-    granularity: str = option("global", f"one m for the model, per layer or per head: {', '.join(GRANULARITIES)}")
-    objective: str = option(
-        "perplexity",
-        f"what to optimise: {', '.join(OBJECTIVES)}; with --method search: perplexity, passkey, key_tokens or "
-        "needles tune one global m, entropy matches per layer/head (label-free); --method gradient: the next-token "
-        "loss on all tokens (perplexity), key tokens only (key_tokens) or the needles' answers (needles)",
-    )
-    rope: str = option("none", f"RoPE extension: {', '.join(SCALINGS)} (s = length / trained length)")
-    method: str = option(
-        "search", "search (1-D search, or entropy matching) or gradient (per-head m by next-token loss, weights frozen)"
-    )
-    tasks: tuple[str, ...] = option(("perplexity", "passkey"), "evidence tasks, comma list", parse=options.names)
-    steps: int = option(60, "gradient steps (--method gradient)")
-    target: str = option(
-        "entropy", f"--objective entropy: what to hold at its trained-length value: {', '.join(TARGETS)}"
-    )
-    schedule: str | None = option(
-        None,
-        "gradient: also learn a slope per head, log_length (ln m = a + b ln(max(1, n / L0))), or the slope "
-        "alone, log_length_slope (a = 0: nothing changes up to L0): one spec for every length",
-    )
-    lengths: tuple[int, ...] = option(
-        (), "gradient: more lengths to train on besides --length, comma list", parse=options.ints
-    )
-    rope_factors: str = option(
-        "off",
-        "gradient: learn: also learn one RoPE factor per rotary pair (LongRoPE's long_factor, started from "
-        "--rope: none, linear, ntk or yarn); the spec's rope becomes longrope, unchanged up to the trained length",
-    )
-    rope_temperature: str = option(
-        "learn",
-        f"with --rope-factors learn, the temperature: {', '.join(ROPE_TEMPERATURES)} (learned jointly at "
-        "--granularity/--schedule; m = 1; LongRoPE's fixed attention_factor sqrt(1 + ln s / ln L0))",
-    )
-    layer_types: tuple[str, ...] = option(
-        (),
-        f"temper only these layer types, comma list of {', '.join(LAYER_TYPES)} (Gemma 3's global layers: "
-        "full_attention); the others keep m = 1 (default: every layer)",
-        parse=options.names,
-    )
-    bracket: tuple[float, ...] = option((0.5, 2.5), "search: the range of m, LO,HI", parse=options.floats)
-    grid: int = option(9, "search: log-spaced points that bracket the optimum (one batched pass)")
-    iters: int = option(8, "search: golden-section steps in ln m after the grid")
-    check_lengths: tuple[int, ...] | None = option(
-        None,
-        "held-out lengths to check the tuned spec at, comma list ('' for none) (default: the trained "
-        "length, half and twice --length)",
-        parse=options.ints,
-    )
-    heldout_text: str | None = option(
-        None,
-        "a second text every spec is also scored on, whole (no tuner saw any of it): stdlib, gutenberg:<book>, "
-        f"package:<name>, a file or a folder, or 'none' (default: {HELDOUT_FOR_STDLIB} when --text is stdlib, "
-        "else stdlib)",
-    )
+    evidence: dict[str, Any]
+    out: str  # the output folder, as given
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        checks.positive_int("length", self.length)
-        checks.choice("granularity", self.granularity, GRANULARITIES)
-        checks.choice("objective", self.objective, OBJECTIVES)
-        checks.choice("rope", self.rope, SCALINGS)
-        checks.choice("method", self.method, TUNE_METHODS)
-        checks.positive_int("steps", self.steps)
-        checks.choice("target", self.target, TARGETS)
-        if self.target != "entropy" and self.objective != "entropy":
-            raise ValueError(
-                f"target={self.target!r} is not allowed with objective={self.objective!r}: it is what entropy "
-                "matching holds; add objective='entropy' or leave it out"
-            )
-        for i, n in enumerate(self.lengths):
-            checks.positive_int(f"lengths[{i}]", n)
-        if self.schedule is not None:
-            checks.choice("schedule", self.schedule, LEARNED_SCHEDULES)
-        if (self.schedule or self.lengths) and self.method != "gradient":
-            raise ValueError(
-                f"schedule={self.schedule!r} and lengths={list(self.lengths)} are learned by gradient "
-                "tuning; add method='gradient' (--method gradient)"
-            )
-        self._check_rope_factors()
-        checks.positive_int("iters", self.iters)
-        if checks.positive_int("grid", self.grid) < 3:
-            raise ValueError(f"grid={self.grid} is not allowed; expected an integer >= 3")
-        if len(self.bracket) != 2 or not 0 < self.bracket[0] < self.bracket[1]:
-            raise ValueError(f"bracket={self.bracket} is not allowed; expected two numbers 0 < LO < HI")
-        for i, n in enumerate(self.check_lengths or ()):
-            checks.positive_int(f"check_lengths[{i}]", n)
-        for i, t in enumerate(self.tasks):
-            checks.choice(f"tasks[{i}]", t, TASKS)
-        for i, t in enumerate(self.layer_types):
-            checks.choice(f"layer_types[{i}]", t, LAYER_TYPES)
-        if self.layer_types and self.objective == "entropy":
-            raise ValueError(
-                f"layer_types={list(self.layer_types)} with objective='entropy' is not allowed: entropy matching "
-                "sets every layer's m; tune by search or gradient"
-            )
-        if not self.tasks:
-            raise ValueError("tasks is empty; give at least one evidence task, e.g. perplexity")
-        if corpus.same_source(self.second_text(), self.text):
-            raise ValueError(
-                f"heldout_text={self.heldout_text!r} is --text itself, whose tuning pool the tuner saw; give "
-                "another text (or 'none')"
-            )
-        if self.method == "gradient" and self.objective not in GRADIENT_OBJECTIVES:
-            raise ValueError(
-                f"objective={self.objective!r} with method='gradient' is not allowed: gradient tuning "
-                "minimises next-token loss, on every token (perplexity), key tokens (key_tokens) or the "
-                "needles' answers (needles); for passkey or needle use "
-                "method='search' (global), for entropy matching method='search' with any granularity"
-            )
-        if self.method == "search" and self.granularity != "global" and self.objective != "entropy":
-            raise ValueError(
-                f"granularity={self.granularity!r} with method='search' tunes by entropy "
-                f"matching; use objective='entropy' (got {self.objective!r}) or method='gradient'"
-            )
+    @property
+    def spec(self) -> TemperatureSpec:
+        return TemperatureSpec.from_dict(self.evidence["spec"])
 
-    def second_text(self) -> str | None:
-        """The second text (:attr:`heldout_text`, its default filled in), or None for 'none'."""
-        if self.heldout_text is None:
-            return HELDOUT_FOR_STDLIB if self.text == "stdlib" else "stdlib"
-        return None if self.heldout_text == "none" else self.heldout_text
+    def to_dict(self) -> dict[str, Any]:
+        """The ``--json`` document: where the spec is, then the evidence."""
+        return {"spec_file": f"{self.out}/spec.json", **self.evidence}
 
-    def _check_rope_factors(self) -> None:
-        checks.choice("rope_factors", self.rope_factors, ROPE_FACTORS)
-        checks.choice("rope_temperature", self.rope_temperature, ROPE_TEMPERATURES)
-        if self.rope_factors == "off":
-            if self.rope_temperature != "learn":
-                raise ValueError(
-                    f"rope_temperature={self.rope_temperature!r} sets the temperature beside learned RoPE factors; "
-                    "add rope_factors='learn' (--rope-factors learn)"
-                )
-            return
-        if self.method != "gradient":
-            raise ValueError(
-                f"rope_factors={self.rope_factors!r} is learned by gradient tuning; add method='gradient', "
-                f"got method={self.method!r}"
-            )
-        if self.rope == "dynamic":
-            raise ValueError(
-                "rope='dynamic' with rope_factors='learn' is not allowed: its frequencies change with the "
-                "length, so no one long_factor starts from it; allowed: none, linear, ntk, yarn"
-            )
-        if self.granularity != "global" and self.rope_temperature != "learn":
-            raise ValueError(
-                f"granularity={self.granularity!r} is a learned temperature's; with rope_temperature="
-                f"{self.rope_temperature!r} none is learned (use rope_temperature='learn', or leave it out)"
-            )
-        if self.schedule is not None and self.rope_temperature != "learn":
-            raise ValueError(
-                f"schedule={self.schedule!r} is a learned temperature; with rope_temperature="
-                f"{self.rope_temperature!r} none is learned (use rope_temperature='learn')"
-            )
+    def markdown(self) -> str:
+        """The evidence in words and tables, and where the spec is."""
+        return evidence_markdown(self.evidence) + f"\nspec: {self.out}/spec.json"
 
 
 def _tune(cfg: TuneConfig, model: Any, tok: Any, ctx: EvalContext, out: Path) -> tuple[TemperatureSpec, dict]:
@@ -208,29 +65,11 @@ def _tune(cfg: TuneConfig, model: Any, tok: Any, ctx: EvalContext, out: Path) ->
     rope = rope_for(cfg.rope, cfg.length, ctx.trained_length)
     tctx = tuning_context(ctx)
     if cfg.method == "gradient":
-        return run_gradient_tuning(
-            model,
-            tok,
-            (cfg.length, *cfg.lengths),
-            cfg.steps,
-            out,
-            granularity=cfg.granularity,
-            rope=rope,
-            docs=list(tctx.docs),
-            schedule=cfg.schedule,
-            progress=cfg.progress,
-            rope_factors=cfg.rope_factors,
-            rope_temperature=cfg.rope_temperature,
-            settings=settings(cfg),
-            targets=None
-            if cfg.objective == "perplexity"
-            else functools.partial(TARGETS_OF[cfg.objective], tok, ctx=tctx),
-        )
+        targets = None if cfg.objective == "perplexity" else functools.partial(TARGETS_OF[cfg.objective], tok, ctx=tctx)
+        return run_gradient_tuning(model, tok, cfg.gradient_options(rope), out, list(tctx.docs), targets)
     if cfg.objective == "entropy":
         ids = heldout_windows(tok, cfg.length, n=cfg.n_docs, docs=tctx.docs, n_name="n_docs")  # [n, L]
-        match = tune_entropy(
-            model, ids, ctx.trained_length, cfg.granularity, rope, progress=cfg.progress, target=cfg.target
-        )
+        match = tune_entropy(model, ids, ctx.trained_length, cfg.entropy_options(rope))
         info = {
             "target": match.target,
             "passes": match.passes,
@@ -240,8 +79,7 @@ def _tune(cfg: TuneConfig, model: Any, tok: Any, ctx: EvalContext, out: Path) ->
         }
         (out / "entropy.json").write_text(json.dumps(info))
         return match.spec, {"entropy_passes": match.passes}
-    lo, hi = cfg.bracket
-    found = tune_global(model, tok, cfg.length, cfg.objective, tctx, rope, (lo, hi), cfg.grid, cfg.iters, cfg.progress)
+    found = tune_global(model, tok, tctx, cfg.search_options(rope))
     return TemperatureSpec(multiplier=found["multiplier"], rope=rope), {"search": found}
 
 
@@ -262,108 +100,39 @@ def _scored(
     return {"results": results, "comparisons": comparisons(results, list(tasks))}
 
 
-def _second_text(
-    cfg: TuneConfig, model: Any, tok: Any, spec: TemperatureSpec, ctx: EvalContext, held_out: tuple[int, ...]
-) -> dict[str, Any] | None:
+def _second_text(plan: TunePlan, model: Any, spec: TemperatureSpec, ctx: EvalContext) -> dict[str, Any] | None:
     """The same candidates on the second text, whole, at the tuning and the held-out lengths, on
     the tasks that read the text (passkey's prompts are filler, the same on every text)."""
-    source, tasks = cfg.second_text(), tuple(t for t in cfg.tasks if t not in TEXT_FREE)
-    if source is None or not tasks:
+    second, cfg, held_out = plan.second, plan.cfg, plan.held_out
+    if second is None:
         return None
-    other = replace(ctx, docs=corpus.load_text(source, name="heldout_text"), tuning_docs=())
-    scored = {n: _scored(model, tok, n, spec, cfg, other, tasks) for n in (cfg.length, *held_out)}
-    return {"text": source, "tasks": list(tasks), **scored[cfg.length], "checks": {n: scored[n] for n in held_out}}
+    other = replace(ctx, docs=list(second.docs), tuning_docs=())
+    scored = {n: _scored(model, plan.tok, n, spec, cfg, other, second.tasks) for n in (cfg.length, *held_out)}
+    length = scored[cfg.length]
+    return {"text": second.source, "tasks": list(second.tasks), **length, "checks": {n: scored[n] for n in held_out}}
 
 
-def check_second_text(cfg: TuneConfig, tok: Any, held_out: tuple[int, ...]) -> None:
-    """The second text (``heldout_text``) holds the windows its scoring takes, at the tuning
-    length and each held-out one, for the tasks that read the text; checked before any work."""
-    source, tasks = cfg.second_text(), [t for t in cfg.tasks if t not in TEXT_FREE]
-    if source is None or not tasks:
-        return
-    docs = corpus.load_text(source, name="heldout_text")
-    for n in (cfg.length, *held_out):
-        try:
-            heldout_windows(tok, n, n=cfg.n_docs, docs=docs, n_name="n_docs")
-        except ValueError:
-            raise ValueError(
-                f"heldout_text={source!r} is not allowed: it is too short to score n_docs={cfg.n_docs} window(s) of "
-                f"{n} tokens on (the tuning length and each held-out one); give a longer text, or 'none'"
-            ) from None
-
-
-def held_out_lengths(cfg: TuneConfig, trained: int, tok: Any) -> tuple[tuple[int, ...], list[str]]:
-    """The held-out lengths (:func:`~.evidence.pick_check_lengths`) and a note per one left out: a
-    tuning length (scored already), or a default length too short for an evidence task."""
-    tuned = (cfg.length, *cfg.lengths)
-    picked = pick_check_lengths(cfg.check_lengths, tuned, trained)
-    given = cfg.check_lengths if cfg.check_lengths is not None else (trained, min(tuned) // 2, 2 * max(tuned))
-    notes = [f"held-out length {n} left out: it is a tuning length, scored there" for n in set(given) & set(tuned)]
-    if cfg.check_lengths is not None:
-        return picked, notes
-    kept = []
-    for n in picked:
-        try:
-            limits.check_lengths("check_lengths", [n], cfg.tasks, tok, opts=cfg, trained=trained)
-            kept.append(n)
-        except ValueError as exc:  # "check_lengths[0]=150 is too short for passkey: it needs ..."
-            notes.append(f"default held-out length {n} left out: {str(exc).partition(' is ')[2]}")
-    return tuple(kept), notes
-
-
-def preflight_tune(cfg: TuneConfig, model=None, tok=None) -> Any:
-    """Before the model loads: ``out`` writable, the text there (read once, later, by
-    :func:`~attntemp.evaluate.tasks.eval_context`: a text of too few documents for two pools is cut
-    in halves), every length (tuning, extra and held-out) long enough for the tasks that score at it
-    and within the memory available; returns the tokenizer."""
-    check_tune_out(cfg)
-    config = model.config.to_dict() if model is not None else preflight.source_config(cfg.model)
-    tok = tok if tok is not None else preflight.load_tokenizer(cfg.model)
-    cfg = limits.fit_needles(cfg, (cfg.length, *cfg.lengths), tok)
-    check_resume(cfg)
-    corpus.source_files(cfg.text, name="text")
-    if cfg.second_text() is not None:
-        corpus.source_files(cfg.second_text() or "", name="heldout_text")
-    objective = [cfg.objective] if cfg.objective in TASKS else []
-    trained = introspect.trained_length(model) if model is not None else preflight.source_trained_length(config)
-    sizes: dict[str, Any] = {"opts": cfg, "trained": trained}  # key_tokens' K and n, the needles' count
-    limits.check_lengths("length", [cfg.length], [*cfg.tasks, *objective], tok, indexed=False, **sizes)
-    limits.check_lengths("lengths", cfg.lengths, [*cfg.tasks, *objective], tok, **sizes)
-    limits.check_evaluator(cfg, tok)
-    if cfg.rope_factors == "learn" and trained and min((cfg.length, *cfg.lengths)) <= trained + 1:
-        raise ValueError(
-            f"length={min((cfg.length, *cfg.lengths))} with rope_factors='learn' is not allowed: the factors act "
-            f"only past the trained length {trained}; expected every tuning length > {trained + 1}"
-        )
-    pick_check_lengths(cfg.check_lengths, (cfg.length, *cfg.lengths), trained or cfg.length)  # each as typed
-    limits.check_lengths("check_lengths", cfg.check_lengths or (), cfg.tasks, tok, **sizes)
-    held_out, _ = held_out_lengths(cfg, trained or cfg.length, tok)
-    text = config and preflight.text_part(config)
-    rows = limits.forward_rows(cfg.batch_size, cfg.n_docs, cfg.trials, 3)  # m = 1, YaRN's, the tuned one
-    limits.check_length_memory(
-        "length", [cfg.length], text, rows, cfg.trials, grad=cfg.method == "gradient", indexed=False
-    )
-    limits.check_length_memory("lengths", cfg.lengths, text, rows, cfg.trials, grad=cfg.method == "gradient")
-    limits.check_length_memory("check_lengths", held_out, text, rows, cfg.trials)
-    check_second_text(cfg, tok, held_out)
-    return tok
-
-
-def run_tune(cfg: TuneConfig, model=None, tok=None) -> dict[str, Any]:
-    """Tune, save the spec and the evidence under ``cfg.out``; returns the evidence. Everything is
-    checked before the model loads (:func:`preflight_tune`); a failed run leaves no empty ``out``."""
-    tok = preflight_tune(cfg, model, tok)
-    given, cfg = cfg, limits.fit_needles(cfg, (cfg.length, *cfg.lengths), tok)
-    limits.say_needles(given, cfg, (cfg.length, *cfg.lengths))
+def run_tune(cfg: TuneConfig, model=None, tok=None) -> TuneResult:
+    """Tune, save the spec and the evidence under ``cfg.out``; returns the result. Everything is
+    checked and worked out before the model loads (:func:`~.config.preflight_tune`); a failed run
+    leaves no empty ``out``."""
+    plan = preflight_tune(cfg, model, tok)
+    limits.say_needles(cfg, plan.cfg, plan.lengths)
+    cfg = plan.cfg
     own = TUNE_OUTPUTS if cfg.overwrite else outputs.Outputs(TUNE_RESULTS) if resumable(cfg) else ()
     with outputs.output_folder(cfg.out, replace=own) as out:
-        return _run(cfg, out, model, tok)
+        if model is None:
+            model, _ = load_model(cfg.model, **cfg.load_args())
+        if plan.trained is None:
+            plan = plan.with_trained(introspect.trained_length(model))
+        return write(tune(plan, model, out), out)
 
 
-def _run(cfg: TuneConfig, out: Path, model=None, tok=None) -> dict[str, Any]:
-    if model is None:
-        model, tok = load_model(cfg.model, **cfg.load_args())
-    trained = introspect.trained_length(model)
+def tune(plan: TunePlan, model: Any, out: Path) -> TuneResult:
+    """The tuned spec and its evidence for ``plan`` on the loaded ``model`` (the spec saved in
+    ``out`` as soon as it is tuned; the tuners' own files there too)."""
+    cfg, tok, trained = plan.cfg, plan.tok, plan.trained
+    assert trained is not None  # read off the model by run_tune where the preflight could not
     ctx = eval_context(cfg, trained, tuning=True)
     t0 = time.perf_counter()
     with only_layer_types(model, cfg.layer_types or None):  # the tuner's specs temper these layers only
@@ -372,9 +141,8 @@ def _run(cfg: TuneConfig, out: Path, model=None, tok=None) -> dict[str, Any]:
     seconds = time.perf_counter() - t0
     spec.save(out / "spec.json")
     at_length = _scored(model, tok, cfg.length, spec, cfg, ctx)
-    held_out, notes = held_out_lengths(cfg, trained, tok)
-    checks_ = {n: _scored(model, tok, n, spec, cfg, ctx) for n in held_out}
-    second = _second_text(cfg, model, tok, spec, ctx, held_out)
+    checks_ = {n: _scored(model, tok, n, spec, cfg, ctx) for n in plan.held_out}
+    second = _second_text(plan, model, spec, ctx)
     evidence = {
         "config": asdict(cfg),
         "trained_length": trained,
@@ -383,10 +151,18 @@ def _run(cfg: TuneConfig, out: Path, model=None, tok=None) -> dict[str, Any]:
         "info": info,
         **at_length,
         "checks": checks_,
-        "held_out_notes": notes,
+        "held_out_notes": list(plan.held_out_notes),
         **({"heldout": second} if second else {}),
         "spec": spec.to_dict(),
     }
-    (out / "evidence.json").write_text(json.dumps(evidence, indent=1, default=float))
-    (out / "evidence.md").write_text(evidence_markdown(evidence))
-    return evidence
+    return TuneResult(evidence, cfg.out)
+
+
+def write(result: TuneResult, out: Path) -> TuneResult:
+    """``evidence.json`` and ``evidence.md``: written once, here."""
+    (out / "evidence.json").write_text(json.dumps(result.evidence, indent=1, default=float))
+    (out / "evidence.md").write_text(evidence_markdown(result.evidence))
+    return result
+
+
+__all__ = ["TuneConfig", "TunePlan", "TuneResult", "preflight_tune", "run_tune"]

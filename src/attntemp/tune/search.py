@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..evaluate.score import ScoreStore, score_many
+from ..evaluate.score import Kept, score_many
 from ..evaluate.tasks import EvalContext, get_task
 from ..ops.search import golden_section
 from ..ops.spec import TemperatureSpec
@@ -19,32 +20,44 @@ from ..utils import checks
 SEARCH_OBJECTIVES = ("perplexity", "passkey", "key_tokens", "needles")  # tasks whose objective a search optimises
 
 
+@dataclass(frozen=True, kw_only=True)
+class SearchOptions:
+    """What :func:`tune_global` searches: m for ``objective``'s metric at ``length`` tokens with
+    ``rope``, a log grid of ``grid`` points over ``bracket`` then ``iters`` golden-section steps."""
+
+    length: int
+    objective: str
+    rope: dict | None = None
+    bracket: tuple[float, float] = (0.5, 2.5)
+    grid: int = 9
+    iters: int = 8
+    progress: bool = False
+
+    def __post_init__(self) -> None:
+        checks.choice("objective", self.objective, SEARCH_OBJECTIVES)
+
+
 def tune_global(
     model,
     tok,
-    length: int,
-    objective: str,
     ctx: EvalContext,
-    rope: dict | None = None,
-    bracket: tuple[float, float] = (0.5, 2.5),
-    grid: int = 9,
-    iters: int = 8,
-    progress: bool = False,
+    opts: SearchOptions,
     cache: dict[float, float] | None = None,
-    store: ScoreStore | None = None,
-    model_id: str = "",
+    kept: Kept | None = None,
 ) -> dict[str, Any]:
-    """Best global m for ``objective``'s metric: a log-spaced grid (in full batches) brackets
-    the optimum, then golden-section search in ln m refines it inside the bracket (at most
-    ``grid + iters + 2`` multipliers evaluated; a bar counts them). ``cache`` (m rounded to 6
-    places -> the objective, minimised: negated where higher is better) is read before a multiplier
-    is evaluated and written after; ``store`` keeps every scored multiplier (a rerun with the same
-    store resumes without scoring again)."""
-    task = get_task(checks.choice("objective", objective, SEARCH_OBJECTIVES))
+    """Best global m for the objective's metric (:class:`SearchOptions`): a log-spaced grid (in
+    full batches) brackets the optimum, then golden-section search in ln m refines it inside the
+    bracket (at most ``grid + iters + 2`` multipliers evaluated; a bar counts them). ``cache`` (m
+    rounded to 6 places -> the objective, minimised: negated where higher is better) is read before
+    a multiplier is evaluated and written after; ``kept`` keeps every scored multiplier (a rerun
+    with the same store resumes without scoring again)."""
+    task = get_task(opts.objective)
+    length, rope, grid = opts.length, opts.rope, opts.grid
+    store, model_id = (kept.store, kept.model_id) if kept else (None, "")
     sign = -1.0 if task.higher_is_better(task.objective) else 1.0
     cache = {} if cache is None else cache
 
-    bar = tqdm(total=grid + iters + 2, desc=f"search m at L={length}", disable=not progress, leave=False)
+    bar = tqdm(total=grid + opts.iters + 2, desc=f"search m at L={length}", disable=not opts.progress, leave=False)
 
     def loss(ms: Sequence[float]) -> list[float]:
         todo = [m for m in ms if round(m, 6) not in cache]
@@ -57,11 +70,11 @@ def tune_global(
             bar.set_postfix(m=f"{chunk[-1]:.4g}", **{task.objective: f"{sign * cache[round(chunk[-1], 6)]:.4g}"})
         return [cache[round(m, 6)] for m in ms]
 
-    pts = np.exp(np.linspace(math.log(bracket[0]), math.log(bracket[1]), grid)).tolist()
+    pts = np.exp(np.linspace(math.log(opts.bracket[0]), math.log(opts.bracket[1]), grid)).tolist()
     vals = loss(pts)
     i = int(np.argmin(vals))
     lo, hi = pts[max(0, i - 1)], pts[min(grid - 1, i + 1)]
-    best = math.exp(golden_section(lambda x: loss([math.exp(x)])[0], math.log(lo), math.log(hi), iters))
+    best = math.exp(golden_section(lambda x: loss([math.exp(x)])[0], math.log(lo), math.log(hi), opts.iters))
     if loss([best])[0] > vals[i]:
         best = pts[i]
     bar.close()

@@ -9,7 +9,7 @@
 * Mistral 3's position schedule: ``rope_parameters.llama_4_scaling_beta`` beside the rope's
   ``original_max_position_embeddings``, read by the ``ministral3`` and ``mistral4`` models;
   ``deepseek_v3`` (Mistral Large 3's text config) has none and drops it.
-* audit: :func:`attntemp.hf.proxy.measure` reads the proxy's rotary output and the q, k and scale
+* audit: :func:`attntemp.hf.proxy.measure_proxy` reads the proxy's rotary output and the q, k and scale
   its attention function receives, one query token per position (:func:`figures`). Its entry is the
   base the KL engines are measured against, so :func:`attntemp.ship.audit.run_audit` always makes it.
 * verify: not run that way (attntemp's own reference is transformers); a position schedule ships
