@@ -44,7 +44,10 @@ class RaySweepBench:
 def timed(cfg: SweepConfig, on_ray: bool) -> dict:
     group = len(cfg.multipliers)  # points per group: one batched forward
     t0 = time.time()
-    (run_distributed(cfg) if on_ray else run_sweep(cfg)).close()
+    if on_ray:
+        run_distributed(cfg).close()
+    else:
+        run_sweep(cfg)  # returns the points, the store closed
     seconds = time.time() - t0
     con = sqlite3.connect(Path(cfg.out) / "sweep.db")
     n, first, last = con.execute("SELECT COUNT(*), MIN(created), MAX(created) FROM points").fetchone()

@@ -4,7 +4,9 @@
   options object carved from the command's config); ``ops/``, ``utils/`` and ``assets/`` are
   exempt: math keeps its plain-number keywords;
 - a command never reads back a file it wrote: ``commands/`` prints the result its run returned,
-  so no command module reads a file at all (its run's inputs are read by the layers below).
+  so no command module reads a file at all (its run's inputs are read by the layers below);
+- a command prints the result object its ``run_*`` returned: each ``emit`` is given
+  ``result.to_dict()`` and text built on ``result.markdown()`` (or none, as ``generate --json``).
 """
 
 import ast
@@ -80,6 +82,49 @@ def test_no_command_reads_back_a_file_it_wrote():
 )
 def test_the_parameter_rule_counts_what_the_issue_counts(source, hits):
     assert len(long_signatures(source, "x.py")) == hits
+
+
+def _method_of(node: ast.AST, method: str) -> str | None:
+    """``x`` when ``node`` is the call ``x.method()``, else None."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == method:
+        return ast.unparse(node.func.value)
+    return None
+
+
+def unprinted_results(source: str, where: str) -> list[str]:
+    """``where:line`` for each ``emit(args, text, document)`` of ``source`` whose document is not
+    ``result.to_dict()`` or whose text is neither empty nor built on that ``result.markdown()``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "emit"):
+            continue
+        text, document = node.args[1], node.args[2]
+        owner = _method_of(document, "to_dict")
+        empty = isinstance(text, ast.Constant) and text.value == ""
+        if owner is None or not (empty or any(_method_of(n, "markdown") == owner for n in ast.walk(text))):
+            found.append(f"{where}:{node.lineno} {ast.unparse(node)}")
+    return found
+
+
+def test_every_command_prints_the_result_its_run_returned():
+    commands = [p for p in sorted((SRC / "commands").glob("*.py")) if p.name not in ("completion.py", "output.py")]
+    found = [hit for p in commands for hit in unprinted_results(p.read_text(), f"commands/{p.name}")]
+    assert not found, "print the run's result: emit(args, result.markdown(), result.to_dict()): " + "; ".join(found)
+
+
+@pytest.mark.parametrize(
+    ("source", "hits"),
+    [
+        ("emit(args, result.markdown(), result.to_dict())", 0),
+        ('emit(args, f"{result.markdown()}\\nreport: {result.page}", result.to_dict())', 0),
+        ('emit(args, "", result.to_dict())', 0),
+        ('emit(args, human, {"out": cfg.out, "points": store.rows()})', 1),  # what sweep did on main
+        ("emit(args, result.render(), dataclasses.asdict(result))", 1),  # what export did on main
+        ("emit(args, other.markdown(), result.to_dict())", 1),
+    ],
+)
+def test_the_result_rule_catches_a_command_building_its_own_output(source, hits):
+    assert len(unprinted_results(source, "commands/x.py")) == hits
 
 
 @pytest.mark.parametrize(

@@ -39,7 +39,7 @@ def sequential(tmp_path_factory):
     out = tmp_path_factory.mktemp("sequential")
     threads = torch.get_num_threads()
     try:
-        run_sweep(SweepConfig(out=str(out), progress=False, threads=1, **POINTS)).close()
+        run_sweep(SweepConfig(out=str(out), progress=False, threads=1, **POINTS))
     finally:
         torch.set_num_threads(threads)
     return rows(out / "sweep.db")
@@ -103,7 +103,7 @@ def test_two_workers_resume_survive_a_killed_worker_and_match(sequential, tmp_pa
     """A store half done by a single-process sweep (one length), then 2 Ray workers finish it; worker 0
     is killed with -9 after the first point they write, Ray restarts it and its group runs again."""
     out = str(tmp_path / "ray")
-    run_sweep(SweepConfig(out=out, progress=False, threads=1, **{**POINTS, "lengths": (192,)})).close()
+    run_sweep(SweepConfig(out=out, progress=False, threads=1, **{**POINTS, "lengths": (192,)}))
     killed, real_drain = [], distributed.drain
 
     def drain(ray_, workers, jobs, store, cfg):
@@ -122,7 +122,7 @@ def test_two_workers_resume_survive_a_killed_worker_and_match(sequential, tmp_pa
         return written
 
     monkeypatch.setattr(distributed, "drain", drain)
-    run_sweep(SweepConfig(out=out, progress=False, workers=2, threads=1, **POINTS)).close()
+    run_sweep(SweepConfig(out=out, progress=False, workers=2, threads=1, **POINTS))
     assert len(killed) == 2 and killed[0] != killed[1]
     assert rows(tmp_path / "ray" / "sweep.db") == sequential
     assert not ray.is_initialized()  # the local Ray it started is shut down

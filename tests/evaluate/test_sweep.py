@@ -47,10 +47,10 @@ def test_sweep_runs_and_skips_finished_points(tiny, tmp_path):
     cfg = SweepConfig(
         out=str(tmp_path), lengths=(320,), rope=("none", "yarn"), multipliers=(0.9, 1.1), n_docs=1, progress=False
     )
-    rows = run_sweep(cfg, model, tok).rows()
+    rows = run_sweep(cfg, model, tok).rows
     assert len(rows) == 4 and {r["rope"] for r in rows} == {"none", "yarn"}
     first = {(r["rope"], r["multiplier"]): r["metrics"]["tail_ppl"] for r in rows}
-    rows2 = run_sweep(cfg, model, tok).rows()  # everything done: nothing recomputed or duplicated
+    rows2 = run_sweep(cfg, model, tok).rows  # everything done: nothing recomputed or duplicated
     assert len(rows2) == 4 and {(r["rope"], r["multiplier"]): r["metrics"]["tail_ppl"] for r in rows2} == first
 
 
@@ -114,7 +114,7 @@ def _small(tmp_path, **kw):
 
 def test_a_resume_with_other_settings_is_refused_naming_them(tiny, tmp_path):
     model, tok = tiny
-    run_sweep(_small(tmp_path), model, tok).close()
+    run_sweep(_small(tmp_path), model, tok)
     for change, named in (
         ({"n_docs": 2}, "n_docs=1"),
         ({"seed": 3}, "seed=0"),
@@ -124,19 +124,15 @@ def test_a_resume_with_other_settings_is_refused_naming_them(tiny, tmp_path):
     ):
         with pytest.raises(ValueError, match=f"holds points made with {named}; this run has"):
             run_sweep(_small(tmp_path, **change), model, tok)
-    store = run_sweep(_small(tmp_path, multipliers=(1.0, 1.1)), model, tok)  # same settings: resumes
-    assert len(store.rows()) == 2
-    store.close()
-    store = run_sweep(_small(tmp_path, key_distance=128), model, tok)  # the default K, typed out: the same sweep
-    assert len(store.rows()) == 2
-    store.close()
+    assert len(run_sweep(_small(tmp_path, multipliers=(1.0, 1.1)), model, tok).rows) == 2  # same settings: resumes
+    assert len(run_sweep(_small(tmp_path, key_distance=128), model, tok).rows) == 2  # the default K, typed out
 
 
 def test_multipliers_that_share_a_key_are_refused(tiny, tmp_path):
     with pytest.raises(ValueError, match=r"multipliers\[1\]=1.0000002 and 1.0000001 are the same to 6"):
         _small(tmp_path, multipliers=(1.0000001, 1.0000002))
     model, tok = tiny
-    run_sweep(_small(tmp_path), model, tok).close()
+    run_sweep(_small(tmp_path), model, tok)
     with pytest.raises(ValueError, match=r"multipliers\[0\]=1.0000001 shares its sweep.db key '1' with the stored"):
         run_sweep(_small(tmp_path, multipliers=(1.0000001,)), model, tok)
 
@@ -162,7 +158,7 @@ def test_a_second_sweep_on_the_same_folder_is_refused_while_the_first_runs(tiny,
     finally:
         proc.kill()
         proc.wait()
-    run_sweep(_small(tmp_path), model, tok).close()  # the kernel dropped the lock with its holder
+    run_sweep(_small(tmp_path), model, tok)  # the kernel dropped the lock with its holder
 
 
 def test_a_failed_sweep_leaves_no_empty_database_or_folder(tiny, tmp_path, monkeypatch):
@@ -201,9 +197,8 @@ def test_an_old_database_still_opens_and_resumes(tiny, tmp_path):
     model, tok = tiny
     with pytest.raises(ValueError, match="n_docs=1; this run has n_docs=2"):
         run_sweep(_small(tmp_path, n_docs=2), model, tok)
-    store = run_sweep(_small(tmp_path, multipliers=(1.0, 1.2)), model, tok)
-    assert [r["multiplier"] for r in store.rows()] == [1.0, 1.2] and store.rows()[0]["metrics"]["ppl"] == 5.0
-    store.close()
+    rows = run_sweep(_small(tmp_path, multipliers=(1.0, 1.2)), model, tok).rows
+    assert [r["multiplier"] for r in rows] == [1.0, 1.2] and rows[0]["metrics"]["ppl"] == 5.0
 
 
 def test_a_checkpoint_changed_in_place_is_refused_and_an_old_database_gets_the_digest(tmp_path, monkeypatch):
@@ -221,7 +216,7 @@ def test_a_checkpoint_changed_in_place_is_refused_and_an_old_database_gets_the_d
     shutil.copytree(tiny_path(), ckpt)
     cfg = SweepConfig(out=str(tmp_path / "s"), model=str(ckpt), lengths=(64,), multipliers=(1.0,), n_docs=1,
                       progress=False)  # fmt: skip
-    run_sweep(cfg).close()
+    run_sweep(cfg)
     weights = load_file(ckpt / "model.safetensors")
     weights["model.layers.0.self_attn.q_proj.weight"] *= 1.1
     save_file(weights, ckpt / "model.safetensors", metadata={"format": "pt"})  # same header, other bytes
@@ -235,7 +230,7 @@ def test_a_checkpoint_changed_in_place_is_refused_and_an_old_database_gets_the_d
     with db:
         db.execute("UPDATE meta SET value=? WHERE key='settings'", (json.dumps(settings),))
     db.close()
-    run_sweep(cfg).close()  # opens; the digest is recorded now
+    run_sweep(cfg)  # opens; the digest is recorded now
     store = Store(tmp_path / "s" / "sweep.db", readonly=True)
     assert store.recorded_settings()["model_weights"] is not None and store.count() == 2
     store.close()

@@ -18,5 +18,5 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     result = run_audit(from_args(AuditConfig, args))
-    emit(args, result.render(), result.to_dict())
+    emit(args, result.markdown(), result.to_dict())
     return 1 if result.differs else 0

@@ -17,12 +17,5 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     result = run_bake(from_args(BakeConfig, args))
-    targets = ", ".join(sorted({step.target for step in result.layers}))
-    diff, n = result.max_abs_diff, result.tokens
-    data = {"path": str(result.path), "max_abs_diff": diff, "tokens": n, "targets": targets.split(", ")}
-    human = (
-        f"baked {len(result.layers)} layers ({targets}) into {result.path}\n"
-        f"max abs diff, reloaded vs patched logits (fp32, {n} tokens): {diff:.3g}"
-    )
-    emit(args, human, data)
+    emit(args, result.markdown(), result.to_dict())
     return 0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 
 from ..ship.export import ExportConfig, run_export
 from ..utils.options import add_options, from_args
@@ -18,5 +17,5 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     result = run_export(from_args(ExportConfig, args))
-    emit(args, result.render(), dataclasses.asdict(result))
+    emit(args, result.markdown(), result.to_dict())
     return 0

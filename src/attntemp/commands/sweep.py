@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 from ..evaluate.sweep import SweepConfig, run_sweep
-from ..report.build import BEST_NOTE, best_table
 from ..utils.options import add_options, from_args
 from .output import emit
 
@@ -17,15 +16,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    cfg = from_args(SweepConfig, args)
-    store = run_sweep(cfg)
-    try:
-        rows, trained = store.rows(), store.trained_length()
-    finally:
-        store.close()
-    human = (
-        f"{best_table(rows, trained)}\n\n{BEST_NOTE}\n\n"
-        f"{len(rows)} points in {cfg.out}/sweep.db; `attntemp report {cfg.out}` makes the plots"
-    )
-    emit(args, human, {"out": cfg.out, "trained_length": trained, "points": rows})
+    result = run_sweep(from_args(SweepConfig, args))
+    emit(args, result.markdown(), result.to_dict())
     return 0

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from ..ship.comparison import summary_json
 from ..ship.verify import VerifyConfig, run_verify
 from ..utils.options import add_options, from_args
 from .output import emit
@@ -19,5 +18,5 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     result = run_verify(from_args(VerifyConfig, args))
-    emit(args, f"{result.table()}\n{summary_json(result)}", result.to_dict())
+    emit(args, result.markdown(), result.to_dict())
     return 0 if result.passed else 1

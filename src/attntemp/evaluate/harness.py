@@ -27,12 +27,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..hf.loading import ModelOptions, load_model, resolve
+from ..hf.loading import ModelOptions
 from ..hf.patch import patch
 from ..ops.spec import TemperatureSpec
 from ..utils import checks, install, outputs
 from ..utils.options import ints, names, option
-from . import harness_table, limits, lm_eval_tasks
+from . import harness_table, lm_eval_tasks
 from .harness_tasks import (
     cache_only_without_hub,
     doc_samples,
@@ -51,7 +51,7 @@ MAX_LENGTH = 4096
 
 @dataclass(frozen=True, kw_only=True)
 class EvalHarnessConfig(ModelOptions):
-    """``attntemp eval`` and :func:`run_eval`."""
+    """``attntemp eval`` and :func:`~.harness_run.run_eval`."""
 
     spec: str = option(help="a TemperatureSpec JSON file (multipliers m = 1/T, RoPE extension)")
     tasks: tuple[str, ...] = option(
@@ -349,51 +349,3 @@ def write_eval(out: Path, result: HarnessResult, meta: dict[str, Any], staged: P
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
-
-
-# ----------------------------------------------------------------------------- the command
-def run_eval(cfg: EvalHarnessConfig) -> HarnessResult:
-    """Check everything that is cheap (lm-eval, spec, --out, task names, datasets), then load the
-    model and run both; with ``lengths``, attntemp's tasks are first remade in its tokens."""
-    require_lm_eval()
-    spec = TemperatureSpec.load(cfg.spec)
-    out = Path(cfg.out)
-    check_eval_out(out, cfg.overwrite)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staged = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
-    try:
-        return _run_staged(cfg, spec, out, staged)
-    except BaseException:
-        shutil.rmtree(staged, ignore_errors=True)
-        raise
-
-
-def _remade_tasks(cfg: EvalHarnessConfig, folder: Path) -> Path | None:
-    if not cfg.lengths:
-        return None
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(resolve(cfg.model))
-    limits.check_lengths("lengths", cfg.lengths, ["passkey", "needle"], tok)  # the remade tasks' own minimum
-    return lm_eval_tasks.write_folder(folder, tok, cfg.lengths)
-
-
-def _run_staged(cfg: EvalHarnessConfig, spec: TemperatureSpec, out: Path, staged: Path) -> HarnessResult:
-    settings = Settings(cfg.limit, cfg.batch_size, cfg.max_length, cfg.bootstrap_iters)
-    tasks_dir = _remade_tasks(cfg, staged / "lm_eval_tasks")
-    metadata = {"tokenizer": str(resolve(cfg.model))} | task_metadata(cfg.metadata)
-    with lm_eval_logging(cfg.lm_eval_logs):
-        manager, tasks, settings = prepare(cfg.tasks, cfg.include_path, tasks_dir, metadata, settings)
-        model, tok = load_model(cfg.model, **cfg.load_args())
-        runs = both_runs(model, tok, spec, tasks, manager, settings)
-    meta = {
-        "model": cfg.model,
-        "spec_file": cfg.spec,
-        "spec": spec.to_dict(),
-        "tasks": tasks,
-        "limit": cfg.limit,
-        "max_length": cfg.max_length,
-        "lengths": list(cfg.lengths),
-        "metadata": task_metadata(cfg.metadata),
-    }
-    return finish(runs, cfg.seed, out, meta, staged)

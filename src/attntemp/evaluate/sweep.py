@@ -16,7 +16,7 @@ Lengths, memory and ``out`` are checked before the model loads (:mod:`.limits`).
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +28,19 @@ from ..utils import outputs
 from . import limits
 from .distributed import preflight_ray, run_distributed
 from .store import LOCK_FILE, SETTINGS, Store, SweepConfig, check_exact, evaluate_group, mkey, multiplier_groups
+from .sweep_table import BEST_NOTE, best_table
 from .tasks import EvalOptions, eval_context
 
-__all__ = ["LOCK_FILE", "Store", "SweepConfig", "check_resumable", "preflight_sweep", "run_sweep"]
+__all__ = [
+    "LOCK_FILE",
+    "Store",
+    "SweepConfig",
+    "SweepPlan",
+    "SweepResult",
+    "check_resumable",
+    "preflight_sweep",
+    "run_sweep",
+]
 
 
 @dataclass(frozen=True)
@@ -88,8 +98,38 @@ def check_resumable(out: str | Path, opts: EvalOptions) -> None:
         )
 
 
-def run_sweep(cfg: SweepConfig, model=None, tok=None) -> Store:
-    """Run every missing point of ``cfg`` into ``cfg.out/sweep.db``; returns the store. With
+@dataclass(frozen=True)
+class SweepResult:
+    """What ``out/sweep.db`` holds after a sweep: every point (this run's and earlier ones) and the
+    trained length it recorded; ``db`` is the database (closed: open it with :class:`Store`)."""
+
+    out: str
+    db: Path
+    trained_length: int | None
+    rows: list[dict[str, Any]] = field(repr=False)
+
+    def to_dict(self) -> dict[str, Any]:  # the --json document
+        return {"out": self.out, "trained_length": self.trained_length, "points": self.rows}
+
+    def markdown(self) -> str:
+        return (
+            f"{best_table(self.rows, self.trained_length)}\n\n{BEST_NOTE}\n\n"
+            f"{len(self.rows)} points in {self.out}/sweep.db; `attntemp report {self.out}` makes the plots"
+        )
+
+
+def run_sweep(cfg: SweepConfig, model=None, tok=None) -> SweepResult:
+    """Run every missing point of ``cfg`` into ``cfg.out/sweep.db`` (:func:`sweep_into`); returns
+    every point it holds, the store closed."""
+    store = sweep_into(cfg, model, tok)
+    try:
+        return SweepResult(cfg.out, store.path, store.trained_length(), store.rows())
+    finally:
+        store.close()
+
+
+def sweep_into(cfg: SweepConfig, model=None, tok=None) -> Store:
+    """Run every missing point of ``cfg`` into ``cfg.out/sweep.db``; returns the store, open. With
     ``cfg.workers > 1`` or ``cfg.ray_address`` the points run on Ray workers, each loading its own
     model (:mod:`.distributed`; ``model`` and ``tok`` are not used then).
 

@@ -7,7 +7,6 @@ interval where the data keeps the per-window or per-trial values it is made of."
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import numpy as np
 from matplotlib import colors
 
 from ..analysis import style
+from ..evaluate.sweep_table import points
 from ..evaluate.tasks import get_task
 from ..ops.intervals import wilson
 from ..ops.schedules import yarn_multiplier, yarn_sqrt_multiplier
@@ -36,15 +36,6 @@ __all__ = [
     "points",
     "tune_multipliers",
 ]
-
-
-def points(rows: list[dict[str, Any]], task: str) -> dict[tuple[int, str], list[dict[str, Any]]]:
-    """The sweep points of ``task`` by (length, rope), each group in multiplier order."""
-    out: dict[tuple[int, str], list[dict[str, Any]]] = defaultdict(list)
-    for r in rows:
-        if r["task"] == task:
-            out[(r["length"], r["rope"])].append(r)
-    return {k: sorted(v, key=lambda r: r["multiplier"]) for k, v in out.items()}
 
 
 def curves(rows: list[dict[str, Any]], task: str, metric: str) -> dict[tuple[int, str], list[tuple[float, float]]]:

@@ -114,6 +114,10 @@ class AuditResult:
             "engines": self.engines,
         }
 
+    def markdown(self) -> str:
+        """What ``attntemp audit`` prints (:meth:`render`)."""
+        return self.render()
+
     def render(self) -> str:
         """The reference per group and position, then one line per engine."""
         pos = self.reference["positions"]

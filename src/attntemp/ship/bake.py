@@ -56,6 +56,24 @@ class BakeResult:
     tokens: int
     layers: tuple[LayerBake, ...]
 
+    def targets(self) -> list[str]:
+        """The kinds of weight scaled (q_proj, q_norm, ...), each once, sorted."""
+        return sorted({step.target for step in self.layers})
+
+    def to_dict(self) -> dict[str, Any]:  # the --json document
+        return {
+            "path": str(self.path),
+            "max_abs_diff": self.max_abs_diff,
+            "tokens": self.tokens,
+            "targets": self.targets(),
+        }
+
+    def markdown(self) -> str:
+        return (
+            f"baked {len(self.layers)} layers ({', '.join(self.targets())}) into {self.path}\n"
+            f"max abs diff, reloaded vs patched logits (fp32, {self.tokens} tokens): {self.max_abs_diff:.3g}"
+        )
+
 
 # ----------------------------------------------------------------------------- checks (no mutation)
 def refuse_position_dependent(

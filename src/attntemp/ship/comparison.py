@@ -217,6 +217,10 @@ class VerifyResult:
             ]
         )
 
+    def markdown(self) -> str:
+        """What ``attntemp verify`` prints: the table, then the result as indented JSON."""
+        return f"{self.table()}\n{summary_json(self)}"
+
     def to_dict(self) -> dict[str, Any]:
         eng, ours = self.ratios()
 

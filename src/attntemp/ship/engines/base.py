@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ...ops import rope
@@ -52,6 +52,13 @@ class ExportResult:
     def settings(self) -> list[str]:
         """The settings as printed: the command line's flags, shell-quoted (none: nothing)."""
         return [" ".join(shlex.quote(a) for a in self.args)] if self.args else []
+
+    def to_dict(self) -> dict[str, Any]:  # the --json document: every field
+        return asdict(self)
+
+    def markdown(self) -> str:
+        """What ``attntemp export`` prints (:meth:`render`)."""
+        return self.render()
 
     def render(self) -> str:
         """What ``attntemp export`` prints: a comment line, the settings, notes as comments."""
