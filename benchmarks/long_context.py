@@ -61,13 +61,33 @@ def child(model_name: str, length: int, threads: int) -> dict[str, float]:
     }
 
 
+def earlier(args: LongContextBench) -> dict[str, object]:
+    """The lengths an earlier run of the same model and threads wrote to ``--out`` (resumed, never
+    overwritten); a file from another model or thread count is refused, not replaced."""
+    fresh: dict[str, object] = {"model": args.model, "threads": args.threads, "machine": machine()}
+    if not args.out or not Path(args.out).is_file():
+        return fresh
+    done = json.loads(Path(args.out).read_text())
+    if (done.get("model"), done.get("threads")) != (args.model, args.threads):
+        print(
+            f"--out={args.out!r} holds a run of {done.get('model')} with {done.get('threads')} threads; "
+            "give another file for this model and thread count",
+            file=sys.stderr,
+        )
+        sys.exit(2)
+    return done
+
+
 def main(argv: list[str] | None = None) -> None:
     args = from_argv(LongContextBench, argv, __doc__.split("\n\n")[0])
     if args.child:
         print(json.dumps(child(args.model, args.child, args.threads)))
         return
-    out: dict[str, object] = {"model": args.model, "threads": args.threads, "machine": machine()}
+    out = earlier(args)
     for n in args.lengths:
+        if str(n) in out:
+            print(f"{n}: {out[str(n)]} (measured earlier, kept from {args.out})", file=sys.stderr, flush=True)
+            continue
         cmd = [sys.executable, __file__, "--model", args.model, "--threads", str(args.threads), "--child", str(n)]
         done = subprocess.run(cmd, capture_output=True, text=True, check=True)
         out[str(n)] = json.loads(done.stdout.strip().splitlines()[-1])
