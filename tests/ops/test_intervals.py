@@ -59,6 +59,7 @@ def test_wilson_matches_its_closed_form_and_stays_inside_zero_one():
     assert (w.low, w.high) == pytest.approx((centre - half, centre + half))
     zero, one = I.wilson(0, 50), I.wilson(50, 50)
     assert zero.low == 0.0 and 0 < zero.high < 0.08 and one.high == 1.0 and 0.92 < one.low < 1
+    assert all(I.wilson(0, n).low == 0.0 and I.wilson(n, n).high == 1.0 for n in range(1, 200))  # n = 40 gave 6.9e-18
 
 
 def test_bootstrap_is_seeded():

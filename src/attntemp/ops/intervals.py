@@ -173,7 +173,9 @@ def wilson(successes: int, n: int, level: float = LEVEL) -> Interval:
     p = successes / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return Interval(p, max(0.0, centre - half), min(1.0, centre + half), level, "Wilson")
+    low = 0.0 if successes == 0 else max(0.0, centre - half)  # exact at the ends: no 6.9e-18 of rounding
+    high = 1.0 if successes == n else min(1.0, centre + half)
+    return Interval(p, low, high, level, "Wilson")
 
 
 def verdict(interval: Interval, null: float, lower_is_better: bool) -> str:
