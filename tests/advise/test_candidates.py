@@ -58,7 +58,7 @@ def test_within_the_trained_length_only_the_temperature_is_checked():
     ],
 )
 def test_each_engine_carries_what_it_can_and_says_why_not(spec, engine, how):
-    got = carry(spec, engine, 256, "llama")
+    got = carry(spec, engine, 256, {"model_type": "llama"})
     assert got["how"] == how
     if how == "settings":
         assert "logit multiplier m" in got["settings"]
@@ -68,4 +68,20 @@ def test_each_engine_carries_what_it_can_and_says_why_not(spec, engine, how):
 
 def test_a_schedule_on_a_model_without_remote_code_is_not_carried_by_transformers():
     spec = TemperatureSpec(schedule="logn", schedule_params={"trained_len": 256})
-    assert carry(spec, "transformers", 256, "gemma3_text")["how"] == "not carried"
+    assert carry(spec, "transformers", 256, {"model_type": "gemma3_text"})["how"] == "not carried"
+
+
+def test_the_settings_take_the_models_own_rope_from_its_config():
+    """Engines replace rope_parameters whole: the settings carry the model's rope_theta, and on
+    Gemma 3 YaRN goes on the full-attention layers while the sliding ones keep their own RoPE."""
+    yarn = TemperatureSpec(rope={"rope_type": "yarn", "factor": 2.0})
+    llama = {"model_type": "llama", "rope_theta": 100000.0, "max_position_embeddings": 256}
+    assert '"rope_theta": 100000.0' in carry(yarn, "transformers", 256, llama)["settings"]
+    rope = {"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}  # fmt: skip
+    gemma = {"model_type": "gemma3_text", "layer_types": ["sliding_attention", "full_attention"],
+             "rope_parameters": rope, "max_position_embeddings": 256, "num_hidden_layers": 2, "hidden_size": 64,
+             "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 16, "sliding_window": 16}  # fmt: skip
+    spec = TemperatureSpec(rope={"rope_type": "yarn", "factor": 2.0}, layer_types=["full_attention"])
+    got = carry(spec, "transformers", 256, gemma)
+    assert got["how"] == "settings" and '"sliding_attention"' in got["settings"], got

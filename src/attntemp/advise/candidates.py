@@ -122,13 +122,15 @@ def candidates(length: int, trained: int) -> list[Candidate]:
     return extension_candidates(length, trained) if length > trained else temperature_candidates()
 
 
-def carry(spec: TemperatureSpec, engine: str, trained: int, model_type: str | None) -> dict[str, Any]:
-    """How ``engine`` carries ``spec``: ``{"how": nothing | settings | bake | remote code | not carried,
-    "settings" or "command", "why"}``."""
+def carry(spec: TemperatureSpec, engine: str, trained: int, config: dict[str, Any] | None) -> dict[str, Any]:
+    """How ``engine`` carries ``spec`` on the model of ``config`` (its config dict: the settings take
+    its rope_theta and, on Gemma 3, its per-layer-type RoPE): ``{"how": nothing | settings | bake |
+    remote code | not carried, "settings" or "command", "why"}``."""
+    model_type = (config or {}).get("model_type")
     if spec.is_identity and not spec.rope:
         return {"how": "nothing", "settings": "serve the model as it is"}
     try:
-        return {"how": "settings", "settings": export(spec, engine, trained_length=trained).render()}
+        return {"how": "settings", "settings": export(spec, engine, trained_length=trained, config=config).render()}
     except ValueError as exc:
         why = str(exc)
     if not spec.position_dependent:
@@ -144,7 +146,7 @@ def carry(spec: TemperatureSpec, engine: str, trained: int, model_type: str | No
     return {"how": "not carried", "why": f"{engine} has no per-position temperature: {why}"}
 
 
-def with_engines(c: Candidate, trained: int, model_type: str | None) -> Candidate:
-    """``c`` with how every engine carries it."""
-    engines = {e: carry(c.spec, e, trained, model_type) for e in ENGINES}
+def with_engines(c: Candidate, trained: int, config: dict[str, Any] | None) -> Candidate:
+    """``c`` with how every engine carries it on the model of ``config``."""
+    engines = {e: carry(c.spec, e, trained, config) for e in ENGINES}
     return Candidate(c.name, c.spec, c.family, c.gated, c.note, engines)

@@ -99,6 +99,7 @@ class AdvisePlan:
     second_text: str | None
     tok: Any
     spare: int = 2  # windows past the race's own that the tuned m is searched on
+    config: dict[str, Any] | None = None  # the model's config, read once: the engines' settings fill from it
 
     @property
     def extends(self) -> bool:
@@ -138,7 +139,8 @@ def preflight_advise(cfg: AdviseConfig, model: Any = None, tok: Any = None) -> A
     limits.check_evaluator(cfg, tok)
     k = fitting_needles(tok, min(trained, cfg.length), cfg.needles_per_forward or NEEDLES_PER_FORWARD)
     model_type = (config or {}).get("model_type")
-    return AdvisePlan(cfg, trained, model_type, short_lengths(cfg.length, trained), check, k, cfg.second_text(), tok)
+    lengths = short_lengths(cfg.length, trained)
+    return AdvisePlan(cfg, trained, model_type, lengths, check, k, cfg.second_text(), tok, config=config or None)
 
 
 def _check_length(cfg: AdviseConfig, trained: int) -> int | None:

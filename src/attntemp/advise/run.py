@@ -117,7 +117,7 @@ def setup(plan: AdvisePlan, model: Any, store: ScoreStore) -> Setup:
         cfg.objective, cfg.length, plan.short_lengths, cfg.race_windows, cfg.block, cfg.min_windows,
         cfg.max_short_cost, cfg.budget,
     )  # fmt: skip
-    engines = [with_engines(c, plan.trained, plan.model_type) for c in cands]
+    engines = [with_engines(c, plan.trained, plan.config) for c in cands]
     return Setup(engines, on_tuning_pool, settings, ctx, tctx, store, model_id, count)
 
 
