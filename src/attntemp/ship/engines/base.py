@@ -22,11 +22,24 @@ from typing import Any
 
 from ...ops import rope
 from ...ops.geometry import SCALING_ON_FULL_ONLY, config_dict, layer_kinds, layer_rope, stated_l0
+from ...ops.schedules import yarn_mscale
 from ...ops.spec import TemperatureSpec
 from ...utils import checks
 from .. import schedule_export
 from ..bake import refuse_position_dependent
 from ..comparison import VerifyOptions, VerifyResult
+
+
+def attn_factor(m: float, s: float) -> float:
+    """The factor llama.cpp and vLLM put on cos/sin on top of YaRN's default 0.1 ln s + 1 (their
+    ``attn_factor``; YaRN, Peng et al., arXiv:2309.00071) for logit multiplier m."""
+    return rope.cos_sin_factor(m) / yarn_mscale(checks.at_least("s", s, 1.0))
+
+
+def logit_multiplier(factor: float, s: float) -> float:
+    """The logit multiplier of that ``attn_factor``: ``(attn_factor * (0.1 ln s + 1))^2``."""
+    return rope.cos_sin_multiplier(factor) * yarn_mscale(checks.at_least("s", s, 1.0)) ** 2
+
 
 EPS = 1e-12
 GLOBAL = "full_attention"  # the layer type a RoPE extension goes to where the RoPE is per layer type

@@ -42,9 +42,7 @@ from ...hf.loading import load_model
 from ...ops import rope
 from ...ops.geometry import stated_l0
 from ...ops.intervals import perplexity_interval
-from ...ops.schedules import yarn_mscale
 from ...ops.spec import TemperatureSpec
-from ...utils import checks
 from ...utils.errors import ExternalToolError
 from .. import llamacpp
 from ..audit_proxy import LENGTH, cannot, kl_verdict, proxy_logp, random_ids, save_proxy
@@ -73,6 +71,8 @@ from .base import (
     number,
     same_past_l0,
 )
+from .base import attn_factor as attn_factor  # the engine's own knob: llama.cpp and vLLM share its math
+from .base import logit_multiplier as logit_multiplier
 
 NAME = "llama.cpp"
 SOURCE = (
@@ -96,16 +96,6 @@ AFTER_BAKE = (
 
 
 # ----------------------------------------------------------------------------- export
-def attn_factor(m: float, s: float) -> float:
-    """llama.cpp attention factor f (multiplies the built-in 1 + 0.1 ln s on cos/sin) for m."""
-    return rope.cos_sin_factor(m) / yarn_mscale(checks.at_least("s", s, 1.0))
-
-
-def logit_multiplier(factor: float, s: float) -> float:
-    """Logit multiplier of llama.cpp's factor f: ``(f (1 + 0.1 ln s))^2``."""
-    return (math.sqrt(rope.cos_sin_multiplier(factor)) * yarn_mscale(checks.at_least("s", s, 1.0))) ** 2
-
-
 def _kv(gguf_arch: str | None, f: float) -> tuple[str, str]:
     """llama.cpp's ``--override-kv`` for the GGUF cos/sin factor ``<arch>.rope.scaling.attn_factor``."""
     return ("--override-kv", f"{gguf_arch or '<arch>'}.rope.scaling.attn_factor=float:{number(f)}")

@@ -49,9 +49,7 @@ from ...hf.introspect import text_config, trained_length
 from ...hf.loading import load_model
 from ...ops import rope
 from ...ops.intervals import Interval, mean_interval, perplexity_interval
-from ...ops.schedules import yarn_mscale
 from ...ops.spec import TemperatureSpec
-from ...utils import checks
 from ...utils.errors import ExternalToolError
 from ...utils.resources import vllm_cpu_refusal
 from .. import llamacpp, remote_code, vllm_venv
@@ -85,6 +83,8 @@ from .base import (
     same_past_l0,
     theta_note,
 )
+from .base import attn_factor as attn_factor  # the engine's own knob: llama.cpp and vLLM share its math
+from .base import logit_multiplier as logit_multiplier
 
 NAME = "vllm"
 SOURCE = (
@@ -101,16 +101,6 @@ FULL_VOCAB = 4096  # up to this vocabulary size, ask vLLM for every log-probabil
 
 
 # ----------------------------------------------------------------------------- export
-def attn_factor(m: float, s: float) -> float:
-    """vLLM ``attn_factor`` (multiplies the default 0.1 ln s + 1 on cos/sin) for logit multiplier m."""
-    return rope.cos_sin_factor(m) / yarn_mscale(checks.at_least("s", s, 1.0))
-
-
-def logit_multiplier(factor: float, s: float) -> float:
-    """Logit multiplier of vLLM's ``attn_factor``: ``(attn_factor * (0.1 ln s + 1))^2``."""
-    return rope.cos_sin_multiplier(factor) * yarn_mscale(checks.at_least("s", s, 1.0)) ** 2
-
-
 def longrope_settings(
     params: dict[str, Any], m: float, rope_theta: float | None
 ) -> tuple[dict[str, Any], tuple[str, ...]]:
