@@ -5,7 +5,7 @@ import math
 
 import pytest
 import torch
-from tiny_configs import config
+from tiny_configs import config, model
 from transformers import AutoModelForCausalLM
 
 import attntemp.ship.export as E
@@ -324,6 +324,23 @@ def test_llamacpp_runs_what_attntemp_ships_smollm2(tmp_path, case):
     _verify(tmp_path, SMOLLM2_CASES[case], "smollm2", 2048, 1, text="gutenberg:austen-emma")
 
 
+GEMMA3_YARN = {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 32768}
+GEMMA3_CASES = {  # the real Gemma 3 270M: RoPE per layer type, so every case is baked (its m = 1 twin too)
+    "m on the global layers": TemperatureSpec(multiplier=1.3, layer_types=["full_attention"]),
+    "yarn + m on the global layers": TemperatureSpec(multiplier=1.3, layer_types=["full_attention"], rope=GEMMA3_YARN),
+}
+
+
+@pytest.mark.engines
+@pytest.mark.parametrize("case", list(GEMMA3_CASES))
+def test_llamacpp_runs_what_attntemp_ships_gemma3(tmp_path, case):
+    """llama.cpp's one cos/sin factor reaches the sliding layers too: the YaRN twin (attention
+    factor 1) passes only as ``carried_form`` bakes it (docs/engines.md)."""
+    _llamacpp_or_skip()
+    result = _verify(tmp_path, GEMMA3_CASES[case], "gemma3-270m", 1024, 2, text="gutenberg:austen-emma")
+    assert result.route == "bake + convert" + (" (m = 1 twin: bake + convert)" if "yarn" in case else "")
+
+
 # vLLM's CPU build runs only with AVX-512: on an AVX2-only CPU its cases are skipped, naming why.
 NEEDS_AVX512 = pytest.mark.skipif(vllm_cpu_refusal() is not None, reason=str(vllm_cpu_refusal()))
 
@@ -473,8 +490,6 @@ def test_gemma3_yarn_goes_to_the_global_layers_and_the_sliding_ones_keep_their_r
 
 @pytest.mark.parametrize("engine", ["transformers", "vllm"])  # vLLM's --hf-overrides carry the same rope_parameters
 def test_gemma3_export_loaded_fresh_equals_the_patched_model(engine):
-    from tiny_configs import model
-
     m = model("gemma3_text")
     cfg = m.config.to_dict()
     for spec in (TemperatureSpec(rope=YARN), GLOBAL_YARN):
@@ -497,3 +512,45 @@ def test_gemma3_m_on_every_layer_is_refused_where_only_the_global_layers_carry_i
     with pytest.raises(ValueError, match=r"layer_types=\['full_attention'\] only; transformers has one"):
         E.export(GLOBAL_YARN, "transformers")  # without the config: one rope, one temperature for every layer
     assert '"sliding_attention"' in E.export(GLOBAL_YARN, "vllm", config=cfg).args[1]
+
+
+def test_gemma3_llamacpp_refuses_a_yarn_factor_its_one_factor_would_put_on_the_sliding_layers():
+    """llama.cpp's ``rope.scaling.attn_factor`` reaches every layer's rope; the config's
+    attention_factor only the global layers': YaRN's own factor is carried (f = 1), any other is refused."""
+    cfg = config("gemma3_text").to_dict()
+    assert "--override-kv" not in E.export(TemperatureSpec(rope=YARN), "llama.cpp", config=cfg).args
+    one = TemperatureSpec(rope={**YARN, "attention_factor": 1.0})
+    with pytest.raises(ValueError, match=r"attention_factor=1 .*per layer type.*the sliding ones too"):
+        E.export(one, "llama.cpp", config=cfg)
+    assert "--override-kv" in E.export(one, "llama.cpp").args  # one rope for every layer: f carries it
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        TemperatureSpec(rope={**YARN, "attention_factor": 1.0}),  # verify's m = 1 twin
+        TemperatureSpec(multiplier=1.2, layer_types=["full_attention"], rope={**YARN, "attention_factor": 1.3}),
+    ],
+)
+def test_gemma3_llamacpp_carried_form_gives_the_same_logits(spec):
+    """The factor moved into the global layers' multiplier (YaRN's own factor left on the rope): the
+    same model, and a spec llama.cpp carries (bake + YaRN's own flags)."""
+    m = model("gemma3_text")
+    carried = LC.carried_form(spec, LC.layer_ropes(m.config))
+    assert carried.layer_types == ("full_attention",) and "attention_factor" not in dict(carried.rope)
+    assert carried.multiplier != spec.multiplier
+    with torch.no_grad(), patch(m, spec):
+        want = m(X).logits  # [2, 48, V]
+    with torch.no_grad(), patch(m, carried):
+        got = m(X).logits  # [2, 48, V]
+    assert (got - want).abs().max() <= 1e-4
+    with torch.no_grad(), patch(m, TemperatureSpec(rope=YARN)):
+        other = m(X).logits  # [2, 48, V]: YaRN's own factor, another model
+    assert (other - want).abs().max() > 1e-3
+    assert LC.carried_form(spec, None) is spec  # one rope for every layer: carried as it is
+
+
+def test_gemma3_llamacpp_carried_form_refuses_a_temperature_it_cannot_fold():
+    spec = TemperatureSpec(multiplier=1.2, rope={**YARN, "attention_factor": 1.3})  # m on every layer
+    with pytest.raises(ValueError, match=r"cannot be folded into one spec for llama.cpp"):
+        LC.carried_form(spec, {"full_attention": {}, "sliding_attention": {}})

@@ -14,6 +14,11 @@
   ``ggml_rope_cache_init`` (ggml/src/ggml-cpu/ops.cpp) rotates pair i by ``theta_i / rope_freqs[i]``,
   i.e. divides its frequency, as ``long_factor`` does, at every context size. Per-layer and per-head
   multipliers are baked into q_proj (``attntemp bake``) and the checkpoint converted to GGUF.
+* A RoPE per layer type (Gemma 3, ``src/models/gemma3.cpp``): every layer's ``ggml_rope_ext`` gets
+  the one cos/sin factor, while ``llama_model::get_rope_freq_scale`` leaves the sliding layers at
+  scale 1, so YaRN's built-in 0.1 ln s + 1 reaches the global layers only. YaRN's own factor is
+  carried as is; any other would land on the sliding layers too, so the export refuses it and
+  :func:`carried_form` moves it into a multiplier on the global layers, to bake (verify does).
 * Mistral 3's position schedule: the GGUF keys ``<arch>.attention.temperature_scale`` (beta) and
   ``<arch>.attention.temperature_length`` (L0), read by its ``deepseek2`` and ``mistral4`` graphs as
   ``1 + scale ln(1 + floor((p + offset) / length))`` with offset 0 for them (Llama 4's is 1).
@@ -27,6 +32,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 import tempfile
@@ -42,6 +48,7 @@ from ...hf.loading import load_model
 from ...ops import rope
 from ...ops.geometry import stated_l0
 from ...ops.intervals import perplexity_interval
+from ...ops.schedules import yarn_mscale
 from ...ops.spec import TemperatureSpec
 from ...utils.errors import ExternalToolError
 from .. import llamacpp
@@ -59,13 +66,16 @@ from ..comparison import (
     work_folder,
 )
 from .base import (
+    GLOBAL,
     AuditRun,
     Engine,
     ExportResult,
     ExportTarget,
+    builtin_factor,
     context_length,
     export_spec,
     global_multiplier,
+    layer_ropes,
     need,
     need_l0,
     number,
@@ -191,6 +201,7 @@ def export_settings(m: float, params: dict[str, Any], target: ExportTarget) -> E
     for key, flag in (("beta_fast", "--yarn-beta-fast"), ("beta_slow", "--yarn-beta-slow")):
         if params.get(key) is not None:
             args += [flag, number(params[key])]
+    _refuse_own_factor_per_type(params, s, target)
     f = attn_factor(m, s)
     notes = [
         f"f = {f:.6g} multiplies llama.cpp's built-in 1 + 0.1 ln s on cos/sin: m = (f (1 + 0.1 ln s))^2",
@@ -202,6 +213,45 @@ def export_settings(m: float, params: dict[str, Any], target: ExportTarget) -> E
         args += _kv(gguf_arch, f)
         notes += _kv_notes(f, True, gguf_arch)
     return _result(m, args, tuple(notes), length)
+
+
+def _refuse_own_factor_per_type(params: dict[str, Any], s: float, target: ExportTarget) -> None:
+    """Raise where the model's RoPE is per layer type (Gemma 3) and the YaRN factor is not YaRN's
+    own: llama.cpp's one cos/sin factor (``<arch>.rope.scaling.attn_factor``) multiplies every
+    layer's rope, the sliding layers' too, while the config's ``attention_factor`` reaches the
+    global layers only (``llama_model::get_rope_freq_scale`` leaves the sliding layers unscaled, so
+    ``rope_yarn``'s built-in 0.1 ln s + 1 reaches the global ones alone)."""
+    own, builtin = yarn_mscale(s), builtin_factor(params)
+    if target.layer_ropes is None or abs(builtin - own) <= 1e-9 * own:
+        return
+    raise ValueError(
+        f"attention_factor={builtin:.6g} (YaRN's own at s={s:g} is {own:.6g}) cannot be exported to {NAME} for "
+        "this model: its RoPE is per layer type and llama.cpp's one cos/sin factor reaches every layer, the "
+        f"sliding ones too. Give the factor as a multiplier on layer_types=['{GLOBAL}'] with YaRN's own factor "
+        "(attntemp.ship.engines.llamacpp.carried_form) and bake it with `attntemp bake`"
+    )
+
+
+def carried_form(spec: TemperatureSpec, ropes: dict[str, dict[str, Any]] | None) -> TemperatureSpec:
+    """``spec`` as llama.cpp carries it on a model whose RoPE is per layer type: a YaRN factor other
+    than YaRN's own moved into the multiplier of the global layers (the layers the rope reaches),
+    ``(factor / (0.1 ln s + 1))^2``, the rope left with YaRN's own; ``spec`` itself elsewhere."""
+    params = dict(spec.rope)
+    if ropes is None or params.get("rope_type") != "yarn":
+        return spec
+    own = yarn_mscale(float(params["factor"]))
+    ratio = (builtin_factor(params) / own) ** 2
+    if abs(ratio - 1) <= 1e-9:
+        return spec
+    plain = spec.multiplier == 1 and not spec.layers and not spec.heads
+    if not (plain or spec.layer_types == (GLOBAL,)):
+        raise ValueError(
+            f"the spec's YaRN attention_factor (m {ratio:.6g} on the {GLOBAL} layers) and its own temperature "
+            f"(layer_types={spec.layer_types}) cannot be folded into one spec for {NAME}: give the temperature "
+            f"with layer_types=['{GLOBAL}'] or drop the rope's attention_factor"
+        )
+    rope_only = {k: v for k, v in params.items() if k not in ("attention_factor", "mscale", "mscale_all_dim")}
+    return replace(spec.with_rope(rope_only), multiplier=spec.multiplier * ratio, layer_types=(GLOBAL,))
 
 
 def with_schedule(result: ExportResult, beta: float, l0: int, target: ExportTarget) -> ExportResult:
@@ -297,10 +347,11 @@ def _compare(label, llama, gguf, args, ids, ref: EngineReference, work: Path, th
 def _tempered(
     spec: TemperatureSpec, model: Any, tok: Any, llama: llamacpp.LlamaCpp, gguf: Path, work: Path, export_args: Any
 ) -> tuple[str, Path, tuple[str, ...], list[str]]:
-    """The spec's route: the export's flags on the original GGUF, or bake + convert + the baked RoPE's flags."""
+    """The spec's route: the export's flags on the original GGUF, or bake (into a copy of ``model``)
+    + convert + the baked RoPE's flags."""
     if is_global(spec):
         return "export", gguf, export_args(spec), []
-    save_baked(model, tok, spec, work / "baked", overwrite=True)  # folds the spec into model in place
+    save_baked(copy.deepcopy(model), tok, spec, work / "baked", overwrite=True)  # bake folds the spec in place
     out = work / "baked-f32.gguf"
     cmd = llamacpp.convert(llama.convert or Path("convert_hf_to_gguf.py"), work / "baked", out)
     return "bake + convert", with_factors(spec, out, work), export_args(TemperatureSpec(rope=dict(spec.rope))), cmd
@@ -341,18 +392,23 @@ def _verify_run(
     base_spec = baseline(spec)
     refs = {"m = 1": engine_reference(model, base_spec, ids), "spec": engine_reference(model, spec, ids)}
     original, convert_cmd = llamacpp.original_gguf(llama, folder)
-    arch = llamacpp.gguf_architecture(original)
+    ropes = layer_ropes(model.config)
+    target = ExportTarget(gguf_arch=llamacpp.gguf_architecture(original), layer_ropes=ropes)
     gguf = with_factors(spec, original, work)  # both runs: the same per-frequency factors
 
     def export_args(s: TemperatureSpec) -> tuple[str, ...]:
-        return export_spec(s, ENGINE, fill_l0(s, trained), ExportTarget(gguf_arch=arch)).args
+        return export_spec(s, ENGINE, fill_l0(s, trained), target).args
 
-    route, tempered_gguf, args, bake_cmd = _tempered(spec, model, tok, llama, gguf, work, export_args)
-    runs = [
-        _compare(label, llama, g, a, ids, refs[label], work, cfg.threads)
-        for label, g, a in (("m = 1", gguf, export_args(base_spec)), ("spec", tempered_gguf, args))
-    ]
-    steps = tuple(" ".join(c) for c in (convert_cmd, bake_cmd) if c)
+    runs, routes, commands = [], [], [convert_cmd]
+    for label, s in (("m = 1", base_spec), ("spec", spec)):  # each as llama.cpp carries it (carried_form)
+        sub = work / label.replace(" ", "").replace("=", "_")
+        sub.mkdir()
+        route, g, args, bake_cmd = _tempered(carried_form(s, ropes), model, tok, llama, gguf, sub, export_args)
+        runs.append(_compare(label, llama, g, args, ids, refs[label], sub, cfg.threads))
+        routes.append(route)
+        commands.append(bake_cmd)
+    route = routes[1] if routes[0] == "export" else f"{routes[1]} (m = 1 twin: {routes[0]})"
+    steps = tuple(" ".join(c) for c in commands if c)
     total = len(ids) * scored
     return VerifyResult(NAME, llamacpp.version(llama), spec.to_dict(), route, total, runs[0], runs[1], steps)
 
