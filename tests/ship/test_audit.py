@@ -375,3 +375,22 @@ def test_dynamic_ntk_scales_from_max_position_embeddings_as_the_engines_do(tmp_p
     ]
     inv = result.reference["inv_freq"]  # per position: the same up to 4095, lower at 8191
     assert inv[0] == inv[1] == inv[2] and inv[3][-1] < inv[2][-1]
+
+
+@pytest.mark.engines
+@pytest.mark.parametrize("factor, verdict", [(None, "agrees"), (1.0, "differs")])
+def test_llamacpp_applies_only_yarns_own_factor_on_gemma3s_global_layers(tmp_path, factor, verdict):
+    """The converter writes ``attention_factor`` as ``rope.scaling.yarn_attn_factor``, which
+    llama.cpp's context code replaces under YaRN: its own 0.1 ln s + 1 reaches the global layers
+    whatever the config says, and no single scale fits a difference on some layers only."""
+    config = json.loads((CONFIGS / "gemma3_4b.json").read_text())
+    yarn = {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 65536}
+    config["text_config"]["rope_scaling"] = yarn | ({} if factor is None else {"attention_factor": factor})
+    (tmp_path / "c.json").write_text(json.dumps(config))
+    result = run_audit(AuditConfig(config=str(tmp_path / "c.json"), engines=("llama.cpp",), positions=(0,)))
+    e = result.engines["llama.cpp"]
+    if f"{llamacpp.BINARY} not found" in e.get("reason", ""):
+        pytest.fail(f"{e['reason']} (opt-in: bash scripts/build_llama_cpp.sh first)")
+    assert e["verdict"] == verdict, e
+    if verdict == "differs":
+        assert e["kl_at_best"] > 1e-5  # the global layers only: no one scale explains it
