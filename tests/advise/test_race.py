@@ -59,6 +59,16 @@ def test_a_clear_winner_is_found_with_far_fewer_rows_than_scoring_everything():
     assert "worse than 'm = 1.1'" in left["m = 0.9"] and "worse than 'm = 1.1'" in left[BASELINE]
 
 
+def test_progress_counts_the_candidates_left_after_each_rounds_cuts():
+    seen: list = []
+    scorer = fake_scorer({1.1: -0.2, 1.2: -0.05, 0.9: 0.1}, {}, [])
+    res = race(cands(1.0, 0.9, 1.1, 1.2), scorer, SETTINGS, lambda w, r, left: seen.append((w, left)))
+    assert seen[0] == (2, 4)  # before min_windows nobody leaves
+    for windows, left in seen:  # each count: those whose reason was not yet given after that round
+        assert left == sum(e.left_after is None or e.left_after > windows for e in res.entries)
+    assert seen[-1][1] == 1
+
+
 def test_a_candidate_that_costs_too_much_below_the_trained_length_leaves():
     calls: list = []
     scorer = fake_scorer({1.1: -0.2, 1.2: -0.19}, {1.1: 0.05}, calls)  # 1.1 is best at N but costs 5% at 128

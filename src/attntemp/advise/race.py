@@ -173,11 +173,11 @@ def race(candidates: Sequence[Candidate], scorer: Scorer, settings: RaceSettings
             break
         rows += _score_round(scorer, jobs, block)
         windows = block[1]
-        if progress is not None:
-            progress(windows, rows, sum(e.reason is None for e in entries))
         if windows >= settings.min_windows:  # the cost first: the leader at N is one that may stay
             _short_cut(settings, [e for e in entries if e.reason is None], base, windows)
             _objective_cut(settings, [e for e in entries if e.reason is None], windows)
+        if progress is not None:  # after the cuts: the candidates still in the race
+            progress(windows, rows, sum(e.reason is None for e in entries))
     still = [e for e in entries if e.reason is None]
     if len(still) == 1:
         status = "decided"
