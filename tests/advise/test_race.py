@@ -120,3 +120,20 @@ def test_one_look_at_every_window_cuts_every_candidate_that_costs_too_much():
     res = race(cands(1.0, 1.1, 1.2, 1.3), scorer, RaceSettings("perplexity", 1024, (128,), 32, 32, 32))
     by = {e.name: e.reason or "" for e in res.entries}
     assert "costs" in by["m = 1.1"] and "costs" in by["m = 1.2"] and [e.name for e in res.survivors] == ["m = 1.3"]
+
+
+def test_a_scorer_without_the_next_round_stops_the_race_in_progress_with_whole_rounds_only():
+    """advise --status: the store holds 3 rounds and part of the 4th; the race stops after the 3rd."""
+    from attntemp.evaluate.score import NotStored
+
+    inner = fake_scorer({1.1: -0.2, 1.2: -0.2}, {1.1: 0.00995}, [])  # 1.1 and 1.2 tied; 1.1 costs about 1%
+
+    def stored(specs, task, length, block):
+        if block[0] >= 6 and length == 128:  # round 4 at N is stored, its short length is not
+            raise NotStored("not yet")
+        return inner(specs, task, length, block)
+
+    res = race(cands(1.0, 1.1, 1.2), stored, RaceSettings("perplexity", 1024, (128,), 16, 2, 4))
+    assert res.status == "in progress" and res.windows == 6 and len(res.survivors) == 2
+    assert all(len(e.parts[("perplexity", 1024)]) == 3 for e in res.survivors)  # round 4 at N: not taken
+    assert max(len(parts) for e in res.entries for parts in e.parts.values()) == 3

@@ -90,3 +90,40 @@ def test_sigkill_then_rerun_finishes_with_the_same_result(first, tmp_path):
         (c["kept"], c["reason"]) for c in doc["candidates"]
     ]
     assert again["forwards"] == doc["forwards"]
+
+
+def _files(folder: Path) -> dict[str, tuple[int, int]]:
+    return {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(folder.iterdir())}
+
+
+def test_status_replays_a_finished_run_from_its_store_and_writes_nothing(first, capsys):
+    out, doc = first
+    before = _files(out)
+    status = _advise(out, capsys, "--status")
+    assert _files(out) == before
+    assert status["race"]["status"] == doc["race"]["status"] and status["race"]["leader"] == doc["race"]["leader"]
+    assert [(c["name"], c["reason"]) for c in status["candidates"]] == [
+        (c["name"], c["reason"]) for c in doc["candidates"]
+    ]
+    assert all(c["value"] and c["windows"] >= 2 for c in status["candidates"])
+    base, *rest = status["candidates"]
+    assert base["vs_no_change"] is None and all(c["vs_no_change"]["verdict"] for c in rest)
+    with_m = [c["name"] for c in rest if c["vs_yarn_m1"] is not None]  # what a temperature adds on YaRN
+    assert with_m and all(n.startswith("YaRN s = 2") and n != "YaRN s = 2, m = 1" for n in with_m)
+    assert status["confirmation"] == json.loads((out / "evidence.json").read_text())["confirmation"]
+
+
+def test_status_of_a_store_cut_short_is_in_progress_with_what_it_holds(first, tmp_path, capsys):
+    out, _ = first
+    part = tmp_path / "part"
+    part.mkdir()
+    db = sqlite3.connect(part / "scores.db")
+    sqlite3.connect(out / "scores.db").backup(db)
+    db.execute("DELETE FROM scores WHERE created > (SELECT created FROM scores ORDER BY created LIMIT 1 OFFSET 9)")
+    db.commit()
+    status = _advise(part, capsys, "--status")
+    assert status["race"]["status"] == "in progress" and status["confirmation"] is None
+    assert status["stored_scores"] == 10 and sorted(p.name for p in part.iterdir()) == ["scores.db"]
+    capsys.readouterr()
+    assert main([*SMALL, "--out", str(part), "--status"]) == 0
+    assert "**in progress**" in capsys.readouterr().out

@@ -505,6 +505,7 @@ CASES = [
     ("advise-out-file", with_(A, "--out", "{w}/afile"), "--out='{w}/afile' exists and is a file"),
     ("advise-out-results", with_(A, "--out", "{w}/tuned"), "already holds results (spec.json)"),
     ("advise-model-typo", with_(A, "--model", "smolm2"), "Did you mean 'smollm2'?"),
+    ("advise-status-no-store", with_(A, "--status"), "--out='{w}/a_out' has no scores.db"),
     ("tune-length-2", with_(T, "--length", "2"), "--length=2 is too short for perplexity"),
     ("tune-length-passkey", with_(T, "--length", "100"), "--length=100 is too short for passkey"),
     ("tune-check-length-short", with_(T, "--check-lengths", "40"), "--check-lengths[0]=40 is too short for passkey"),

@@ -76,6 +76,20 @@ def test_the_store_is_read_instead_of_scoring_again(tiny, ctx, tmp_path, monkeyp
     assert again.cached and again.rows == first.rows == 4 and again.metrics == first.metrics
 
 
+def test_a_read_only_store_reads_what_it_holds_and_refuses_to_score(tiny, ctx, tmp_path, monkeypatch):
+    model, tok = tiny
+    with pytest.raises(ValueError, match=r"not a usable score store: no such file"):
+        score.ScoreStore(tmp_path / "none.db", read_only=True)
+    assert not (tmp_path / "none.db").exists()
+    spec = TemperatureSpec(multiplier=1.1)
+    first = score.score(model, tok, spec, "perplexity", 384, ctx, score.ScoreStore(tmp_path / "s.db"), "tiny")
+    monkeypatch.setattr(score, "patch", lambda *a: pytest.fail("scored"))
+    ro = score.ScoreStore(tmp_path / "s.db", read_only=True)
+    assert score.score(model, tok, spec, "perplexity", 384, ctx, ro, "tiny").metrics == first.metrics
+    with pytest.raises(score.NotStored, match=r"1 of 2 specs not yet scored on perplexity at 384"):
+        score.score_many(model, tok, [spec, TemperatureSpec(multiplier=1.2)], "perplexity", 384, ctx, ro, "tiny")
+
+
 @pytest.mark.parametrize("task", ["perplexity", "key_tokens", "needles"])
 def test_blocks_of_windows_merge_into_the_whole(tiny, ctx, task):
     from dataclasses import replace

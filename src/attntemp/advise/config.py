@@ -5,6 +5,7 @@ to :func:`attntemp.advise.run.run_advise` whole."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..evaluate import corpus, limits, needles
@@ -55,6 +56,9 @@ class AdviseConfig(EvalOptions):
     tune_m: bool = option(True, "no candidate with YaRN's global m tuned first", flag="--no-tune", invert=True)
     out: str = option("attntemp-advise", "output folder (scores.db: a rerun resumes from it)")
     overwrite: bool = option(False, "replace an earlier run's results in --out (its scores.db is kept and reused)")
+    status: bool = option(
+        False, "where a run with these flags stands, read from --out's scores.db alone: no forward, nothing written"
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -70,6 +74,8 @@ class AdviseConfig(EvalOptions):
             raise ValueError(f"race_windows={self.race_windows} is not allowed; a paired interval needs at least 2")
         if self.check_length is not None and self.check_length != 0:
             checks.positive_int("check_length", self.check_length)
+        if self.status and not (Path(self.out) / STORE).is_file():
+            raise ValueError(f"out={self.out!r} has no {STORE}: --status reads the store of a run with these flags")
         if self.heldout_text == "":
             raise ValueError(
                 "heldout_text='' is not allowed; expected a text (stdlib, gutenberg:<book>, ...) or 'none'"
@@ -122,7 +128,8 @@ def fitting_needles(tok: Any, length: int, wanted: int) -> int:
 def preflight_advise(cfg: AdviseConfig, model: Any = None, tok: Any = None) -> AdvisePlan:
     """Everything checked before the model loads (each refusal names its flag): ``out``, the texts,
     the trained length, every length long enough for its tasks and within memory."""
-    outputs.check_out(cfg.out, cfg.own_outputs(), overwrite=cfg.overwrite)
+    if not cfg.status:  # --status writes nothing: a finished run's folder is what it reads
+        outputs.check_out(cfg.out, cfg.own_outputs(), overwrite=cfg.overwrite)
     config = model.config.to_dict() if model is not None else preflight.source_config(cfg.model)
     tok = tok if tok is not None else preflight.load_tokenizer(cfg.model)
     corpus.source_files(cfg.text, name="text")

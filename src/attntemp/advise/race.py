@@ -13,9 +13,10 @@ pool, on the objective at the serving length N and on all-token perplexity at th
 A candidate whose short-length interval lies wholly within the cost is no longer scored there.
 The race ends with one candidate ("decided"), with the windows spent ("tied": the survivors are
 not told apart by every window), or with the budget spent first ("undecided": more windows could
-still separate them). The intervals are 95% at every look, so with many looks a candidate can
-leave by chance more often than 5% of the time; ``confirm`` scores the survivors again on windows
-the race never saw.
+still separate them); replayed from a read-only store (``advise --status``) it stops at the first
+round the store does not hold whole ("in progress"). The intervals are 95% at every look, so with
+many looks a candidate can leave by chance more often than 5% of the time; ``confirm`` scores the
+survivors again on windows the race never saw.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..evaluate.score import Result, merged
+from ..evaluate.score import NotStored, Result, merged
 from ..evaluate.task_base import get_task
 from ..ops.intervals import Interval
 from ..ops.spec import TemperatureSpec
@@ -72,7 +73,7 @@ class Entry:
 @dataclass
 class RaceResult:
     entries: list[Entry]
-    status: str  # decided, tied, undecided
+    status: str  # decided, tied, undecided; in progress (replayed from a read-only store)
     rows: int
     windows: int  # windows scored by the candidates that stayed
     leader: str
@@ -149,10 +150,12 @@ def _jobs(settings: RaceSettings, entries: list[Entry]) -> list[tuple[str, int, 
 
 
 def _score_round(scorer: Scorer, jobs: list[tuple[str, int, list[Entry]]], block: tuple[int, int]) -> int:
-    """Score ``jobs`` on ``block``; returns the forward rows it took."""
+    """Score ``jobs`` on ``block`` (every job, before any entry takes its results: a round the
+    scorer cannot finish leaves the entries as they were); returns the forward rows it took."""
+    scored = [(task, length, entries, scorer([e.candidate.spec for e in entries], task, length, block))
+              for task, length, entries in jobs]  # fmt: skip
     rows = 0
-    for task, length, entries in jobs:
-        results = scorer([e.candidate.spec for e in entries], task, length, block)
+    for task, length, entries, results in scored:
         for e, r in zip(entries, results, strict=True):
             e.parts.setdefault((task, length), []).append(r)
             rows += r.rows
@@ -171,7 +174,11 @@ def race(candidates: Sequence[Candidate], scorer: Scorer, settings: RaceSettings
         if settings.budget is not None and rows + need > settings.budget:
             status = "undecided"
             break
-        rows += _score_round(scorer, jobs, block)
+        try:
+            rows += _score_round(scorer, jobs, block)
+        except NotStored:  # a read-only store (advise --status): the race as far as it was scored
+            status = "in progress"
+            break
         windows = block[1]
         if windows >= settings.min_windows:  # the cost first: the leader at N is one that may stay
             _short_cut(settings, [e for e in entries if e.reason is None], base, windows)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..evaluate.corpus import load_text
-from ..evaluate.score import Kept, ScoreStore, merged, model_identity, score_many
+from ..evaluate.score import Kept, NotStored, ScoreStore, merged, model_identity, score_many
 from ..evaluate.task_base import EvalContext, eval_context, tuning_context
 from ..hf.loading import load_model
 from ..hf.rope_scaling import rope_for
@@ -24,11 +24,12 @@ from ..ops.spec import TemperatureSpec
 from ..report.html import markdown_to_html
 from ..tune.search import SearchOptions, tune_global
 from ..utils import outputs
-from . import diagnose, report
+from . import diagnose, report, status
 from .candidates import BASELINE, Candidate, candidates, tuned_yarn, with_engines
 from .config import STORE, AdviseConfig, AdvisePlan, preflight_advise
 from .confirm import checks_for, confirm, recommendation, to_confirm
 from .race import RaceResult, RaceSettings, race
+from .status import AdviseStatus
 
 
 class Counter:
@@ -62,10 +63,13 @@ class AdviseResult:
         return report.advice_markdown(self.evidence)
 
 
-def run_advise(cfg: AdviseConfig, model: Any = None, tok: Any = None) -> AdviseResult:
+def run_advise(cfg: AdviseConfig, model: Any = None, tok: Any = None) -> AdviseResult | AdviseStatus:
     """Check everything (:func:`preflight_advise`), then diagnose, race, confirm and recommend;
-    the evidence, the report and the recommended spec written to ``cfg.out``."""
+    the evidence, the report and the recommended spec written to ``cfg.out``. With ``cfg.status``:
+    where such a run stands, read from its store (:mod:`.status`)."""
     plan = preflight_advise(cfg, model, tok)
+    if cfg.status:
+        return advise_status(plan, model if model is not None else load_model(cfg.model, **cfg.load_args())[0])
     with outputs.output_folder(cfg.out, replace=cfg.own_outputs() if cfg.overwrite else ()) as out:
         if model is None:
             model, _ = load_model(cfg.model, **cfg.load_args())
@@ -112,7 +116,10 @@ def setup(plan: AdvisePlan, model: Any, store: ScoreStore) -> Setup:
     cands = candidates(cfg.length, plan.trained)
     if plan.extends and cfg.tune_m:
         _say(cfg, "searching YaRN's global m on the tuning pool's spare windows")
-        cands.append(_tuned(plan, model, tok, tctx, store, model_id, count))
+        try:
+            cands.append(_tuned(plan, model, tok, tctx, store, model_id, count))
+        except NotStored:  # --status before the search was stored: the race without it
+            _say(cfg, "YaRN's global m: not searched yet")
     settings = RaceSettings(
         cfg.objective, cfg.length, plan.short_lengths, cfg.race_windows, cfg.block, cfg.min_windows,
         cfg.max_short_cost, cfg.budget,
@@ -134,6 +141,17 @@ def advise(plan: AdvisePlan, model: Any, out: Path) -> AdviseResult:
     rec = recommendation(result, confirmed, first, cfg.engine)
     ev = _evidence(plan, result, diagnosis, confirmed, rec, s.count, time.perf_counter() - t0)
     return AdviseResult(ev, out, s.store, s.model_id, s.count)
+
+
+def advise_status(plan: AdvisePlan, model: Any) -> AdviseStatus:
+    """The race replayed from the read-only store, and the confirmation once the race is over."""
+    store = status.open_store(plan)
+    s = setup(plan, model, store)
+    result = race(s.candidates, s.scorer, s.settings)
+    confirmed = None
+    if result.status != "in progress":  # each check the store lacks is shown as not scored yet
+        confirmed, _ = _confirm(plan, result, model, plan.tok, s.ctx, s.store, s.model_id, s.count)
+    return status.AdviseStatus(status.status_doc(plan, result, confirmed, store.count()))
 
 
 def _progress(cfg: AdviseConfig):

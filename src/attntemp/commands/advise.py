@@ -6,6 +6,7 @@ import argparse
 
 from ..advise.config import AdviseConfig
 from ..advise.run import run_advise
+from ..advise.status import AdviseStatus
 from ..utils.options import add_options, from_args
 from .output import emit
 
@@ -23,5 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     cfg = from_args(AdviseConfig, args)
     result = run_advise(cfg)
+    if isinstance(result, AdviseStatus):
+        emit(args, result.markdown(), result.to_dict())
+        return 0
     emit(args, result.markdown() + f"\nreport: {result.folder.resolve() / 'report.html'}", result.to_dict())
     return 0

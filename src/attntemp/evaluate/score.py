@@ -110,12 +110,24 @@ def model_identity(model: Any, name: str | None = None) -> str:
     return f"params:{h.hexdigest()}"
 
 
-class ScoreStore:
-    """Results by key in SQLite (``scores`` table): one transaction per result."""
+class NotStored(ValueError):
+    """A score a read-only store does not hold: computing it would take a forward."""
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
+
+class ScoreStore:
+    """Results by key in SQLite (``scores`` table): one transaction per result. ``read_only``: an
+    existing store opened read-only (a run in progress may be writing it); a score it lacks
+    raises :class:`NotStored` instead of being computed."""
+
+    def __init__(self, path: str | Path, read_only: bool = False) -> None:
+        self.path, self.read_only = Path(path), read_only
         try:
+            if read_only:
+                if not self.path.is_file():
+                    raise sqlite3.OperationalError("no such file")
+                self.db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=60)
+                self.db.execute("SELECT COUNT(*) FROM scores")
+                return
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.db = sqlite3.connect(self.path, timeout=60)  # one file (no WAL): a copy or commit of it is whole
             self.db.executescript(SCORES_SCHEMA)
@@ -175,6 +187,9 @@ def score_many(
     for i, s in enumerate(specs):
         if i not in out and keys[i] not in {keys[j] for j in by_base.get(base_of(s), [])}:
             by_base.setdefault(base_of(s), []).append(i)
+    if by_base and store is not None and store.read_only:
+        missing = sum(len(v) for v in by_base.values())
+        raise NotStored(f"{missing} of {len(specs)} specs not yet scored on {task} at {length} in {str(store.path)!r}")
     per = max(1, ctx.batch_size // _rows_per_spec(ctx))
     the_task = get_task(task) if by_base else None
     for base, idx in by_base.items():

@@ -1,0 +1,120 @@
+"""``attntemp advise --status``: where a run with these flags stands, read from its ``scores.db``
+alone, opened read-only (no forward, nothing written; the run may be writing it meanwhile).
+
+The race is replayed as far as its rounds are stored whole (:func:`attntemp.advise.race.race`
+stops at the first round the store lacks: "in progress"), so every figure is the one the run
+itself computed at that look: each candidate's objective at N with its 95% interval over the
+windows scored, its paired interval against the leader, its cost below the trained length and
+why it left. Once the race is over, the confirmation's checks already stored are shown too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..evaluate.score import Result, ScoreStore, merged
+from ..evaluate.task_base import get_task
+from ..utils.tables import markdown_table
+from .candidates import BASELINE
+from .config import STORE, AdvisePlan
+from .race import RaceResult
+from .report import confirm_table
+
+
+@dataclass(frozen=True)
+class AdviseStatus:
+    """The replayed state (``to_dict()``: the ``--json`` document) and its report."""
+
+    doc: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.doc
+
+    def markdown(self) -> str:
+        return status_markdown(self.doc)
+
+
+def open_store(plan: AdvisePlan) -> ScoreStore:
+    return ScoreStore(Path(plan.cfg.out) / STORE, read_only=True)
+
+
+def _paired(plan: AdvisePlan, mine: list[Result], theirs: list[Result]) -> dict[str, Any] | None:
+    """``mine`` against ``theirs`` on the objective at N, on the windows both were scored on."""
+    task, n = get_task(plan.cfg.objective), min(len(mine), len(theirs))
+    if n == 0:
+        return None
+    ci = task.paired(merged(plan.cfg.objective, mine[:n]), merged(plan.cfg.objective, theirs[:n]), task.objective)
+    return None if ci is None else {**ci.to_dict(), "verdict": task.verdict(ci, task.objective)}
+
+
+def candidate_rows(plan: AdvisePlan, result: RaceResult) -> list[dict[str, Any]]:
+    """Per candidate: its objective at N over the windows scored, paired against no change (and a
+    YaRN with a temperature against YaRN at m = 1: what the temperature adds), and the race's
+    comparisons."""
+    cfg = plan.cfg
+    task, key = get_task(cfg.objective), (cfg.objective, cfg.length)
+    parts = {e.name: e.parts.get(key, []) for e in result.entries}
+    yarn_m1 = f"YaRN s = {cfg.length / plan.trained:g}, m = 1"
+    out = []
+    for e in result.entries:
+        mine = parts[e.name]
+        reference = yarn_m1 if e.name.startswith(yarn_m1[:-7]) and e.name != yarn_m1 else None
+        out.append(
+            {
+                "name": e.name,
+                "kept": e.reason is None,
+                "reason": e.reason,
+                "windows": sum(r.rows for r in mine),
+                "value": task.describe(merged(cfg.objective, mine), task.objective) if mine else None,
+                "vs_no_change": None if e.name == BASELINE else _paired(plan, mine, parts[BASELINE]),
+                "vs_yarn_m1": _paired(plan, mine, parts[reference]) if reference in parts else None,
+                "vs_leader": e.comparisons.get("objective_vs_leader"),
+                "short_cost": e.comparisons.get("short_cost", {}),
+            }
+        )
+    return out
+
+
+def status_doc(plan: AdvisePlan, result: RaceResult, confirmed: dict[str, Any] | None, stored: int) -> dict:
+    cfg = plan.cfg
+    return {
+        "question": {"model": cfg.model, "length": cfg.length, "trained_length": plan.trained,
+                     "objective": cfg.objective, "out": cfg.out},
+        "race": {"status": result.status, "windows": result.windows, "of": cfg.race_windows,
+                 "rows": result.rows, "leader": result.leader},
+        "candidates": candidate_rows(plan, result),
+        "confirmation": confirmed,
+        "stored_scores": stored,
+    }  # fmt: skip
+
+
+def _interval(c: dict[str, Any] | None) -> str:
+    return "-" if not c or "value" not in c else f"{c['value']:.4f} [{c['low']:.4f}, {c['high']:.4f}] {c['verdict']}"
+
+
+def status_markdown(doc: dict[str, Any]) -> str:
+    q, r = doc["question"], doc["race"]
+    lengths = sorted({int(n) for c in doc["candidates"] for n in c["short_cost"]})
+    rows = [
+        (c["name"], c["value"] or "-", c["windows"], _interval(c["vs_no_change"]), _interval(c["vs_yarn_m1"]),
+         _interval(c["vs_leader"]), *(_interval(c["short_cost"].get(str(n))) for n in lengths),
+         c["reason"] or "in the race")
+        for c in doc["candidates"]
+    ]  # fmt: skip
+    head = (f"candidate ({q['objective']} at {q['length']})", "value [95%]", "windows", "vs no change",
+            "vs YaRN at m = 1", f"vs the leader ({r['leader']})", *(f"cost at {n}" for n in lengths),
+            "why it left")  # fmt: skip
+    lines = [
+        f"# attntemp advise --status: {q['model']} at {q['length']} tokens (trained to {q['trained_length']})",
+        "",
+        f"Read from {q['out']}/{STORE} ({doc['stored_scores']} scores), no forward. The race: **{r['status']}** "
+        f"after {r['windows']} of {r['of']} windows, {r['rows']} forward rows; the leader: {r['leader']}.",
+        "",
+        markdown_table(head, rows),
+    ]
+    if doc["confirmation"] is not None:
+        ev = {"confirmation": doc["confirmation"]}
+        lines += ["", "## Confirmation stored so far", "", *confirm_table(ev)]
+    return "\n".join(lines) + "\n"
