@@ -33,9 +33,9 @@ def race_table(ev: dict[str, Any]) -> list[str]:
 
 def confirm_table(ev: dict[str, Any]) -> list[str]:
     checks = list(ev["confirmation"])
-    names = list(next(iter(ev["confirmation"].values()), {}))
-    if not checks or not names:
-        return ["(nothing confirmed)"]
+    names = next((list(v) for v in ev["confirmation"].values() if "error" not in v), [])
+    if not checks or not names:  # every check failed (or, for --status, none is stored yet): say each
+        return ["(nothing confirmed)", ""] + [f"- {c}: {v['error']}" for c, v in ev["confirmation"].items()]
     rows = []
     for n in names:
         cells = []
