@@ -211,6 +211,8 @@ def _confirm(plan: AdvisePlan, result: RaceResult, model, tok, ctx: EvalContext,
     def scorer(specs, task, length, text):
         where = ctx if text == "evaluation" else second
         assert where is not None
+        if not cfg.status:  # a long confirmation shows where it is
+            _say(cfg, f"confirming {len(specs)} specs: {task} at {length} on the {text} windows")
         return [
             r.metrics
             for r in count.add(
