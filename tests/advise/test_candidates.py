@@ -85,3 +85,21 @@ def test_the_settings_take_the_models_own_rope_from_its_config():
     spec = TemperatureSpec(rope={"rope_type": "yarn", "factor": 2.0}, layer_types=["full_attention"])
     got = carry(spec, "transformers", 256, gemma)
     assert got["how"] == "settings" and '"sliding_attention"' in got["settings"], got
+
+
+def test_llamacpp_bakes_the_carried_form_of_a_yarn_factor_on_gemma3():
+    """llama.cpp's one cos/sin factor reaches the sliding layers too: YaRN at m = 1 (attention
+    factor 1) on Gemma 3 is baked as YaRN's own factor with m on the global layers; on a model
+    with one RoPE the factor is a setting."""
+    m1 = next(c for c in candidates(512, 256) if c.name == "YaRN s = 2, m = 1").spec
+    rope = {"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}  # fmt: skip
+    gemma = {"model_type": "gemma3_text", "layer_types": ["sliding_attention", "full_attention"],
+             "rope_parameters": rope, "max_position_embeddings": 256, "num_hidden_layers": 2, "hidden_size": 64,
+             "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 16, "sliding_window": 16}  # fmt: skip
+    got = carry(m1, "llama.cpp", 256, gemma)
+    assert got["how"] == "bake" and "carried.json" in got["command"] and "sliding ones too" in got["why"]
+    baked = TemperatureSpec.from_dict(got["spec"])
+    assert baked.layer_types == ("full_attention",) and baked.multiplier == pytest.approx(1 / yarn_multiplier(2.0))
+    llama = {"model_type": "llama", "rope_theta": 1e4, "max_position_embeddings": 256}
+    assert carry(m1, "llama.cpp", 256, llama)["how"] == "settings"

@@ -16,3 +16,14 @@ def test_a_failed_first_check_keeps_the_spec_rows_and_shows_its_error():
 def test_every_check_failed_says_each():
     ev = {"confirmation": {"a": {"error": "not yet scored"}, "b": {"error": "not yet either"}}}
     assert confirm_table(ev) == ["(nothing confirmed)", "", "- a: not yet scored", "- b: not yet either"]
+
+
+def test_a_carried_form_is_printed_beside_the_bake_command():
+    from attntemp.advise.report import recommendation_lines
+
+    how = {"how": "bake", "command": "attntemp bake --spec carried.json --out BAKED", "why": "w", "spec": {"m": 2}}
+    ev = {"question": {"engine": "llama.cpp", "objective": "key_tokens", "length": 512},
+          "recommendation": {"name": "x", "status": "recommended", "why": "y", "evidence": "e",
+                             "engines": {"llama.cpp": how}}}  # fmt: skip
+    text = "\n".join(recommendation_lines(ev))
+    assert "carried.json (what llama.cpp carries of it)" in text and '{"m": 2}' in text

@@ -134,8 +134,16 @@ def carry(spec: TemperatureSpec, engine: str, trained: int, config: dict[str, An
     except ValueError as exc:
         why = str(exc)
     if not spec.position_dependent:
+        baked = ENGINES[engine].to_bake(spec, config)
         then = " and serve the baked folder" + (" with its RoPE exported" if spec.rope else "")
-        return {"how": "bake", "command": f"attntemp bake --spec spec.json --out BAKED{then}", "why": why}
+        route: dict[str, Any] = {
+            "how": "bake",
+            "command": f"attntemp bake --spec spec.json --out BAKED{then}",
+            "why": why,
+        }
+        if baked != spec:  # the engine carries an equivalent spec: that one is baked
+            route |= {"spec": baked.to_dict(), "command": route["command"].replace("spec.json", "carried.json")}
+        return route
     if ENGINES[engine].remote_code and model_type == "llama":
         return {
             "how": "remote code",

@@ -5,6 +5,7 @@ attention shift from the trained length to the serving length (``diagnosis.png``
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +91,8 @@ def recommendation_lines(ev: dict[str, Any]) -> list[str]:
     body = how.get("settings") or how.get("command")
     if body:
         lines += ["", "```", body, "```"]
+    if how.get("spec"):  # the equivalent spec the engine carries, to bake in place of the recommendation
+        lines += ["", f"carried.json (what {engine} carries of it):", "", "```json", json.dumps(how["spec"]), "```"]
     if how.get("why") and how["how"] != "settings":
         lines += ["", f"(why not settings: {how['why']})"]
     return lines + _alternative(ev)

@@ -123,7 +123,9 @@ class Engine:
     in a refusal (None: serve the baked folder with this engine's export of its RoPE);
     ``reads_gguf_arch``: its export takes ``--gguf-arch``; ``rope_per_layer_type``: its settings give
     each layer type its own RoPE where the model's config does (Gemma 3), the attention factor with
-    it; ``remote_code``: it loads a schedule checkpoint's remote code (``trust_remote_code=True``)."""
+    it; ``remote_code``: it loads a schedule checkpoint's remote code (``trust_remote_code=True``);
+    ``carried_form``: the spec it bakes in place of one it cannot carry as given on a model whose RoPE
+    is per layer type (llama.cpp: a YaRN factor moved into the global layers' multiplier)."""
 
     name: str
     export: Callable[[float, dict[str, Any], ExportTarget], ExportResult]
@@ -135,6 +137,12 @@ class Engine:
     reads_gguf_arch: bool = False
     rope_per_layer_type: bool = False
     remote_code: bool = False
+    carried_form: Callable[[TemperatureSpec, dict[str, dict[str, Any]] | None], TemperatureSpec] | None = None
+
+    def to_bake(self, spec: TemperatureSpec, config: dict[str, Any] | None) -> TemperatureSpec:
+        """The spec to bake for this engine on the model of ``config``: ``spec`` itself, or its
+        ``carried_form``."""
+        return spec if self.carried_form is None else self.carried_form(spec, layer_ropes(config))
 
     def bake_route(self) -> str:
         """How a spec this engine cannot express ships: the tail of the refusal after `attntemp bake`."""

@@ -422,4 +422,5 @@ ENGINE = Engine(
     verify=verify,
     after_bake=AFTER_BAKE,
     reads_gguf_arch=True,
+    carried_form=carried_form,
 )
