@@ -85,15 +85,17 @@ def extension_candidates(length: int, trained: int) -> list[Candidate]:
         ),
         Candidate("sharper past L0 (log-n)", TemperatureSpec(**logn), "sharpening", True, "Qwen's m = log_L0(p)"),
         Candidate(f"dynamic NTK s = {s:g}", TemperatureSpec(rope=rope_for("dynamic", length, trained)), "rope", True),
-        Candidate(f"YaRN s = {s:g}, m = 1", TemperatureSpec(rope=yarn), "rope", False),
+        Candidate(f"{yarn_label(s)}, m = 1", TemperatureSpec(rope=yarn), "rope", False),
         Candidate(
-            f"YaRN s = {s:g}, YaRN's m = {yarn_multiplier(s):.4g}",
+            f"{yarn_label(s)}, YaRN's m = {yarn_multiplier(s):.4g}",
             TemperatureSpec(multiplier=yarn_multiplier(s), rope=yarn),
             "rope + temperature",
             False,
         ),
-        Candidate(f"YaRN s = {s:g} + log-n", TemperatureSpec(rope=yarn, **logn), "rope + temperature", False),
-        Candidate(f"YaRN s = {smaller:g}, m = 1", TemperatureSpec(rope=_yarn(length, trained, smaller)), "rope", False),
+        Candidate(f"{yarn_label(s)} + log-n", TemperatureSpec(rope=yarn, **logn), "rope + temperature", False),
+        Candidate(
+            f"{yarn_label(smaller)}, m = 1", TemperatureSpec(rope=_yarn(length, trained, smaller)), "rope", False
+        ),
     ]
 
 
@@ -117,6 +119,11 @@ def tuned_yarn(length: int, trained: int, m: float) -> Candidate:
     )
 
 
+def yarn_label(s: float) -> str:
+    """What the name of every YaRN candidate at scale ``s`` starts with."""
+    return f"YaRN s = {s:g}"
+
+
 def candidates(length: int, trained: int) -> list[Candidate]:
     """The race's candidates at ``length`` for a model trained to ``trained`` tokens."""
     return extension_candidates(length, trained) if length > trained else temperature_candidates()
@@ -134,16 +141,11 @@ def carry(spec: TemperatureSpec, engine: str, trained: int, config: dict[str, An
     except ValueError as exc:
         why = str(exc)
     if not spec.position_dependent:
-        baked = ENGINES[engine].to_bake(spec, config)
+        baked = ENGINES[engine].to_bake(spec, config)  # or the equivalent spec the engine carries
         then = " and serve the baked folder" + (" with its RoPE exported" if spec.rope else "")
-        route: dict[str, Any] = {
-            "how": "bake",
-            "command": f"attntemp bake --spec spec.json --out BAKED{then}",
-            "why": why,
-        }
-        if baked != spec:  # the engine carries an equivalent spec: that one is baked
-            route |= {"spec": baked.to_dict(), "command": route["command"].replace("spec.json", "carried.json")}
-        return route
+        name = "spec.json" if baked == spec else "carried.json"
+        route = {"how": "bake", "command": f"attntemp bake --spec {name} --out BAKED{then}", "why": why}
+        return route if baked == spec else {**route, "spec": baked.to_dict()}
     if ENGINES[engine].remote_code and model_type == "llama":
         return {
             "how": "remote code",

@@ -32,6 +32,11 @@ def race_table(ev: dict[str, Any]) -> list[str]:
     return [markdown_table(head, rows)]
 
 
+def interval_cell(c: dict[str, Any] | None) -> str:
+    """A paired comparison as a table cell: value [low, high] verdict; "-" when there is none."""
+    return "-" if not c or "value" not in c else f"{c['value']:.4f} [{c['low']:.4f}, {c['high']:.4f}] {c['verdict']}"
+
+
 def confirm_table(ev: dict[str, Any]) -> list[str]:
     checks = list(ev["confirmation"])
     names = next((list(v) for v in ev["confirmation"].values() if "error" not in v), [])
@@ -46,11 +51,7 @@ def confirm_table(ev: dict[str, Any]) -> list[str]:
                 cells.append(ev["confirmation"][c].get("error", "-")[:60])
                 continue
             vs = cell["vs_no_change"]
-            cells.append(
-                cell["value"]
-                if vs is None
-                else f"{vs['value']:.4f} [{vs['low']:.4f}, {vs['high']:.4f}] {vs['verdict']}"
-            )
+            cells.append(cell["value"] if vs is None else interval_cell(vs))
         rows.append((n, *cells))
     return [markdown_table(("spec", *checks), rows)]
 
@@ -66,10 +67,7 @@ def temperature_lines(ev: dict[str, Any]) -> list[str]:
     for n in rows:
         cells = []
         for c in checks:
-            vs = conf[c].get(n, {}).get("vs_reference") or {}
-            cells.append(
-                f"{vs['value']:.4f} [{vs['low']:.4f}, {vs['high']:.4f}] {vs['verdict']}" if "value" in vs else "-"
-            )
+            cells.append(interval_cell(conf[c].get(n, {}).get("vs_reference")))
         table.append((n, *cells))
     return [
         "## What a temperature adds on YaRN",

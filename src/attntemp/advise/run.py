@@ -25,11 +25,10 @@ from ..report.html import markdown_to_html
 from ..tune.search import SearchOptions, tune_global
 from ..utils import outputs
 from . import diagnose, report, status
-from .candidates import BASELINE, Candidate, candidates, tuned_yarn, with_engines
+from .candidates import BASELINE, Candidate, candidates, tuned_yarn, with_engines, yarn_label
 from .config import STORE, AdviseConfig, AdvisePlan, preflight_advise
 from .confirm import checks_for, confirm, recommendation, to_confirm
 from .race import RaceResult, RaceSettings, race
-from .status import AdviseStatus
 
 
 class Counter:
@@ -63,7 +62,7 @@ class AdviseResult:
         return report.advice_markdown(self.evidence)
 
 
-def run_advise(cfg: AdviseConfig, model: Any = None, tok: Any = None) -> AdviseResult | AdviseStatus:
+def run_advise(cfg: AdviseConfig, model: Any = None, tok: Any = None) -> AdviseResult | status.AdviseStatus:
     """Check everything (:func:`preflight_advise`), then diagnose, race, confirm and recommend;
     the evidence, the report and the recommended spec written to ``cfg.out``. With ``cfg.status``:
     where such a run stands, read from its store (:mod:`.status`)."""
@@ -143,7 +142,7 @@ def advise(plan: AdvisePlan, model: Any, out: Path) -> AdviseResult:
     return AdviseResult(ev, out, s.store, s.model_id, s.count)
 
 
-def advise_status(plan: AdvisePlan, model: Any) -> AdviseStatus:
+def advise_status(plan: AdvisePlan, model: Any) -> status.AdviseStatus:
     """The race replayed from the read-only store, and the confirmation once the race is over."""
     store = status.open_store(plan)
     s = setup(plan, model, store)
@@ -202,7 +201,7 @@ def _confirm(plan: AdvisePlan, result: RaceResult, model, tok, ctx: EvalContext,
         if plan.second_text
         else None
     )
-    yarn = f"YaRN s = {cfg.length / plan.trained:g}, "  # YaRN at m = 1, with its m, with the tuned m
+    yarn = f"{yarn_label(cfg.length / plan.trained)}, "  # YaRN at m = 1, with its m, with the tuned m
     entries = to_confirm(result, [e.name for e in result.entries if e.name.startswith(yarn)])
     checks = checks_for(
         cfg.objective, cfg.length, plan.check_length, plan.short_lengths, plan.needles > 0, bool(second)

@@ -17,10 +17,10 @@ from typing import Any
 from ..evaluate.score import Result, ScoreStore, merged
 from ..evaluate.task_base import get_task
 from ..utils.tables import markdown_table
-from .candidates import BASELINE
+from .candidates import BASELINE, yarn_label
 from .config import STORE, AdvisePlan
 from .race import RaceResult
-from .report import confirm_table
+from .report import confirm_table, interval_cell
 
 
 @dataclass(frozen=True)
@@ -56,11 +56,12 @@ def candidate_rows(plan: AdvisePlan, result: RaceResult) -> list[dict[str, Any]]
     cfg = plan.cfg
     task, key = get_task(cfg.objective), (cfg.objective, cfg.length)
     parts = {e.name: e.parts.get(key, []) for e in result.entries}
-    yarn_m1 = f"YaRN s = {cfg.length / plan.trained:g}, m = 1"
+    family = yarn_label(cfg.length / plan.trained)
+    yarn_m1 = f"{family}, m = 1"
     out = []
     for e in result.entries:
         mine = parts[e.name]
-        reference = yarn_m1 if e.name.startswith(yarn_m1[:-7]) and e.name != yarn_m1 else None
+        reference = yarn_m1 if e.name.startswith(family) and e.name != yarn_m1 else None
         out.append(
             {
                 "name": e.name,
@@ -90,16 +91,12 @@ def status_doc(plan: AdvisePlan, result: RaceResult, confirmed: dict[str, Any] |
     }  # fmt: skip
 
 
-def _interval(c: dict[str, Any] | None) -> str:
-    return "-" if not c or "value" not in c else f"{c['value']:.4f} [{c['low']:.4f}, {c['high']:.4f}] {c['verdict']}"
-
-
 def status_markdown(doc: dict[str, Any]) -> str:
     q, r = doc["question"], doc["race"]
     lengths = sorted({int(n) for c in doc["candidates"] for n in c["short_cost"]})
     rows = [
-        (c["name"], c["value"] or "-", c["windows"], _interval(c["vs_no_change"]), _interval(c["vs_yarn_m1"]),
-         _interval(c["vs_leader"]), *(_interval(c["short_cost"].get(str(n))) for n in lengths),
+        (c["name"], c["value"] or "-", c["windows"], interval_cell(c["vs_no_change"]), interval_cell(c["vs_yarn_m1"]),
+         interval_cell(c["vs_leader"]), *(interval_cell(c["short_cost"].get(str(n))) for n in lengths),
          c["reason"] or "in the race")
         for c in doc["candidates"]
     ]  # fmt: skip

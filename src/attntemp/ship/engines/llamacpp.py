@@ -206,20 +206,25 @@ def export_settings(m: float, params: dict[str, Any], target: ExportTarget) -> E
     return _result(m, args, tuple(notes), length)
 
 
+def _factor_ratio(params: dict[str, Any]) -> float:
+    """The logit multiplier of a YaRN rope's own factor over YaRN's default: ``(factor / (0.1 ln s + 1))^2``."""
+    return (builtin_factor(params) / yarn_mscale(float(params["factor"]))) ** 2
+
+
 def _refuse_own_factor_per_type(params: dict[str, Any], s: float, target: ExportTarget) -> None:
     """Raise where the model's RoPE is per layer type (Gemma 3) and the YaRN factor is not YaRN's
     own: llama.cpp's one cos/sin factor (``<arch>.rope.scaling.attn_factor``) multiplies every
     layer's rope, the sliding layers' too, while the config's ``attention_factor`` reaches the
     global layers only (``llama_model::get_rope_freq_scale`` leaves the sliding layers unscaled, so
     ``rope_yarn``'s built-in 0.1 ln s + 1 reaches the global ones alone)."""
-    own, builtin = yarn_mscale(s), builtin_factor(params)
-    if target.layer_ropes is None or abs(builtin - own) <= 1e-9 * own:
+    if target.layer_ropes is None or abs(_factor_ratio(params) - 1) <= 1e-9:
         return
+    own = yarn_mscale(s)
     raise ValueError(
-        f"attention_factor={builtin:.6g} (YaRN's own at s={s:g} is {own:.6g}) cannot be exported to {NAME} for "
-        "this model: its RoPE is per layer type and llama.cpp's one cos/sin factor reaches every layer, the "
-        f"sliding ones too. Give the factor as a multiplier on layer_types=['{GLOBAL}'] with YaRN's own factor "
-        "(attntemp.ship.engines.llamacpp.carried_form) and bake it with `attntemp bake`"
+        f"attention_factor={builtin_factor(params):.6g} (YaRN's own at s={s:g} is {own:.6g}) cannot be exported to "
+        f"{NAME} for this model: its RoPE is per layer type and llama.cpp's one cos/sin factor reaches every "
+        f"layer, the sliding ones too. Give the factor as a multiplier on layer_types=['{GLOBAL}'] with YaRN's own "
+        "factor (attntemp.ship.engines.llamacpp.carried_form) and bake it with `attntemp bake`"
     )
 
 
@@ -230,8 +235,7 @@ def carried_form(spec: TemperatureSpec, ropes: dict[str, dict[str, Any]] | None)
     params = dict(spec.rope)
     if ropes is None or params.get("rope_type") != "yarn":
         return spec
-    own = yarn_mscale(float(params["factor"]))
-    ratio = (builtin_factor(params) / own) ** 2
+    ratio = _factor_ratio(params)
     if abs(ratio - 1) <= 1e-9:
         return spec
     plain = spec.multiplier == 1 and not spec.layers and not spec.heads
