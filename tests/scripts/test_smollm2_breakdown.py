@@ -31,8 +31,11 @@ def test_breakdown_reuses_distant_results_and_tunes_the_slope_once(scripts, tmp_
     plan = capsys.readouterr().out
     assert plan.startswith("18 results to make, 36 forwards")  # 9 kinds of 11 not made yet, 2 tasks each
     assert "512 base key_tokens" not in plan and "512 yarn tuned needles" not in plan
-    breakdown.main([*argv, "--only", "log-n|b = "])
+    breakdown.main([*argv, "--only", "log-n"])  # the slope left out: no search runs for it
     made = capsys.readouterr().out
+    assert not (tmp_path / "out" / "tuned_slope_key_tokens_384_search.json").exists()
+    breakdown.main([*argv, "--only", "log-n|b = "])
+    made += capsys.readouterr().out
     search = json.loads((tmp_path / "out" / "tuned_slope_key_tokens_384_search.json").read_text())
     assert len(search) >= 4 and all(0.05 - 1e-6 <= float(b) <= 0.5 + 1e-6 for b in search)
     assert "512 key_tokens no RoPE change, log-n past 256 (sharper, gated):" in made
