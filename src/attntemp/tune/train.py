@@ -85,7 +85,7 @@ class TrainResult:
 
 
 @contextmanager
-def _training_mode(model: nn.Module, checkpointing: bool) -> Iterator[None]:
+def training_mode(model: nn.Module, checkpointing: bool) -> Iterator[None]:
     """Eval mode (no dropout), optionally with each decoder layer checkpointed; all restored after.
 
     Checkpointing uses use_reentrant=False (frozen weights: the inputs need no grad) and turns on only
@@ -162,7 +162,7 @@ def train_temperatures(
             temps = stack.enter_context(learnable(model, opts.init, opts.granularity, opts.schedule, rope=opts.rope))
         elif opts.init is not None or opts.rope is not None or opts.schedule is not None:
             raise ValueError("init, schedule and rope are not allowed inside learnable(); pass them to it")
-        stack.enter_context(_training_mode(model, opts.gradient_checkpointing))
+        stack.enter_context(training_mode(model, opts.gradient_checkpointing))
         meta = _meta(opts, temps, ids, masks)
         path = None if checkpoint is None else Path(checkpoint)
         return _loop(model, temps, Windows(ids, masks), opts, meta, path, callback)
