@@ -8,7 +8,10 @@ ones keep m = 1, their window being far inside the trained length):
 - no RoPE change at m = 1, and at a softening m = ``--soft`` on the global layers;
 - softening gated past L0 (``gated_constant``: m = 1 up to 32768 keys, ``--soft`` past them);
 - YaRN on the global layers (as Gemma 3's larger models ship their linear scaling) at m = 1;
-- YaRN with the global layers' m tuned on key tokens at ``--tune-length`` on the tuning pool.
+- YaRN with the global layers' m tuned on key tokens at ``--tune-length`` on the tuning pool (the
+  last row of its length; its search runs only when that row is due, so ``--only`` can leave it out).
+
+At the trained length the gated row is left out: there it is no change.
 
     python scripts/gemma3_distant.py --plan                       # the forwards it needs, then stop
     nice -n 10 python scripts/gemma3_distant.py --threads 1 > runs/gemma3_distant.log 2>&1 &
@@ -56,11 +59,11 @@ def specs(length: int, trained: int, soft: float, tuned_key: tuple[float, int] |
     out = {
         distant.BASE: TemperatureSpec(),
         f"no RoPE change, m = {soft:g} on global layers (softer)": TemperatureSpec(multiplier=soft, layer_types=GLOBAL),
-        f"no RoPE change, m = {soft:g} past {trained} on global layers (softer, gated)": TemperatureSpec(
-            schedule="gated_constant", schedule_params=gated, layer_types=GLOBAL
-        ),
     }
-    if length > trained:
+    if length > trained:  # at or below the trained length the gated spec is no change: not scored again
+        out[f"no RoPE change, m = {soft:g} past {trained} on global layers (softer, gated)"] = TemperatureSpec(
+            schedule="gated_constant", schedule_params=gated, layer_types=GLOBAL
+        )
         yarn = rope_for("yarn", length, trained)
         out[f"YaRN s = {s:g}, m = 1"] = TemperatureSpec(rope=yarn)
         if tuned_key is not None:
@@ -75,22 +78,22 @@ def main(argv: list[str] | None = None) -> None:
     model, tok, trained, ctx, settings, out = distant.setup(args)
     lengths = list(args.lengths)
     key_spec = out / f"tuned_key_tokens_{args.tune_length}_spec.json"
-    of = {n: specs(n, trained, args.soft, (1.0, args.tune_length)) for n in lengths}  # names with a stand-in m
+    m = TemperatureSpec.load(str(key_spec)).multiplier if key_spec.is_file() else 1.0  # 1: a stand-in, not searched yet
+    of = {n: specs(n, trained, args.soft, (m, args.tune_length)) for n in lengths}
     todo = [(n, name, t) for n in lengths for t in args.tasks for name in of[n]]
-    todo = [c for c in todo if "tuned at" in c[1] or not distant.result_path(out, *c).is_file()]
+    todo = [c for c in todo if not distant.result_path(out, *c).is_file()]  # the stand-in m's file is never there
     search = 0 if key_spec.is_file() else (args.grid + args.iters + 2) * args.tune_docs
     print(f"{len(todo)} results to make, {len(todo) * args.docs} forwards, and up to {search} forwards of "
           f"the key-token search at {args.tune_length}", flush=True)  # fmt: skip
     if args.plan:
         return
-    if not key_spec.is_file():
-        with only_layer_types(model, GLOBAL):  # the search's m on the global layers only
-            distant.tune_key_tokens(model, tok, ctx, trained, args, out, key_spec)
-    tuned = (TemperatureSpec.load(str(key_spec)).multiplier, args.tune_length)
-    of = {n: specs(n, trained, args.soft, tuned) for n in lengths}
+
+    def tuned() -> dict[int, dict[str, TemperatureSpec]]:  # the specs, the tuned m once its search is stored
+        m = TemperatureSpec.load(str(key_spec)).multiplier if key_spec.is_file() else None
+        return {n: specs(n, trained, args.soft, None if m is None else (m, args.tune_length)) for n in lengths}
 
     def publish() -> str:  # the table and the figure from every result on disk
-        found = distant.stored(out, {n: list(v) for n, v in of.items()})
+        found = distant.stored(out, {n: list(v) for n, v in tuned().items()})
         if args.figure:
             distant.write_figure(found, settings, Path(args.figure), distant.kind_by_name)
         return distant.write_table(found, settings, Path(args.table))
@@ -98,10 +101,15 @@ def main(argv: list[str] | None = None) -> None:
     publish()
     for n in lengths:
         for task in args.tasks:
-            for name, spec in of[n].items():
-                if any(part in name for part in args.only.split("|")):
-                    distant.score(model, tok, n, name, spec, task, ctx, out)
-                    publish()
+            for i, name in enumerate(of[n]):  # the tuned spec last at each length: its search only when due
+                if not any(part in name for part in args.only.split("|")):
+                    continue
+                if "tuned at" in name and not key_spec.is_file():
+                    with only_layer_types(model, GLOBAL):  # the search's m on the global layers only
+                        distant.tune_key_tokens(model, tok, ctx, trained, args, out, key_spec)
+                name, spec = list(tuned()[n].items())[i]  # the same order, the stand-in m replaced
+                distant.score(model, tok, n, name, spec, task, ctx, out)
+                publish()
     print(publish())
 
 

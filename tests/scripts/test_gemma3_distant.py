@@ -21,15 +21,22 @@ def run(script, tmp_path, *extra):
 
 @pytest.mark.slow  # 2.5 min on 2 busy cores: a search and 10 forwards of the tiny model
 def test_plan_then_a_resumable_table_on_the_global_layers(script, tmp_path, capsys):
+    run(script, tmp_path, "--plan", "--lengths", "256,512")  # at the trained length no gated row: no change there
+    assert capsys.readouterr().out.startswith("14 results to make, 28 forwards")
     run(script, tmp_path, "--plan")
     assert capsys.readouterr().out.startswith("10 results to make, 20 forwards, and up to 12 forwards")
     table = run(script, tmp_path, "--tasks", "key_tokens", "--only", "no RoPE change")
     rows = {r.split(" | ")[1]: r for r in table.splitlines() if r.startswith("| 512 |")}
     assert list(rows)[:3] == ["no RoPE change, m = 1", "no RoPE change, m = 0.9 on global layers (softer)",
                               "no RoPE change, m = 0.9 past 256 on global layers (softer, gated)"]  # fmt: skip
+    assert not (tmp_path / "out" / "tuned_key_tokens_384_spec.json").exists()  # its row not run: no search
+    table = run(script, tmp_path, "--tasks", "key_tokens", "--only", "tuned at")
     assert (tmp_path / "out" / "tuned_key_tokens_384_spec.json").is_file()
+    rows = {r.split(" | ")[1]: r for r in table.splitlines() if r.startswith("| 512 |")}
+    tuned = next(r for n, r in rows.items() if n.endswith("(tuned at 384 on key tokens)"))
+    assert tuned.count("not run yet") == 2 and "; vs m = 1: " in tuned
     gated = rows["no RoPE change, m = 0.9 past 256 on global layers (softer, gated)"]
     assert gated.count("not run yet") == 2 and "; vs m = 1: " in gated  # key tokens made, needles not
     capsys.readouterr()
     run(script, tmp_path, "--plan")
-    assert capsys.readouterr().out.startswith("7 results to make, 14 forwards, and up to 0 forwards")
+    assert capsys.readouterr().out.startswith("6 results to make, 12 forwards, and up to 0 forwards")
