@@ -4,6 +4,7 @@ a store that is read instead of scoring again, and blocks of windows that merge 
 import math
 
 import pytest
+import torch
 
 from attntemp.evaluate import corpus, score
 from attntemp.evaluate.tasks import EvalContext, get_task
@@ -123,3 +124,11 @@ def test_a_block_past_the_drawn_windows_is_refused(tiny, ctx):
         score.score(model, tok, TemperatureSpec(), "perplexity", 384, replace(ctx, window_range=(3, 6)))
     with pytest.raises(ValueError, match="window_range"):
         replace(ctx, window_range=(2, 2))
+
+
+def test_the_weights_identity_names_the_dtype_they_run_in_unless_float32(monkeypatch):
+    monkeypatch.setattr(score.preflight, "weights_digest", lambda name: "abc")
+    fp32, bf16 = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2).to(torch.bfloat16)
+    assert score.model_identity(fp32, "m") == "files:abc"  # the keys of every store made in float32 so far
+    assert score.model_identity(bf16, "m") == "files:abc:bfloat16"  # a bfloat16 run never reads them
+    assert score.model_identity(fp32).startswith("params:")  # no local files: the parameters' bytes

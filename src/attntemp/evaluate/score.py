@@ -99,10 +99,12 @@ def score_key(spec: TemperatureSpec, task: str, length: int, ctx: EvalContext, m
 
 def model_identity(model: Any, name: str | None = None) -> str:
     """What the scores' keys take as the weights: the digest of the named model's weights files
-    when it is local, else a digest of the parameters' bytes (the model in memory)."""
+    when it is local (with the dtype they run in when it is not float32: a bfloat16 run's scores
+    are not a float32 run's), else a digest of the parameters' bytes (the model in memory)."""
     found = preflight.weights_digest(name) if name else None
     if found:
-        return f"files:{found}"
+        dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+        return f"files:{found}" + ("" if dtype == "float32" else f":{dtype}")
     h = hashlib.blake2b(digest_size=16)
     for key, t in model.state_dict().items():
         h.update(key.encode())
