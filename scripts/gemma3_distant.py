@@ -46,7 +46,7 @@ class Gemma3DistantConfig(distant.DistantConfig):
     table: str = reuse(distant.DistantConfig, "table", str(ROOT / "docs/results/gemma3_distant_table.md"))
     figure: str = reuse(distant.DistantConfig, "figure", str(ROOT / "docs/img/gemma3_distant.png"))
     out: str = reuse(distant.DistantConfig, "out", str(ROOT / "docs/results/gemma3_distant"))
-    lengths: tuple[int, ...] = reuse(distant.DistantConfig, "lengths", (32768, 65536))
+    lengths: tuple[int, ...] = reuse(distant.DistantConfig, "lengths", (32768, 49152))  # 65536: 27 min a forward
     tune_length: int = reuse(distant.DistantConfig, "tune_length", 49152)
     threads: int = reuse(distant.DistantConfig, "threads", 1)
     plan: bool = option(False, "print the results still to make and their forwards, then stop")
