@@ -3,12 +3,14 @@ attention diagnosis predicts it: the per-head gradient of the key-token loss in 
 (:mod:`attntemp.tune.direction`) on ``--docs`` windows of ``--length`` tokens of the tuning pool,
 set beside each head's entropy and recent-token shift from the trained length to ``--length``
 (:func:`attntemp.advise.diagnose.head_shift`, read from ``attntemp advise``'s diagnosis files in
-``--diagnosis``: window 0 here is the window it measured).
+``--diagnosis``: window 0 here is the window it measured). With ``--control`` (the default) the
+same gradient on each window's first L0 tokens too: which heads want a change at the trained
+length already, and what the length adds (the paired difference, per head, with its interval).
 
     python scripts/head_direction.py --threads 1 > runs/head_direction.log 2>&1 &
 
-Resumable: each window's gradient is one JSON file under ``--out``
-(``docs/results/smollm2_head_direction/``, committed as they come); a rerun skips the windows
+Resumable: each window's gradient is one JSON file under ``--out`` (``window_i.json``, ``control_i.json``;
+``docs/results/smollm2_head_direction/``, committed as they come); a rerun skips the windows
 there, and the table and figure are rewritten from the files once two windows are in.
 """
 
@@ -54,6 +56,7 @@ class DirectionConfig:
     table: str = option(str(ROOT / "docs/results/smollm2_head_direction.md"), "table file")
     figure: str = option(str(ROOT / "docs/img/smollm2_head_direction.png"), "figure file")
     checkpointing: bool = option(True, "checkpoint each decoder layer (memory bounded at long windows)")
+    control: bool = option(True, "also each window's first L0 tokens (the trained length): what the length adds")
 
 
 def windows(tok, trained: int, args: DirectionConfig) -> tuple[torch.Tensor, torch.Tensor, str]:
@@ -67,22 +70,26 @@ def windows(tok, trained: int, args: DirectionConfig) -> tuple[torch.Tensor, tor
     return ids, mask, rule
 
 
-def stored(out: Path) -> dict[int, dict]:
-    return {int(p.stem.split("_")[1]): json.loads(p.read_text()) for p in sorted(out.glob("window_*.json"))}
+def stored(out: Path, prefix: str = "window") -> dict[int, dict]:
+    """The gradients on disk by window: ``window_i.json`` at the length, ``control_i.json`` at L0."""
+    return {int(p.stem.split("_")[1]): json.loads(p.read_text()) for p in sorted(out.glob(f"{prefix}_*.json"))}
 
 
-def run(model, ids: torch.Tensor, mask: torch.Tensor, rule: str, args: DirectionConfig, out: Path) -> None:
-    """Each window's gradient not yet in ``out``, written as it comes."""
-    done = stored(out)
+def run(model, ids: torch.Tensor, mask: torch.Tensor, rule: str, args: DirectionConfig, out: Path, prefix: str) -> None:
+    """Each window's gradient not yet in ``out``, written as it comes (windows without a key token
+    are skipped: at the trained length a window's first L0 tokens may hold none)."""
+    done = stored(out, prefix)
+    empty = tuple(i for i in range(len(ids)) if not bool(mask[i].any()))
     out.mkdir(parents=True, exist_ok=True)
 
     def keep(i: int, g: np.ndarray, loss: float) -> None:
-        row = {"window": i, "windows_digest": corpus.windows_digest(ids[i : i + 1]), "rule": rule,
-               "key_tokens": int(mask[i].sum()), "key_loss": loss, "gradient": g.tolist()}  # fmt: skip
-        (out / f"window_{i}.json").write_text(json.dumps(row) + "\n")
-        print(f"window {i}: {row['key_tokens']} key tokens, key NLL {loss:.4f}", flush=True)
+        row = {"window": i, "length": ids.shape[1], "windows_digest": corpus.windows_digest(ids[i : i + 1]),
+               "rule": rule, "key_tokens": int(mask[i].sum()), "key_loss": loss, "gradient": g.tolist()}  # fmt: skip
+        (out / f"{prefix}_{i}.json").write_text(json.dumps(row) + "\n")
+        print(f"{prefix} {i} at {ids.shape[1]}: {row['key_tokens']} key tokens, key NLL {loss:.4f}", flush=True)
 
-    D.head_gradients(model, ids, mask, checkpointing=args.checkpointing, done=keep, skip=tuple(done))
+    skip = tuple(sorted({*done, *empty}))
+    D.head_gradients(model, ids, mask, checkpointing=args.checkpointing, done=keep, skip=skip)
 
 
 def diagnosis(folder: Path, length: int, trained: int) -> dict:
@@ -91,44 +98,62 @@ def diagnosis(folder: Path, length: int, trained: int) -> dict:
     return head_shift(long, short, trained)
 
 
-def write_table(found: dict, agree: dict, args: DirectionConfig, trained: int, path: Path) -> str:
-    label = found["direction"]
+def counts(label: np.ndarray) -> str:
+    return " | ".join(str(int((label == d).sum())) for d in D.DIRECTIONS)
+
+
+def interval(x: dict) -> str:
+    return f"{x['value']:.3f} [{x['low']:.3f}, {x['high']:.3f}]"
+
+
+def write_table(found: dict, agree: dict, extra: dict, args: DirectionConfig, trained: int, path: Path) -> str:
+    """Heads by direction (all, by the diagnosis' prediction, by layer), at L0 and what the length adds."""
+    label, n = found["direction"], args.length
     lines = [
-        f"Per-head gradient of the key-token loss in ln m at m = 1, {args.model}, {args.length} tokens "
-        f"(trained to {trained}), {found['windows']} windows of the tuning pool; 95% intervals over windows.",
+        f"Per-head gradient of the key-token loss in ln m at m = 1, {args.model}, {n} tokens (trained to "
+        f"{trained}), {found['windows']} windows of the tuning pool; 95% intervals over windows.",
         "",
-        "| | " + " | ".join(D.DIRECTIONS) + " |",
+        "| heads | " + " | ".join(D.DIRECTIONS) + " |",
         "|---|---|---|---|",
-        "| all heads | " + " | ".join(str(int((label == d).sum())) for d in D.DIRECTIONS) + " |",
-    ]
-    for p, row in agree["counts"].items():
-        lines.append(f"| diagnosis: {p} | " + " | ".join(str(row[d]) for d in D.DIRECTIONS) + " |")
-    lines += ["", "| layer | " + " | ".join(D.DIRECTIONS) + " |", "|---|---|---|---|"]
-    for layer in range(label.shape[0]):
-        lines.append(f"| {layer} | " + " | ".join(str(int((label[layer] == d).sum())) for d in D.DIRECTIONS) + " |")
-    rho = agree["spearman_recent"]
-    lines += ["", f"Spearman, recent-mass shift against the gradient over heads: {rho['value']:.3f} "
-              f"[{rho['low']:.3f}, {rho['high']:.3f}]; entropy shift: {agree['spearman_entropy']['value']:.3f} "
-              f"[{agree['spearman_entropy']['low']:.3f}, {agree['spearman_entropy']['high']:.3f}] "
-              "(intervals: windows resampled)."]  # fmt: skip
+        f"| all, at {n} | {counts(label)} |",
+        *(f"| diagnosis says {p}, at {n} | " + " | ".join(str(r[d]) for d in D.DIRECTIONS) + " |"
+          for p, r in agree["counts"].items()),
+        *(f"| all, {name} ({x['windows']} windows) | {counts(x['direction'])} |" for name, x in extra.items()),
+        "",
+        "| layer | " + " | ".join(D.DIRECTIONS) + " |",
+        "|---|---|---|---|",
+        *(f"| {layer} | {counts(label[layer])} |" for layer in range(label.shape[0])),
+        "",
+        f"Spearman over heads, against the gradient at {n}: recent-mass shift {interval(agree['spearman_recent'])}, "
+        f"entropy shift {interval(agree['spearman_entropy'])} (intervals: windows resampled).",
+    ]  # fmt: skip
     path.write_text("\n".join(lines) + "\n")
     return "\n".join(lines)
 
 
-def write_figure(found: dict, shift: dict, args: DirectionConfig, path: Path) -> None:
-    """The gradient per head as a map (direction marked), and against the two diagnosis shifts."""
+def heatmap(fig, ax, found: dict, title: str) -> None:
+    """``found``'s mean per (layer, head), + where it wants softer, - sharper (interval off 0)."""
     mean, label = found["mean"], found["direction"]
-    fig, axes = plt.subplots(1, 3, figsize=(16, 5.2), gridspec_kw={"width_ratios": [1.1, 1, 1]})
     lim = float(np.abs(mean).max())
-    im = axes[0].imshow(mean.T, cmap="RdBu_r", vmin=-lim, vmax=lim, aspect="auto")
+    im = ax.imshow(mean.T, cmap="RdBu_r", vmin=-lim, vmax=lim, aspect="auto")
     for (layer, head), d in np.ndenumerate(label):
         if d != "not distinguishable":
-            axes[0].text(layer, head, "+" if d == "softer" else "-", ha="center", va="center", fontsize=8)
-    axes[0].set_xticks(range(0, mean.shape[0], max(1, mean.shape[0] // 10)))
-    axes[0].set(xlabel="layer", ylabel="head", title="d(key NLL)/d ln m at m = 1\n+ wants softer, - wants sharper")
-    fig.colorbar(im, ax=axes[0])
-    panels = ((axes[1], "recent_mass_shift", "recent-token mass", 0.1, "collapses"),
-              (axes[2], "norm_entropy_shift", "entropy / ln n", 0.05, "diffuses"))  # fmt: skip
+            ax.text(layer, head, "+" if d == "softer" else "-", ha="center", va="center", fontsize=7)
+    ax.set_xticks(range(0, mean.shape[0], max(1, mean.shape[0] // 10)))
+    ax.set(xlabel="layer", ylabel="head", title=title)
+    fig.colorbar(im, ax=ax)
+
+
+def write_figure(found: dict, shift: dict, extra: dict, args: DirectionConfig, path: Path) -> None:
+    """Maps of the gradient at N and of what the length adds; the gradient against the two shifts."""
+    mean, label = found["mean"], found["direction"]
+    fig, axes = plt.subplots(2, 2, figsize=(14, 10))
+    heatmap(fig, axes[0, 0], found, f"d(key NLL)/d ln m at m = 1, {args.length} tokens\n+ wants softer, - sharper")
+    if extra:
+        name, x = list(extra.items())[-1]
+        heatmap(fig, axes[0, 1], x, f"{name}\n(+ / -: its interval off 0)")
+    panels = ((axes[1, 0], "recent_mass_shift", "recent-token mass", 0.1, "collapses"),
+              (axes[1, 1], "norm_entropy_shift", "entropy / ln n", 0.05, "diffuses"))  # fmt: skip
     for ax, key, name, cut, what in panels:
         x = np.asarray(shift[key], dtype=float)  # [layers, heads]
         for d, colour in COLOURS.items():
@@ -138,25 +163,36 @@ def write_figure(found: dict, shift: dict, args: DirectionConfig, path: Path) ->
         ax.axhline(0, color="k", lw=0.6)
         ax.axvline(cut, color="k", lw=0.6, ls=":", label=f"past it the head {what}")
         ax.set(xlabel=f"{name} shift\n(queries past the trained length at {args.length}, minus at it)",
-               ylabel="gradient (95% interval)")  # fmt: skip
-    axes[1].legend(title="the head wants", fontsize=8)
+               ylabel=f"gradient at {args.length} (95% interval)")  # fmt: skip
+    axes[1, 0].legend(title="at the long length the head wants", fontsize=8)
     fig.suptitle(f"{args.model}: which way each head wants its temperature at {args.length} tokens")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
 def publish(args: DirectionConfig, trained: int) -> str | None:
-    rows = stored(Path(args.out))
+    """The table and the figure from the files, once two windows are in."""
+    out = Path(args.out)
+    rows, control = stored(out), stored(out, "control")
     if len(rows) < 2:
         return None
     grads = [np.asarray(r["gradient"]) for _, r in sorted(rows.items())]
     found = D.direction(grads)
+    extra = {}
+    if len(control) >= 2:
+        extra[f"at {trained} (the same windows' first {trained} tokens)"] = D.direction(
+            [np.asarray(r["gradient"]) for _, r in sorted(control.items())]
+        )
+    both = sorted(set(rows) & set(control))
+    if len(both) >= 2:
+        diff = [np.asarray(rows[i]["gradient"]) - np.asarray(control[i]["gradient"]) for i in both]
+        extra[f"what the length adds: at {args.length} minus at {trained}, paired"] = D.direction(diff)
     shift = diagnosis(Path(args.diagnosis), args.length, trained)
     agree = D.agreement(found, shift, grads)
-    write_figure(found, shift, args, Path(args.figure))
-    return write_table(found, agree, args, trained, Path(args.table))
+    write_figure(found, shift, extra, args, Path(args.figure))
+    return write_table(found, agree, extra, args, trained, Path(args.table))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -171,7 +207,9 @@ def main(argv: list[str] | None = None) -> None:
     if trained not in found:
         raise SystemExit(f"--diagnosis={args.diagnosis} is not allowed: it holds no attention_{trained}.json")
     ids, mask, rule = windows(tok, trained, args)
-    run(model, ids, mask, rule, args, Path(args.out))
+    run(model, ids, mask, rule, args, Path(args.out), "window")
+    if args.control:  # the same windows cut to L0; the causal key-token rule keeps their first L0-1 columns
+        run(model, ids[:, :trained], mask[:, : trained - 1], rule, args, Path(args.out), "control")
     print(publish(args, trained))
 
 

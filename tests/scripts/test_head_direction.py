@@ -37,14 +37,19 @@ def test_gradients_per_window_resume_and_the_table_counts_every_head(script, tmp
     diagnosis(tmp_path / "diag", tok, model)
     script.main(argv(tmp_path))
     made = capsys.readouterr().out
-    assert made.count("key tokens, key NLL") == 2
+    assert made.count("key tokens, key NLL") == 4 and made.count("control ") == 2  # each window, and at L0
     rows = [json.loads((tmp_path / "out" / f"window_{i}.json").read_text()) for i in (0, 1)]
     layers, heads = model.config.num_hidden_layers, model.config.num_attention_heads
     assert all(len(r["gradient"]) == layers and len(r["gradient"][0]) == heads and r["key_tokens"] > 0 for r in rows)
     table = (tmp_path / "t.md").read_text()
-    all_heads = next(line for line in table.splitlines() if line.startswith("| all heads |"))
+    all_heads = next(line for line in table.splitlines() if line.startswith("| all, at 512 |"))
     assert sum(int(x) for x in all_heads.strip("| ").split(" | ")[1:]) == layers * heads
-    assert "Spearman, recent-mass shift" in table and (tmp_path / "f.png").stat().st_size > 10_000
+    assert "Spearman over heads" in table and (tmp_path / "f.png").stat().st_size > 10_000
+    at_l0 = next(line for line in table.splitlines() if line.startswith("| all, at 256 (the same windows'"))
+    assert sum(int(x) for x in at_l0.split(") | ")[1].strip(" |").split(" | ")) == layers * heads
+    assert "| all, what the length adds: at 512 minus at 256, paired (2 windows) |" in table
+    control = json.loads((tmp_path / "out" / "control_0.json").read_text())
+    assert control["length"] == 256 and 0 < control["key_tokens"] <= rows[0]["key_tokens"]
     script.main(argv(tmp_path))  # resumed: nothing recomputed
     assert "key tokens, key NLL" not in capsys.readouterr().out
 
