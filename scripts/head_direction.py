@@ -34,6 +34,7 @@ from attntemp.evaluate.key_tokens import key_mask
 from attntemp.evaluate.tasks import EvalContext, EvalOptions, tuning_context
 from attntemp.hf import introspect
 from attntemp.hf.loading import ModelOptions, load_model
+from attntemp.ops.intervals import mean_interval
 from attntemp.tune import direction as D
 from attntemp.utils.options import from_argv, option, reuse
 
@@ -106,7 +107,15 @@ def interval(x: dict) -> str:
     return f"{x['value']:.3f} [{x['low']:.3f}, {x['high']:.3f}]"
 
 
-def write_table(found: dict, agree: dict, extra: dict, args: DirectionConfig, trained: int, path: Path) -> str:
+def total(grads: list) -> str:
+    """The global m's gradient (every head's summed) with its 95% interval over windows."""
+    ci = mean_interval([float(np.sum(g)) for g in grads])
+    return f"{ci.value:+.4f} [{ci.low:+.4f}, {ci.high:+.4f}]"
+
+
+def write_table(
+    found: dict, agree: dict, extra: dict, nulls: dict, sets: dict, args: DirectionConfig, trained: int, path: Path
+) -> str:
     """Heads by direction (all, by the diagnosis' prediction, by layer), at L0 and what the length adds."""
     label, n = found["direction"], args.length
     lines = [
@@ -126,6 +135,17 @@ def write_table(found: dict, agree: dict, extra: dict, args: DirectionConfig, tr
         "",
         f"Spearman over heads, against the gradient at {n}: recent-mass shift {interval(agree['spearman_recent'])}, "
         f"entropy shift {interval(agree['spearman_entropy'])} (intervals: windows resampled).",
+        "",
+        "One m for every head (the sum of the heads' gradients: d(key NLL)/d ln m of a global m), per set: "
+        + "; ".join(f"{name}: {total(g)}" for name, g in sets.items()) + ".",
+        "",
+        "Heads labelled (sharper or softer) against what chance labels with this few windows (each window's "
+        "gradient sign-flipped, all heads together, every pattern):",
+        "",
+        "| gradient | heads labelled | by chance: mean | by chance: 95th percentile | patterns |",
+        "|---|---|---|---|---|",
+        *(f"| {name} | {x['found']} | {x['null_mean']:.1f} | {x['null_95']:.0f} | {x['patterns']} |"
+          for name, x in nulls.items()),
     ]  # fmt: skip
     path.write_text("\n".join(lines) + "\n")
     return "\n".join(lines)
@@ -180,19 +200,21 @@ def publish(args: DirectionConfig, trained: int) -> str | None:
         return None
     grads = [np.asarray(r["gradient"]) for _, r in sorted(rows.items())]
     found = D.direction(grads)
-    extra = {}
+    sets = {f"at {args.length}": grads}
     if len(control) >= 2:
-        extra[f"at {trained} (the same windows' first {trained} tokens)"] = D.direction(
-            [np.asarray(r["gradient"]) for _, r in sorted(control.items())]
-        )
+        sets[f"at {trained} (the same windows' first {trained} tokens)"] = [
+            np.asarray(r["gradient"]) for _, r in sorted(control.items())
+        ]
     both = sorted(set(rows) & set(control))
     if len(both) >= 2:
         diff = [np.asarray(rows[i]["gradient"]) - np.asarray(control[i]["gradient"]) for i in both]
-        extra[f"what the length adds: at {args.length} minus at {trained}, paired"] = D.direction(diff)
+        sets[f"what the length adds: at {args.length} minus at {trained}, paired"] = diff
+    extra = {name: D.direction(g) for name, g in list(sets.items())[1:]}
+    nulls = {name: D.sign_flip_null(g) for name, g in sets.items()}
     shift = diagnosis(Path(args.diagnosis), args.length, trained)
     agree = D.agreement(found, shift, grads)
     write_figure(found, shift, extra, args, Path(args.figure))
-    return write_table(found, agree, extra, args, trained, Path(args.table))
+    return write_table(found, agree, extra, nulls, sets, args, trained, Path(args.table))
 
 
 def main(argv: list[str] | None = None) -> None:

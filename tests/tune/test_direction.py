@@ -84,3 +84,14 @@ def test_agreement_counts_the_diagnosis_predictions_against_the_directions():
     rho = out["spearman_recent"]
     assert rho["value"] == pytest.approx(1.0) and rho["low"] == pytest.approx(1.0)  # ranked alike in every resample
     assert out["spearman_entropy"]["value"] == pytest.approx(-0.5)
+
+
+def test_the_sign_flip_null_counts_what_chance_labels_with_this_few_windows():
+    rng = np.random.default_rng(0)
+    noise = [rng.normal(size=(6, 9)) for _ in range(4)]  # no direction: labels come by chance only
+    null = D.sign_flip_null(noise)
+    assert null["patterns"] == 16 and null["null_mean"] > 0  # 4 windows: every pattern; chance labels some heads
+    shifted = [g + 5.0 for g in noise]  # every head clearly positive in every window: all labelled "softer"
+    found = D.sign_flip_null(shifted)
+    assert found["found"] == 54 and found["null_mean"] < found["found"]
+    assert D.sign_flip_null(noise, most=8)["patterns"] == 8  # sampled when 2^n is too many

@@ -18,6 +18,7 @@ Nakanishi 2025).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -89,6 +90,26 @@ def direction(grads: Sequence[np.ndarray], seed: int = 0) -> dict[str, Any]:
         low[idx], high[idx] = ci.low, ci.high
     label = np.where(high < 0, DIRECTIONS[0], np.where(low > 0, DIRECTIONS[1], DIRECTIONS[2]))  # [layers, heads]
     return {"windows": len(grads), "mean": mean, "low": low, "high": high, "direction": label}
+
+
+def sign_flip_null(grads: Sequence[np.ndarray], most: int = 256, seed: int = 0) -> dict[str, Any]:
+    """How many heads :func:`direction` labels when each window's gradient has its sign flipped at
+    random, all heads of a window together (so the heads stay as correlated as they are): the count
+    the labels reach by chance with this few windows. Every pattern when 2^n <= ``most``, else
+    ``most`` random ones; ``found`` is the count on the gradients as they are."""
+    g = np.stack(grads)  # [n, layers, heads]
+    n = len(g)
+    if 2**n <= most:
+        patterns = np.array(list(itertools.product((1.0, -1.0), repeat=n)))  # [2^n, n]
+    else:
+        patterns = np.random.default_rng(seed).choice([1.0, -1.0], (most, n))  # [most, n]
+
+    def labelled(x: np.ndarray) -> int:
+        return int((direction(list(x), seed)["direction"] != DIRECTIONS[2]).sum())
+
+    counts = np.array([labelled(g * p[:, None, None]) for p in patterns])  # [patterns]
+    return {"found": labelled(g), "null_mean": float(counts.mean()), "null_95": float(np.percentile(counts, 95)),
+            "patterns": len(patterns)}  # fmt: skip
 
 
 def predicted(shift: dict[str, Any], layers: int, heads: int) -> np.ndarray:
