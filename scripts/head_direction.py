@@ -80,6 +80,9 @@ def run(model, ids: torch.Tensor, mask: torch.Tensor, rule: str, args: Direction
     """Each window's gradient not yet in ``out``, written as it comes (windows without a key token
     are skipped: at the trained length a window's first L0 tokens may hold none)."""
     done = stored(out, prefix)
+    for i, row in done.items():  # a rerun with other windows (text, model, length) must not mix with these
+        if i >= len(ids) or row["windows_digest"] != corpus.windows_digest(ids[i : i + 1]):
+            raise SystemExit(f"--out={out} holds {prefix}_{i}.json made on another window; give another --out")
     empty = tuple(i for i in range(len(ids)) if not bool(mask[i].any()))
     out.mkdir(parents=True, exist_ok=True)
 

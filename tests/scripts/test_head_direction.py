@@ -52,6 +52,10 @@ def test_gradients_per_window_resume_and_the_table_counts_every_head(script, tmp
     assert control["length"] == 256 and 0 < control["key_tokens"] <= rows[0]["key_tokens"]
     script.main(argv(tmp_path))  # resumed: nothing recomputed
     assert "key tokens, key NLL" not in capsys.readouterr().out
+    first = tmp_path / "out" / "window_0.json"
+    first.write_text(json.dumps({**rows[0], "windows_digest": "another"}))  # as if made on other text
+    with pytest.raises(SystemExit, match=r"--out=.*window_0\.json made on another window"):
+        script.main(argv(tmp_path))
 
 
 def test_a_diagnosis_folder_without_the_attention_files_is_refused(script, tmp_path):
