@@ -184,10 +184,11 @@ def write_figure(found: dict, shift: dict, extra: dict, args: DirectionConfig, p
             err = np.stack([mean[sel] - found["low"][sel], found["high"][sel] - mean[sel]])  # [2, k]
             ax.errorbar(x[sel], mean[sel], yerr=err, fmt="o", ms=3, color=colour, label=d, alpha=0.8, elinewidth=0.6)
         ax.axhline(0, color="k", lw=0.6)
-        ax.axvline(cut, color="k", lw=0.6, ls=":", label=f"past it the head {what}")
+        line = ax.axvline(cut, color="k", lw=0.6, ls=":", label=f"past it the head {what}")
         ax.set(xlabel=f"{name} shift\n(queries past the trained length at {args.length}, minus at it)",
                ylabel=f"gradient at {args.length} (95% interval)")  # fmt: skip
     axes[1, 0].legend(title="at the long length the head wants", fontsize=8)
+    axes[1, 1].legend(handles=[line], fontsize=8)  # the right panel's threshold
     fig.suptitle(f"{args.model}: which way each head wants its temperature at {args.length} tokens")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

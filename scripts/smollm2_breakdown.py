@@ -166,15 +166,14 @@ def main(argv: list[str] | None = None) -> None:
         for n, kind in cells(lengths)
         for task in args.tasks
         if kind not in of(slope)[n] or not distant.result_path(out, n, of(slope)[n][kind][0], task).is_file()
-    ]
+        if any(part in of(slope or 0.0)[n][kind][0] for part in args.only.split("|"))  # --only: the slope's name
+    ]  # with a stand-in b, so a cell --only leaves out never starts the slope search
     print(f"{len(todo)} results to make, {len(todo) * args.docs} forwards (+ the slope search if not done):")
     print("\n".join(f"  {n} {kind} {task}" for n, kind, task in todo), flush=True)
     if args.plan:
         return
     publish()
     for n, kind, task in todo:
-        if not any(part in of(slope or 0.0)[n][kind][0] for part in args.only.split("|")):
-            continue  # --only leaves it out (the slope's name with a stand-in b: no search for a cell not run)
         if kind == "slope" and slope is None:
             slope = tune_slope(model, tok, ctx, trained, args, out)
         name, spec = of(slope)[n][kind]

@@ -31,6 +31,8 @@ def test_breakdown_reuses_distant_results_and_tunes_the_slope_once(scripts, tmp_
     plan = capsys.readouterr().out
     assert plan.startswith("18 results to make, 36 forwards")  # 9 kinds of 11 not made yet, 2 tasks each
     assert "512 base key_tokens" not in plan and "512 yarn tuned needles" not in plan
+    breakdown.main([*argv, "--plan", "--only", "log-n"])
+    assert capsys.readouterr().out.startswith("2 results to make, 4 forwards")  # the plan is what --only runs
     breakdown.main([*argv, "--only", "log-n"])  # the slope left out: no search runs for it
     made = capsys.readouterr().out
     assert not (tmp_path / "out" / "tuned_slope_key_tokens_384_search.json").exists()
