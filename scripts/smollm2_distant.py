@@ -251,15 +251,18 @@ def _panel(ax, task_name: str, metric: str, kinds: list[str], all_results: dict,
 
 def write_figure(all_results: dict[int, dict[str, dict[str, dict]]], settings: dict, path: Path, kind=kind_of) -> None:
     """The table's paired comparisons as one figure: a panel per metric, a row per ``kind`` of spec,
-    a colour per length, each point with its 95% interval (a missing one: not run yet). The top
-    row weighs RoPE and softening against m = 1; the bottom row, on its own scale, a temperature
-    on YaRN against YaRN at m = 1 (a few percent, invisible beside YaRN's own effect)."""
+    a colour per length, each point with its 95% interval (a missing one: not run yet). Each group
+    of rows on its own scale, so none hides another: a temperature without a RoPE change against
+    m = 1 (a few percent), YaRN against no change (up to 90%), a temperature on YaRN against YaRN at
+    m = 1 (a few percent)."""
     import matplotlib.pyplot as plt
 
     from attntemp.analysis import style
 
     kinds = list(dict.fromkeys(kind(n) for res in all_results.values() for n in res if n != BASE))
-    groups = [[k for k in kinds if "(vs YaRN, m = 1)" not in k], [k for k in kinds if "(vs YaRN, m = 1)" in k]]
+    on_yarn = [k for k in kinds if "(vs YaRN, m = 1)" in k]
+    yarn = [k for k in kinds if k.startswith("YaRN") and k not in on_yarn]
+    groups = [[k for k in kinds if k not in on_yarn and k not in yarn], yarn, on_yarn]
     groups = [g for g in groups if g]
     fig, axes = plt.subplots(
         len(groups),
