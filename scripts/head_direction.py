@@ -34,9 +34,10 @@ from attntemp.evaluate.key_tokens import key_mask
 from attntemp.evaluate.tasks import EvalContext, EvalOptions, tuning_context
 from attntemp.hf import introspect
 from attntemp.hf.loading import ModelOptions, load_model
-from attntemp.ops.intervals import mean_interval
+from attntemp.ops.intervals import Interval, mean_interval
 from attntemp.tune import direction as D
 from attntemp.utils.options import from_argv, option, reuse
+from attntemp.utils.tables import markdown_table
 
 ROOT = Path(__file__).resolve().parents[1]
 COLOURS = {"sharper": "tab:blue", "softer": "tab:red", "not distinguishable": "0.6"}
@@ -102,12 +103,9 @@ def diagnosis(folder: Path, length: int, trained: int) -> dict:
     return head_shift(long, short, trained)
 
 
-def counts(label: np.ndarray) -> str:
-    return " | ".join(str(int((label == d).sum())) for d in D.DIRECTIONS)
-
-
-def interval(x: dict) -> str:
-    return f"{x['value']:.3f} [{x['low']:.3f}, {x['high']:.3f}]"
+def counts(label: np.ndarray) -> list[int]:
+    """How many heads of ``label`` go each way, in ``D.DIRECTIONS`` order."""
+    return [int((label == d).sum()) for d in D.DIRECTIONS]
 
 
 def total(grads: list) -> str:
@@ -121,23 +119,25 @@ def write_table(
 ) -> str:
     """Heads by direction (all, by the diagnosis' prediction, by layer), at L0 and what the length adds."""
     label, n = found["direction"], args.length
+    heads = [
+        (f"all, at {n}", *counts(label)),
+        *((f"diagnosis says {p}, at {n}", *(r[d] for d in D.DIRECTIONS)) for p, r in agree["counts"].items()),
+        *((f"all, {name} ({x['windows']} windows)", *counts(x["direction"])) for name, x in extra.items()),
+    ]
+    chance = [
+        (name, x["found"], f"{x['null_mean']:.1f}", f"{x['null_95']:.0f}", x["patterns"]) for name, x in nulls.items()
+    ]
+    rho = {k: Interval(**agree[k]).fixed(3) for k in ("spearman_recent", "spearman_entropy")}  # value, low, high
     lines = [
         f"Per-head gradient of the key-token loss in ln m at m = 1, {args.model}, {n} tokens (trained to "
         f"{trained}), {found['windows']} windows of the tuning pool; 95% intervals over windows.",
         "",
-        "| heads | " + " | ".join(D.DIRECTIONS) + " |",
-        "|---|---|---|---|",
-        f"| all, at {n} | {counts(label)} |",
-        *(f"| diagnosis says {p}, at {n} | " + " | ".join(str(r[d]) for d in D.DIRECTIONS) + " |"
-          for p, r in agree["counts"].items()),
-        *(f"| all, {name} ({x['windows']} windows) | {counts(x['direction'])} |" for name, x in extra.items()),
+        markdown_table(("heads", *D.DIRECTIONS), heads),
         "",
-        "| layer | " + " | ".join(D.DIRECTIONS) + " |",
-        "|---|---|---|---|",
-        *(f"| {layer} | {counts(label[layer])} |" for layer in range(label.shape[0])),
+        markdown_table(("layer", *D.DIRECTIONS), [(layer, *counts(label[layer])) for layer in range(label.shape[0])]),
         "",
-        f"Spearman over heads, against the gradient at {n}: recent-mass shift {interval(agree['spearman_recent'])}, "
-        f"entropy shift {interval(agree['spearman_entropy'])} (intervals: windows resampled).",
+        f"Spearman over heads, against the gradient at {n}: recent-mass shift {rho['spearman_recent']}, "
+        f"entropy shift {rho['spearman_entropy']} (intervals: windows resampled).",
         "",
         "One m for every head (the sum of the heads' gradients: d(key NLL)/d ln m of a global m), per set: "
         + "; ".join(f"{name}: {total(g)}" for name, g in sets.items()) + ".",
@@ -145,10 +145,8 @@ def write_table(
         "Heads labelled (sharper or softer) against what chance labels with this few windows (each window's "
         "gradient sign-flipped, all heads together, every pattern):",
         "",
-        "| gradient | heads labelled | by chance: mean | by chance: 95th percentile | patterns |",
-        "|---|---|---|---|---|",
-        *(f"| {name} | {x['found']} | {x['null_mean']:.1f} | {x['null_95']:.0f} | {x['patterns']} |"
-          for name, x in nulls.items()),
+        markdown_table(("gradient", "heads labelled", "by chance: mean", "by chance: 95th percentile", "patterns"),
+                       chance),
     ]  # fmt: skip
     path.write_text("\n".join(lines) + "\n")
     return "\n".join(lines)
@@ -202,17 +200,15 @@ def publish(args: DirectionConfig, trained: int) -> str | None:
     rows, control = stored(out), stored(out, "control")
     if len(rows) < 2:
         return None
-    grads = [np.asarray(r["gradient"]) for _, r in sorted(rows.items())]
+    at_n, at_l0 = ({i: np.asarray(r["gradient"]) for i, r in sorted(x.items())} for x in (rows, control))
+    grads = list(at_n.values())  # [layers, heads] each
     found = D.direction(grads)
     sets = {f"at {args.length}": grads}
-    if len(control) >= 2:
-        sets[f"at {trained} (the same windows' first {trained} tokens)"] = [
-            np.asarray(r["gradient"]) for _, r in sorted(control.items())
-        ]
-    both = sorted(set(rows) & set(control))
+    if len(at_l0) >= 2:
+        sets[f"at {trained} (the same windows' first {trained} tokens)"] = list(at_l0.values())
+    both = sorted(set(at_n) & set(at_l0))
     if len(both) >= 2:
-        diff = [np.asarray(rows[i]["gradient"]) - np.asarray(control[i]["gradient"]) for i in both]
-        sets[f"what the length adds: at {args.length} minus at {trained}, paired"] = diff
+        sets[f"what the length adds: at {args.length} minus at {trained}, paired"] = [at_n[i] - at_l0[i] for i in both]
     extra = {name: D.direction(g) for name, g in list(sets.items())[1:]}
     nulls = {name: D.sign_flip_null(g) for name, g in sets.items()}
     shift = diagnosis(Path(args.diagnosis), args.length, trained)

@@ -161,13 +161,14 @@ def main(argv: list[str] | None = None) -> None:
             distant.write_figure(found, settings, Path(args.figure), distant.kind_by_name)
         return distant.write_table(found, settings, Path(args.table))
 
-    todo = [
+    now, named = of(slope), of(slope or 0.0)  # named: the slope's name with a stand-in b, for --only, so a
+    todo = [  # cell --only leaves out never starts the slope search
         (n, kind, task)
         for n, kind in cells(lengths)
         for task in args.tasks
-        if kind not in of(slope)[n] or not distant.result_path(out, n, of(slope)[n][kind][0], task).is_file()
-        if any(part in of(slope or 0.0)[n][kind][0] for part in args.only.split("|"))  # --only: the slope's name
-    ]  # with a stand-in b, so a cell --only leaves out never starts the slope search
+        if kind not in now[n] or not distant.result_path(out, n, now[n][kind][0], task).is_file()
+        if any(part in named[n][kind][0] for part in args.only.split("|"))
+    ]
     print(f"{len(todo)} results to make, {len(todo) * args.docs} forwards (+ the slope search if not done):")
     print("\n".join(f"  {n} {kind} {task}" for n, kind, task in todo), flush=True)
     if args.plan:
