@@ -49,6 +49,7 @@ class Gemma3DistantConfig(distant.DistantConfig):
     lengths: tuple[int, ...] = reuse(distant.DistantConfig, "lengths", (32768, 49152))  # 65536: 27 min a forward
     tune_length: int = reuse(distant.DistantConfig, "tune_length", 49152)
     threads: int = reuse(distant.DistantConfig, "threads", 1)
+    per_window: bool = reuse(distant.DistantConfig, "per_window", True)  # 14 to 27 min a forward
     plan: bool = option(False, "print the results still to make and their forwards, then stop")
 
 
@@ -108,7 +109,7 @@ def main(argv: list[str] | None = None) -> None:
                     with only_layer_types(model, GLOBAL):  # the search's m on the global layers only
                         distant.tune_key_tokens(model, tok, ctx, trained, args, out, key_spec)
                 name, spec = list(tuned()[n].items())[i]  # the same order, the stand-in m replaced
-                distant.score(model, tok, n, name, spec, task, ctx, out)
+                distant.score(model, tok, n, name, spec, task, ctx, out, args.per_window)
                 publish()
     print(publish())
 

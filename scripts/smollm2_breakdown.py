@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> None:
         if kind == "slope" and slope is None:
             slope = tune_slope(model, tok, ctx, trained, args, out)
         name, spec = of(slope)[n][kind]
-        distant.score(model, tok, n, name, spec, task, ctx, out)
+        distant.score(model, tok, n, name, spec, task, ctx, out, args.per_window)
         publish()
     print(publish())
 

@@ -89,6 +89,11 @@ class DistantConfig:
     iters: int = reuse(TuneConfig, "iters", 2)
     only: str = option("", "score only the specs whose name holds this text (A|B: either)")
     tasks: tuple[str, ...] = option(TASKS, "the tasks to score, comma list", parse=names)
+    per_window: bool = option(
+        False,
+        "keep each window's result as it comes (a killed run loses one forward); such results pair only "
+        "with each other, so --out records it",
+    )
 
     def __post_init__(self) -> None:
         if self.dtype is not None:
@@ -131,17 +136,43 @@ def result_path(out: Path, length: int, name: str, task: str) -> Path:
     return out / f"{length}" / f"{task}__{slug}.json"
 
 
-def score(model, tok, length: int, name: str, spec: TemperatureSpec, task: str, ctx: EvalContext, out: Path) -> dict:
-    """One (length, spec, task) result, read back if a run (here or elsewhere) already made it."""
+def score(
+    model, tok, length: int, name: str, spec: TemperatureSpec, task: str, ctx: EvalContext, out: Path, per_window=False
+) -> dict:
+    """One (length, spec, task) result, read back if a run (here or elsewhere) already made it.
+    ``per_window``: each window scored and kept on its own first (:func:`window_parts`)."""
     path = result_path(out, length, name, task)
     if path.is_file():
         return json.loads(path.read_text())
-    found = scored(model, tok, spec, task, length, ctx)  # the one way to score a spec; this file is its record
-    record = {"spec": spec.to_dict(), "seconds": round(found.seconds, 1), **found.metrics}
+    if per_window:
+        parts = window_parts(model, tok, (length, name, spec, task), ctx, path.with_suffix(""))
+        metrics, seconds = get_task(task).merge([p["metrics"] for p in parts]), sum(p["seconds"] for p in parts)
+    else:
+        found = scored(model, tok, spec, task, length, ctx)  # the one way to score a spec; this file is its record
+        metrics, seconds = found.metrics, found.seconds
+    record = {"spec": spec.to_dict(), "seconds": round(seconds, 1), **metrics}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, default=float) + "\n")
     print(f"{length} {task} {name}: {record['seconds']:.0f} s", flush=True)
     return record
+
+
+def window_parts(model, tok, cell: tuple[int, str, TemperatureSpec, str], ctx: EvalContext, folder: Path) -> list[dict]:
+    """Each of ``ctx``'s windows scored as a block of its own (``window_range``), its result one
+    JSON file in ``folder`` written as it comes: a run killed mid-result loses one window's forward,
+    not the result's. Their merge pairs with results made the same way, not with whole ones (the
+    digests differ), so a folder's settings record the choice."""
+    length, name, spec, task = cell
+    parts = []
+    for i in range(ctx.n_docs):
+        part = folder / f"window_{i}.json"
+        if not part.is_file():
+            found = scored(model, tok, spec, task, length, replace(ctx, window_range=(i, i + 1)))
+            folder.mkdir(parents=True, exist_ok=True)
+            part.write_text(json.dumps({"seconds": found.seconds, "metrics": found.metrics}, default=float) + "\n")
+            print(f"{length} {task} {name}: window {i + 1} of {ctx.n_docs}, {found.seconds:.0f} s", flush=True)
+        parts.append(json.loads(part.read_text()))
+    return parts
 
 
 def yarn_base(results: dict[str, dict[str, dict]]) -> str | None:
@@ -391,7 +422,7 @@ def setup(args: DistantConfig) -> tuple:
         "soft": args.soft,
         "trained": trained,
         "dtype": dtype,
-    }
+    } | ({"per_window": True} if args.per_window else {})  # folders from before it hold whole results
     out = Path(args.out)
     check_settings(out, settings)
     return model, tok, trained, ctx, settings, out
@@ -419,7 +450,7 @@ def main(argv: list[str] | None = None) -> None:
         for task in args.tasks:
             for name, spec in of[length].items():
                 if any(part in name for part in args.only.split("|")):
-                    score(model, tok, length, name, spec, task, ctx, out)
+                    score(model, tok, length, name, spec, task, ctx, out, args.per_window)
                     publish()
     print(publish())
 

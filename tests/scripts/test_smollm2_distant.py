@@ -67,3 +67,30 @@ def test_a_folder_from_before_the_dtype_was_recorded_resumes_in_float32(script, 
     script.main(argv)  # no --dtype: the folder's float32, whatever this CPU's faster dtype
     with pytest.raises(SystemExit, match=r"other settings.*dtype"):
         script.main([*argv, "--dtype", "bfloat16"])
+
+
+def test_per_window_results_resume_a_killed_result_and_equal_the_whole_one(script, tmp_path, capsys):
+    whole = tmp_path / "whole"
+    whole.mkdir()
+    run(script, whole, "--only", "no RoPE change, m = 1", "--tasks", "key_tokens,needles")
+    capsys.readouterr()
+    table = run(script, tmp_path, "--only", "no RoPE change", "--tasks", "key_tokens,needles", "--per-window")
+    folder = tmp_path / "out" / "512"
+    parts = sorted(p.relative_to(folder).as_posix() for p in folder.glob("*/window_*.json"))
+    assert len(parts) == 2 * 2 * 2  # two specs, two tasks, two windows
+    assert "512 key_tokens no RoPE change, m = 1: window 2 of 2" in capsys.readouterr().out
+    base = script.result_path(tmp_path / "out", 512, script.BASE, "key_tokens")
+    made = json.loads(base.read_text())
+    ref = json.loads(script.result_path(whole / "out", 512, script.BASE, "key_tokens").read_text())
+    assert made["key_ppl"] == pytest.approx(ref["key_ppl"], rel=1e-5)  # the merge is the whole result
+    assert made["window_key_nll"] == pytest.approx(ref["window_key_nll"], rel=1e-5)
+    soft = [r for r in table.splitlines() if r.startswith("| 512 | no RoPE change, m = 0.9")]
+    assert soft and "; vs m = 1: " in soft[0]  # merged results pair with each other
+    base.unlink()  # killed after window 1 of the result: window 2's file is not there yet
+    (base.with_suffix("") / "window_1.json").unlink()
+    run(script, tmp_path, "--only", "no RoPE change, m = 1", "--tasks", "key_tokens", "--per-window")
+    out = [x for x in capsys.readouterr().out.splitlines() if x.startswith("512 ")]
+    assert out[0].endswith(tuple(f"window 2 of 2, {s} s" for s in range(1000))) and len(out) == 2
+    assert json.loads(base.read_text())["key_ppl"] == pytest.approx(made["key_ppl"], rel=1e-6)
+    with pytest.raises(SystemExit, match=r"other settings.*per_window"):
+        run(script, whole, "--only", "nothing", "--per-window")  # a folder of whole results
