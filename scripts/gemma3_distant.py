@@ -16,8 +16,10 @@ At the trained length the gated row is left out: there it is no change.
     python scripts/gemma3_distant.py --plan                       # the forwards it needs, then stop
     nice -n 10 python scripts/gemma3_distant.py --threads 1 > runs/gemma3_distant.log 2>&1 &
 
-Resumable as ``smollm2_distant.py`` is: one JSON per (length, spec, task) under ``--out``
-(``docs/results/gemma3_distant/``), the table and the figure rewritten after each result.
+Resumable as ``smollm2_distant.py`` is, window by window (``--per-window``, on by default here: a
+forward is 14 to 27 min on one core): each window's result one JSON under ``--out``
+(``docs/results/gemma3_distant/<length>/<task>__<spec>/window_<i>.json``), merged into one JSON per
+(length, spec, task) once its windows are in; the table and the figure rewritten after each result.
 """
 
 from __future__ import annotations
