@@ -34,6 +34,7 @@ from attntemp.ops.spec import TemperatureSpec
 from attntemp.utils.options import from_argv, option, reuse
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling script whose code this shares
+import distant_figure as figure
 import smollm2_distant as distant
 
 ROOT = distant.ROOT
@@ -98,7 +99,7 @@ def main(argv: list[str] | None = None) -> None:
     def publish() -> str:  # the table and the figure from every result on disk
         found = distant.stored(out, {n: list(v) for n, v in tuned().items()})
         if args.figure:
-            distant.write_figure(found, settings, Path(args.figure), distant.kind_by_name)
+            figure.write_figure(found, settings, Path(args.figure), figure.kind_by_name)
         return distant.write_table(found, settings, Path(args.table))
 
     publish()

@@ -38,6 +38,7 @@ from attntemp.ops.spec import TemperatureSpec
 from attntemp.utils.options import floats, from_argv, option, reuse
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling script whose code this shares
+import distant_figure as figure
 import smollm2_distant as distant
 
 ROOT = distant.ROOT
@@ -158,7 +159,7 @@ def main(argv: list[str] | None = None) -> None:
     def publish() -> str:  # the table and the figure from every result on disk
         found = distant.stored(out, {n: [name for name, _ in v.values()] for n, v in of(slope).items()})
         if args.figure:
-            distant.write_figure(found, settings, Path(args.figure), distant.kind_by_name)
+            figure.write_figure(found, settings, Path(args.figure), figure.kind_by_name)
         return distant.write_table(found, settings, Path(args.table))
 
     now, named = of(slope), of(slope or 0.0)  # named: the slope's name with a stand-in b, for --only, so a
