@@ -12,7 +12,9 @@ Specs at each length L (m multiplies the logits, T = 1/m):
   its slope b searched on key-token perplexity at ``--tune-length`` (12288) on ``--tune-docs``
   documents of the tuning pool (none of the table's), between ``--slope-bracket``;
 - YaRN at m = 1 and with the global m tuned on key tokens at 12288 (``smollm2_distant.py
-  --tune-key-tokens``, m = 1.075).
+  --tune-key-tokens``, m = 1.075);
+- per-head multipliers learned on key tokens at 16384 on the tuning pool (``head_learned.py``'s
+  ``--learned`` spec), once that run has written it.
 
     nice -n 10 python scripts/smollm2_breakdown.py --threads 1 > runs/breakdown.log 2>&1 &
 
@@ -52,6 +54,10 @@ class BreakdownConfig(distant.DistantConfig):
     figure: str = reuse(distant.DistantConfig, "figure", str(ROOT / "docs/img/smollm2_breakdown.png"))
     lengths: tuple[int, ...] = reuse(distant.DistantConfig, "lengths", (16384, 24576))
     slope_bracket: tuple[float, ...] = option((0.02, 0.4), "the slope b's search range, LO,HI", parse=floats)
+    learned: str = option(
+        str(ROOT / "docs/results/smollm2_head_learned/learned_spec.json"),
+        "head_learned.py's per-head spec: its row runs once the file is there",
+    )
     plan: bool = option(False, "print the cells still to run and their forwards, then stop")
 
 
@@ -76,7 +82,8 @@ ORDER = (
     (1, "slope"),
     (1, "constant 0.8"),
 )
-KINDS = ("base", *(f"{g} {m:g}" for g in ("constant", "gated") for m in SOFT), "logn", "slope", "yarn", "yarn tuned")
+KINDS = ("base", *(f"{g} {m:g}" for g in ("constant", "gated") for m in SOFT), "logn", "slope", "yarn", "yarn tuned",
+         "learned")  # fmt: skip
 
 
 def cells(lengths: list[int]) -> list[tuple[int, str]]:
@@ -90,9 +97,11 @@ def slope_spec(trained: int, b: float) -> TemperatureSpec:
     return TemperatureSpec(schedule="log_length", schedule_params={"trained_len": trained, "a": 0.0, "b": b})
 
 
-def specs(length: int, trained: int, slope: float | None, tuned_key: tuple[float, int]) -> dict[str, tuple]:
+def specs(
+    length: int, trained: int, slope: float | None, tuned_key: tuple[float, int], learned: TemperatureSpec | None = None
+) -> dict[str, tuple]:
     """kind -> (table name, spec) at one length; the names of m = 1, m = 0.9 and the YaRN rows are
-    ``smollm2_distant``'s, so its results are reused."""
+    ``smollm2_distant``'s, so its results are reused. ``learned``: ``head_learned.py``'s per-head spec."""
     s = length / trained
     yarn = rope_for("yarn", length, trained)
     m_key, at = tuned_key
@@ -111,6 +120,8 @@ def specs(length: int, trained: int, slope: float | None, tuned_key: tuple[float
         f"YaRN s = {s:g}, global m = {m_key:.4g} (tuned at {at} on key tokens)",
         TemperatureSpec(multiplier=m_key, rope=yarn),
     )
+    if learned is not None:
+        out["learned"] = ("no RoPE change, per head, learned on key tokens (head_learned.py)", learned)
     return out
 
 
@@ -152,9 +163,10 @@ def main(argv: list[str] | None = None) -> None:
     key_spec = TemperatureSpec.load(out / f"tuned_key_tokens_{args.tune_length}_spec.json")
     slope_file = out / f"tuned_slope_key_tokens_{args.tune_length}_spec.json"
     slope = float(dict(TemperatureSpec.load(slope_file).schedule_params)["b"]) if slope_file.is_file() else None
+    learned = TemperatureSpec.load(args.learned) if args.learned and Path(args.learned).is_file() else None
 
     def of(slope: float | None) -> dict[int, dict[str, tuple]]:
-        return {n: specs(n, trained, slope, (key_spec.multiplier, args.tune_length)) for n in lengths}
+        return {n: specs(n, trained, slope, (key_spec.multiplier, args.tune_length), learned) for n in lengths}
 
     def publish() -> str:  # the table and the figure from every result on disk
         found = distant.stored(out, {n: [name for name, _ in v.values()] for n, v in of(slope).items()})
@@ -167,6 +179,7 @@ def main(argv: list[str] | None = None) -> None:
         (n, kind, task)
         for n, kind in cells(lengths)
         for task in args.tasks
+        if kind in named[n]  # the learned row only once its spec is there
         if kind not in now[n] or not distant.result_path(out, n, now[n][kind][0], task).is_file()
         if any(part in named[n][kind][0] for part in args.only.split("|"))
     ]

@@ -4,7 +4,10 @@ results under their names, searches the slope once (resumable), and fills its ta
 import json
 
 import pytest
+import torch
 from script_loader import load_script
+
+from attntemp.ops.spec import TemperatureSpec
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +29,7 @@ def test_breakdown_reuses_distant_results_and_tunes_the_slope_once(scripts, tmp_
     distant.main([*COMMON, *paths(tmp_path, "d"), "--lengths", "512", "--tuned-spec", "", "--tune-key-tokens",
                   "--only", "no RoPE change, m = 1|on key tokens"])  # fmt: skip
     capsys.readouterr()
-    argv = [*COMMON, *paths(tmp_path, "b"), "--lengths", "512", "--slope-bracket", "0.05,0.5"]
+    argv = [*COMMON, *paths(tmp_path, "b"), "--lengths", "512", "--slope-bracket", "0.05,0.5", "--learned", ""]
     breakdown.main([*argv, "--plan"])
     plan = capsys.readouterr().out
     assert plan.startswith("18 results to make, 36 forwards")  # 9 kinds of 11 not made yet, 2 tasks each
@@ -56,3 +59,17 @@ def test_breakdown_reuses_distant_results_and_tunes_the_slope_once(scripts, tmp_
 def test_a_bad_slope_bracket_is_refused_before_loading(scripts, tmp_path):
     with pytest.raises(SystemExit, match="--slope-bracket="):
         scripts[0].main([*COMMON, *paths(tmp_path, "b"), "--slope-bracket", "0.5,0.1"])
+
+
+def test_the_learned_row_joins_once_its_spec_is_there(scripts, tmp_path, capsys):
+    breakdown, _ = scripts
+    spec = tmp_path / "learned_spec.json"
+    (tmp_path / "out").mkdir()
+    TemperatureSpec(multiplier=1.05).save(tmp_path / "out" / "tuned_key_tokens_384_spec.json")  # YaRN's row's m
+    argv = [*COMMON, *paths(tmp_path, "b"), "--lengths", "512", "--learned", str(spec), "--only", "per head"]
+    breakdown.main([*argv, "--plan"])
+    assert capsys.readouterr().out.startswith("0 results to make")  # no spec yet: no row
+    TemperatureSpec.per_head(torch.full((4, 8), 0.9)).save(spec)  # the tiny model: 4 layers, 8 heads
+    breakdown.main([*argv, "--plan"])
+    plan = capsys.readouterr().out
+    assert plan.startswith("2 results to make, 4 forwards") and "512 learned key_tokens" in plan
