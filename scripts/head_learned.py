@@ -133,7 +133,7 @@ def write_table(learned: np.ndarray, found: dict, cmp: dict, args: LearnedConfig
     lines = [
         f"Per-head multipliers learned on key tokens at {args.length} tokens, {args.model}: {len(log)} AdamW steps "
         f"(lr {args.lr:g}, one window a step) on {found['windows']} windows of the tuning pool; {trend(log)} "
-        "(the held-out evaluation: the breakdown's \"learned\" row).",
+        '(the held-out evaluation: the breakdown\'s "learned" row).',
         "",
         f"m over the heads: median {np.median(m):.3f}, range {m.min():.3f} to {m.max():.3f}; "
         f"{int((m < 1).sum())} heads softer, {int((m > 1).sum())} sharper.",
