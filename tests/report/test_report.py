@@ -130,3 +130,16 @@ def test_report_refuses_an_empty_or_missing_folder(tmp_path):
 def test_markdown_to_html_escapes():
     page = markdown_to_html("# a <b>\n\n| x | y |\n|---|---|\n| <1> | 2 |\n", "t")
     assert "<h1>a &lt;b&gt;</h1>" in page and "<td>&lt;1&gt;</td>" in page
+
+
+@pytest.mark.parametrize(
+    ("md", "shown"),
+    [
+        ("<script>x</script>", "<p>&lt;script&gt;x&lt;/script&gt;</p>"),  # a raw block: text
+        ("a <span>b</span> < c", "<p>a &lt;span&gt;b&lt;/span&gt; &lt; c</p>"),  # inline: text
+        ("```\n# m = 1 <x> & y\n{}\n```", "<pre><code># m = 1 &lt;x&gt; &amp; y\n{}\n</code></pre>"),  # code
+    ],
+)
+def test_markdown_to_html_shows_raw_html_and_code_as_text_once(md, shown):
+    page = markdown_to_html(md, "t")
+    assert shown in page and "<h1>" not in page

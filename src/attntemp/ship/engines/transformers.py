@@ -42,7 +42,10 @@ from .base import (
 )
 
 NAME = "transformers"
-SOURCE = "transformers 5.24 modeling_rope_utils._compute_yarn_parameters"
+SOURCE = (
+    "transformers 5.24 modeling_rope_utils (ROPE_INIT_FUNCTIONS; a temperature only as "
+    "_compute_yarn_parameters' attention_factor)"
+)
 SCHEDULE_READERS = (
     "read by transformers' ministral3 and mistral4 models; its deepseek_v3 (Mistral Large 3's "
     "text config) has no key for it and drops it"
