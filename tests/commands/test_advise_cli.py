@@ -58,12 +58,16 @@ def test_json_has_the_diagnosis_every_candidate_and_a_recommendation(first):
 def test_a_rerun_reads_every_score_and_a_second_run_is_refused_without_overwrite(first, capsys):
     out, doc = first
     rows = sqlite3.connect(out / "scores.db").execute("SELECT COUNT(*) FROM scores").fetchone()[0]
+    made = json.loads((out / "evidence.json").read_text())["scored_seconds"]
     code = main([*SMALL, "--out", str(out)])
     assert code == 2 and "already holds results" in capsys.readouterr().err
     again = _advise(out, capsys, "--overwrite")
     assert sqlite3.connect(out / "scores.db").execute("SELECT COUNT(*) FROM scores").fetchone()[0] == rows
     assert again["recommendation"]["name"] == doc["recommendation"]["name"]
     assert [c["reason"] for c in again["candidates"]] == [c["reason"] for c in doc["candidates"]]
+    read = json.loads((out / "evidence.json").read_text())
+    assert made > 0 and read["scored_seconds"] == pytest.approx(made)  # what the scores took, read back
+    assert read["seconds"] < made and f"the scores took {made:.0f} s to make" in (out / "report.md").read_text()
 
 
 def test_sigkill_then_rerun_finishes_with_the_same_result(first, tmp_path):

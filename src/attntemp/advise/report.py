@@ -147,7 +147,8 @@ def advice_markdown(ev: dict[str, Any]) -> str:
         *recommendation_lines(ev),
         "",
         f"Forward rows in all: {ev['forwards']} (race {ev['race']['rows']}, tuning {ev['tuning_rows']}, "
-        f"diagnosis and confirmation the rest); {ev['seconds']:.0f} s.",
+        f"diagnosis and confirmation the rest); the scores took {ev.get('scored_seconds', 0):.0f} s to make, "
+        f"this run {ev['seconds']:.0f} s (the rest read from its store).",
     ]
     return "\n".join(lines) + "\n"
 

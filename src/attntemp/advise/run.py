@@ -36,9 +36,11 @@ class Counter:
 
     def __init__(self) -> None:
         self.rows: dict[str, int] = {}
+        self.scored_s = 0.0  # what the scores took when they were made (read from the store or not)
 
     def add(self, stage: str, results: list) -> list:
         self.rows[stage] = self.rows.get(stage, 0) + sum(r.rows for r in results)
+        self.scored_s += sum(r.seconds for r in results)
         return results
 
 
@@ -258,6 +260,7 @@ def _evidence(plan, result: RaceResult, diagnosis, confirmed, rec, count: Counte
         "tuning_rows": count.rows.get("tuning", 0),
         "rows_by_stage": count.rows,
         "seconds": seconds,
+        "scored_seconds": count.scored_s,
     }
 
 
