@@ -17,7 +17,8 @@ At the trained length the gated row is left out: there it is no change.
     nice -n 10 python scripts/gemma3_distant.py --threads 1 > runs/gemma3_distant.log 2>&1 &
 
 Resumable as ``smollm2_distant.py`` is, window by window (``--per-window``, on by default here: a
-forward is 14 to 27 min on one core): each window's result one JSON under ``--out``
+bfloat16 forward costs 8 to 13 min of a core at 32768 to 49152, docs/scale.md): each window's
+result one JSON under ``--out``
 (``docs/results/gemma3_distant/<length>/<task>__<spec>/window_<i>.json``), merged into one JSON per
 (length, spec, task) once its windows are in; the table and the figure rewritten after each result.
 """
@@ -49,10 +50,10 @@ class Gemma3DistantConfig(distant.DistantConfig):
     table: str = reuse(distant.DistantConfig, "table", str(ROOT / "docs/results/gemma3_distant_table.md"))
     figure: str = reuse(distant.DistantConfig, "figure", str(ROOT / "docs/img/gemma3_distant.png"))
     out: str = reuse(distant.DistantConfig, "out", str(ROOT / "docs/results/gemma3_distant"))
-    lengths: tuple[int, ...] = reuse(distant.DistantConfig, "lengths", (32768, 49152))  # 65536: 27 min a forward
+    lengths: tuple[int, ...] = reuse(distant.DistantConfig, "lengths", (32768, 49152))  # 65536: 17.5 min of a core
     tune_length: int = reuse(distant.DistantConfig, "tune_length", 49152)
     threads: int = reuse(distant.DistantConfig, "threads", 1)
-    per_window: bool = reuse(distant.DistantConfig, "per_window", True)  # 14 to 27 min a forward
+    per_window: bool = reuse(distant.DistantConfig, "per_window", True)  # a forward: 8 to 13 min of a core
     plan: bool = option(False, "print the results still to make and their forwards, then stop")
 
 

@@ -28,7 +28,6 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
-from scipy.stats import spearmanr
 
 from attntemp.hf import introspect
 from attntemp.hf.learnable import learnable
@@ -97,19 +96,16 @@ def log_m(spec: TemperatureSpec, layers: int, heads: int) -> np.ndarray:
     return np.log(spec.heads_table(layers, heads).double().numpy())  # [layers, heads]
 
 
-def compare(learned: np.ndarray, found: dict, grads: list[np.ndarray], resamples: int = 1000) -> dict:
+def compare(learned: np.ndarray, found: dict, grads: list[np.ndarray]) -> dict:
     """How the learned ln m meets the gradient at m = 1: Spearman over heads of ln m with minus the
     mean gradient (the first step's direction), its 95% interval from resampling the gradient's
-    windows, and, per gradient label, how many heads the training moved each way."""
-    g = np.stack(grads).reshape(len(grads), -1)  # [n, layers * heads]
-    picks = np.random.default_rng(0).integers(0, len(g), (resamples, len(g)))  # [resamples, n]
-    rhos = [spearmanr(learned.ravel(), -g[p].mean(0)).statistic for p in picks]
-    low, high = np.nanpercentile(rhos, [2.5, 97.5])
+    windows (:func:`attntemp.tune.direction.rank_correlation`), and, per gradient label, how many
+    heads the training moved each way."""
     label = found["direction"]
     moved = {d: {"softer (m < 1)": int((learned[label == d] < 0).sum()),
                  "sharper (m > 1)": int((learned[label == d] > 0).sum())} for d in D.DIRECTIONS}  # fmt: skip
-    rho = float(spearmanr(learned.ravel(), -found["mean"].ravel()).statistic)
-    return {"spearman": Interval(rho, float(low), float(high)), "moved": moved}
+    rho = D.rank_correlation(learned, [-g for g in grads])
+    return {"spearman": Interval(**rho), "moved": moved}
 
 
 def trend(log: list[dict]) -> str:

@@ -140,7 +140,15 @@ def result_path(out: Path, length: int, name: str, task: str) -> Path:
 
 
 def score(
-    model, tok, length: int, name: str, spec: TemperatureSpec, task: str, ctx: EvalContext, out: Path, per_window=False
+    model,
+    tok,
+    length: int,
+    name: str,
+    spec: TemperatureSpec,
+    task: str,
+    ctx: EvalContext,
+    out: Path,
+    per_window: bool = False,
 ) -> dict:
     """One (length, spec, task) result, read back if a run (here or elsewhere) already made it.
     ``per_window``: each window scored and kept on its own first (:func:`window_parts`)."""

@@ -136,15 +136,23 @@ def agreement(
     for p in ("softer", "sharper", ""):
         row = label[guess == p]
         counts[p or "no prediction"] = {d: int((row == d).sum()) for d in DIRECTIONS}
-    g = np.stack(grads).reshape(len(grads), -1)  # [n, layers * heads]
-    picks = np.random.default_rng(seed).integers(0, len(g), (resamples, len(g)))  # [resamples, n]
     out: dict[str, Any] = {"counts": counts}
     for key, name in (("recent_mass_shift", "spearman_recent"), ("norm_entropy_shift", "spearman_entropy")):
-        x = np.asarray(shift[key], dtype=float).ravel()  # [layers * heads]
-        boot = [_spearman(x, g[rows].mean(0)) for rows in picks]
-        low, high = np.nanpercentile(boot, [2.5, 97.5])
-        out[name] = {"value": _spearman(x, g.mean(0)), "low": float(low), "high": float(high)}
+        out[name] = rank_correlation(np.asarray(shift[key], dtype=float), grads, resamples, seed)
     return out
+
+
+def rank_correlation(
+    x: np.ndarray, grads: Sequence[np.ndarray], resamples: int = 1000, seed: int = 0
+) -> dict[str, float]:
+    """Spearman's rank correlation over heads of ``x`` ``[layers, heads]`` with the windows' mean
+    gradient, and its 95% interval from resampling the windows ``grads`` (``{"value", "low", "high"}``)."""
+    g = np.stack(grads).reshape(len(grads), -1)  # [n, layers * heads]
+    flat = np.asarray(x, dtype=float).ravel()  # [layers * heads]
+    picks = np.random.default_rng(seed).integers(0, len(g), (resamples, len(g)))  # [resamples, n]
+    boot = [_spearman(flat, g[rows].mean(0)) for rows in picks]
+    low, high = np.nanpercentile(boot, [2.5, 97.5])
+    return {"value": _spearman(flat, g.mean(0)), "low": float(low), "high": float(high)}
 
 
 def _spearman(a: np.ndarray, b: np.ndarray) -> float:
