@@ -198,13 +198,12 @@ def test_flex_attention_patch_equals_the_sdpa_patch(arch, capsys):
             assert flex.config._attn_implementation == ("attntemp_flex_attention" if right else "attntemp_sdpa")
             got = logits(flex)
         assert (got - want).abs().max() < 1e-5 and (got - logits(sdpa)).abs().max() > 1e-3
-    assert ("flex_attention differs from SDPA" in capsys.readouterr().err) is not right
+    assert ("flex_attention is not used" in capsys.readouterr().err) is not right
     assert flex.config._attn_implementation == "flex_attention"
 
 
 def test_a_wrong_flex_kernel_falls_back_to_sdpa_in_one_line(monkeypatch, capsys):
-    monkeypatch.setattr(P, "flex_is_right", lambda *a: False)
-    monkeypatch.setattr(P, "flex_gap", lambda *a: float("inf"))
+    monkeypatch.setattr(P, "flex_problem", lambda *a: "it differs from SDPA on this machine by inf (head_dim 16)")
     sdpa, flex = model("llama"), model("llama", attn="flex_attention")
     spec = per_head_spec(sdpa)
     with P.patch(sdpa, spec):
@@ -214,6 +213,7 @@ def test_a_wrong_flex_kernel_falls_back_to_sdpa_in_one_line(monkeypatch, capsys)
         assert torch.equal(logits(flex), want)
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [err[0]] and "differs from SDPA on this machine by inf" in err[0] and "runs SDPA instead" in err[0]
+    assert err[0].startswith("attntemp: flex_attention is not used: ")
     assert flex.config._attn_implementation == "flex_attention"
 
 
@@ -222,7 +222,7 @@ import sys, torch
 sys.path.insert(0, {tests!r})
 from tiny_configs import model
 import attntemp.hf.patch as P
-from attntemp.hf.flex_check import flex_gap
+from attntemp.hf.flex_check import flex_problem
 from attntemp.ops.spec import TemperatureSpec
 x = torch.randint(1, 97, (2, 40), generator=torch.Generator().manual_seed(1))
 sdpa, flex = model("mistral"), model("mistral", attn="flex_attention")
@@ -231,13 +231,15 @@ with torch.no_grad(), P.patch(sdpa, spec):
     want = sdpa(x).logits
 with torch.no_grad(), P.patch(flex, spec):
     got = flex(x).logits
-print(flex_gap(4, 16), float((got - want).abs().max()))
+print(int(flex_problem(4, 16) is not None), float((got - want).abs().max()))
 """
 
 
 def test_on_the_avx2_kernels_the_patched_flex_model_is_right():
     """The AVX2 code path forced on any x86 CPU (``ATEN_CPU_CAPABILITY=avx2``, as on an AVX2-only
-    EPYC): whatever torch's compiled flex kernel does there, the patched model equals the sdpa patch."""
+    EPYC): the small heads are known wrong there, so the patched flex model runs SDPA and equals the
+    sdpa patch, whatever torch's compiled flex kernel would have done (a measured check alone was
+    flaky: the static and dynamic-shape kernels differ)."""
     import os
     import subprocess
     import sys
@@ -247,9 +249,10 @@ def test_on_the_avx2_kernels_the_patched_flex_model_is_right():
     code = AVX2_FLEX.format(tests=str(Path(__file__).parents[1]))
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
-    gap, diff = map(float, run.stdout.split())
+    problem, diff = map(float, run.stdout.split())
     assert diff < 1e-5
-    assert ("flex_attention differs from SDPA" in run.stderr) is (gap > 1e-3)
+    assert problem == 1  # below AVX-512 with head_dim 16: known wrong, no measurement trusted
+    assert "flex_attention is not used: torch's AVX2 CPU kernel is wrong for head_dim 16" in run.stderr
 
 
 def test_flash_attention_is_refused_with_the_way_out():

@@ -29,7 +29,7 @@ from transformers.masking_utils import AttentionMaskInterface, eager_mask, flex_
 from ..ops.attention import fold_into_q, foldable, reference_scores, repeat_kv, windowed_sdpa
 from ..ops.geometry import ModelGeometry
 from ..ops.spec import TemperatureSpec
-from .flex_check import flex_gap, flex_is_right
+from .flex_check import flex_problem
 from .introspect import attention_modules, model_geometry, text_config
 from .rope_scaling import extend_context, put_rope_state, rope_state
 
@@ -219,13 +219,12 @@ def _flex_right(model: torch.nn.Module, geometry: ModelGeometry) -> bool:
     """Whether the compiled flex kernel agrees with SDPA for this model's heads on its device
     (:mod:`.flex_check`, once per shape); where not, say so in one line: apply then uses SDPA."""
     p = next(model.parameters())
-    heads, head_dim = geometry.num_heads, geometry.head_dim
-    if flex_is_right(heads, head_dim, str(p.device), p.dtype):
+    problem = flex_problem(geometry.num_heads, geometry.head_dim, str(p.device), p.dtype)
+    if problem is None:
         return True
-    gap = flex_gap(heads, head_dim, str(p.device), p.dtype)
     print(
-        f"attntemp: flex_attention differs from SDPA on this machine by {gap:.3g} (head_dim {head_dim}; "
-        "torch's compiled CPU kernel, see docs/concepts.md): the patched model runs SDPA instead",
+        f"attntemp: flex_attention is not used: {problem} (torch's compiled CPU kernel, see "
+        "docs/concepts.md); the patched model runs SDPA instead",
         file=sys.stderr,
     )
     return False
