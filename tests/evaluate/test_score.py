@@ -132,3 +132,27 @@ def test_the_weights_identity_names_the_dtype_they_run_in_unless_float32(monkeyp
     assert score.model_identity(fp32, "m") == "files:abc"  # the keys of every store made in float32 so far
     assert score.model_identity(bf16, "m") == "files:abc:bfloat16"  # a bfloat16 run never reads them
     assert score.model_identity(fp32).startswith("params:")  # no local files: the parameters' bytes
+
+
+def test_progress_says_each_batch_of_forwards_and_nothing_for_stored_scores(tiny, ctx, tmp_path):
+    """ctx holds 8 rows a forward and a spec needs 4 windows: 3 specs to score are 2 batches."""
+    model, tok = tiny
+    store = score.ScoreStore(tmp_path / "s.db")
+    specs = [TemperatureSpec(multiplier=m) for m in (0.9, 1.0, 1.1)]
+    lines: list[str] = []
+    with score.reporting(lines.append):
+        score.score_many(model, tok, specs, "perplexity", 384, ctx, store, "tiny")
+    assert [line.split(" (")[0] for line in lines] == [
+        "perplexity at 384: 2 of 3 specs scored",
+        "perplexity at 384: 3 of 3 specs scored",
+    ]
+    assert all(line.endswith(" s a spec)") for line in lines)
+    lines.clear()
+    more = [*specs, TemperatureSpec(multiplier=1.2)]
+    with pytest.raises(KeyError), score.reporting(lines.append):
+        score.score_many(model, tok, more, "perplexity", 384, ctx, store, "tiny")
+        raise KeyError("the block ends on an error")
+    assert [line.split(" (")[0] for line in lines] == ["perplexity at 384: 1 of 1 specs scored"]
+    lines.clear()
+    score.score_many(model, tok, [TemperatureSpec(multiplier=1.3)], "perplexity", 384, ctx, store, "tiny")
+    assert lines == []  # outside the block (left on an error): no lines

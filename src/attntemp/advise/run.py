@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..evaluate.corpus import load_text
-from ..evaluate.score import Kept, NotStored, ScoreStore, merged, model_identity, score_many
+from ..evaluate.score import Kept, NotStored, ScoreStore, merged, model_identity, reporting, score_many
 from ..evaluate.task_base import EvalContext, eval_context, tuning_context
 from ..hf.loading import load_model
 from ..hf.rope_scaling import rope_for
@@ -112,7 +112,8 @@ def setup(plan: AdvisePlan, model: Any, store: ScoreStore) -> Setup:
 
     def on_tuning_pool(specs, task, length, block, stage="race"):
         pool = replace(tctx, window_range=block)
-        return count.add(stage, score_many(model, tok, list(specs), task, length, pool, store, model_id))
+        with reporting(_scoring(cfg, stage)):
+            return count.add(stage, score_many(model, tok, list(specs), task, length, pool, store, model_id))
 
     cands = candidates(cfg.length, plan.trained)
     if plan.extends and cfg.tune_m:
@@ -153,6 +154,25 @@ def advise_status(plan: AdvisePlan, model: Any) -> status.AdviseStatus:
     if result.status != "in progress":  # each check the store lacks is shown as not scored yet
         confirmed, _ = _confirm(plan, result, model, plan.tok, s.ctx, s.store, s.model_id, s.count)
     return status.AdviseStatus(status.status_doc(plan, result, confirmed, store.count()))
+
+
+SCORING_EVERY = 30.0  # seconds: fast runs (the tiny model) stay quiet, a real model's batches each get a line
+
+
+def _scoring(cfg: AdviseConfig, stage: str, every: float = SCORING_EVERY):
+    """The line score_many gives after a batch of forwards, said as ``advise: <stage>: ...`` when
+    ``every`` seconds have passed since the job began or since the last line (None under --status
+    or --quiet: nothing is scored there, or nothing is shown)."""
+    if cfg.status or not cfg.progress:
+        return None
+    last = [time.monotonic()]
+
+    def say(text: str) -> None:
+        if time.monotonic() - last[0] >= every:
+            last[0] = time.monotonic()
+            _say(cfg, f"{stage}: {text}")
+
+    return say
 
 
 def _progress(cfg: AdviseConfig):
@@ -214,12 +234,9 @@ def _confirm(plan: AdvisePlan, result: RaceResult, model, tok, ctx: EvalContext,
         assert where is not None
         if not cfg.status:  # a long confirmation shows where it is
             _say(cfg, f"confirming {len(specs)} specs: {task} at {length} on the {text} windows")
-        return [
-            r.metrics
-            for r in count.add(
-                "confirmation", score_many(model, tok, list(specs), task, length, where, store, model_id)
-            )
-        ]
+        with reporting(_scoring(cfg, "confirm")):
+            scored = score_many(model, tok, list(specs), task, length, where, store, model_id)
+        return [r.metrics for r in count.add("confirmation", scored)]
 
     m1 = f"{yarn}m = 1"
     against = {e.name: m1 for e in entries if e.name.startswith(yarn) and e.name != m1}

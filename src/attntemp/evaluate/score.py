@@ -19,11 +19,13 @@ transaction, so a run killed at any moment resumes with nothing lost or counted 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -162,6 +164,20 @@ class Kept:
     model_id: str = ""
 
 
+_PROGRESS: ContextVar[Callable[[str], None] | None] = ContextVar("attntemp_score_progress", default=None)
+
+
+@contextlib.contextmanager
+def reporting(say: Callable[[str], None] | None) -> Iterator[None]:
+    """Within this block :func:`score_many` hands ``say`` a line after each batch of forwards
+    (None: no lines); what was set before is put back on the way out, even on error."""
+    token = _PROGRESS.set(say)
+    try:
+        yield
+    finally:
+        _PROGRESS.reset(token)
+
+
 def base_of(spec: TemperatureSpec) -> TemperatureSpec:
     """``spec`` with its global multiplier 1: specs with one base run as one batched forward."""
     return spec if spec.multiplier == 1.0 else TemperatureSpec.from_dict({**spec.to_dict(), "multiplier": 1.0})
@@ -178,7 +194,8 @@ def score_many(
     model_id: str = "",
 ) -> list[Result]:
     """Each spec scored on ``task`` (read from ``store`` when there): specs that share a base run
-    batched, as many as fill ``ctx.batch_size`` rows with their windows per forward."""
+    batched, as many as fill ``ctx.batch_size`` rows with their windows per forward. Inside
+    :func:`reporting`, a line after each batch of forwards says how many of the specs are done."""
     keys = [score_key(s, task, length, ctx, model_id) for s in specs]
     out: dict[int, Result] = {}
     for i, (s, key) in enumerate(zip(specs, keys, strict=True)):
@@ -194,6 +211,7 @@ def score_many(
         raise NotStored(f"{missing} of {len(specs)} specs not yet scored on {task} at {length} in {str(store.path)!r}")
     per = max(1, ctx.batch_size // _rows_per_spec(ctx))
     the_task = get_task(task) if by_base else None
+    done, todo = 0, sum(len(v) for v in by_base.values())
     for base, idx in by_base.items():
         for chunk in (idx[a : a + per] for a in range(0, len(idx), per)):
             t0 = time.perf_counter()
@@ -205,6 +223,9 @@ def score_many(
                 if store is not None:
                     store.put(keys[i], task, length, specs[i], metrics, seconds)
                 out[i] = Result(specs[i], task, length, metrics, keys[i], seconds, False, the_task.windows_of(metrics))
+            done += len(chunk)
+            if (say := _PROGRESS.get()) is not None:
+                say(f"{task} at {length}: {done} of {todo} specs scored ({seconds:.0f} s a spec)")
     for i, key in enumerate(keys):  # a spec given twice: scored once
         if i not in out:
             first = next(j for j in out if keys[j] == key)
