@@ -40,11 +40,12 @@ def kind_by_name(name: str) -> str:
     return kind_of(name) if name.startswith("YaRN") else name.replace(" (", "\n(") + " (vs m = 1)"
 
 
-def _panel(ax, task_name: str, metric: str, kinds: list[str], all_results: dict, kind=kind_of) -> None:
-    """One metric's paired comparisons for the specs of ``kinds``, a colour per length."""
+def _panel(ax, task_name: str, metric: str, kinds: list[str], all_results: dict, kind=kind_of) -> int:
+    """One metric's paired comparisons for the specs of ``kinds``, a colour per length; returns
+    how many it drew (none: the panel says "not run yet" instead of an empty 0-to-1 axis)."""
     from attntemp.analysis import style
 
-    task = get_task(task_name)
+    task, drawn = get_task(task_name), 0
     for j, (_length, results) in enumerate(sorted(all_results.items())):
         yarn1 = yarn_base(results)
         for name, by_task in results.items():
@@ -57,7 +58,13 @@ def _panel(ax, task_name: str, metric: str, kinds: list[str], all_results: dict,
                 y = kinds.index(kind(name)) + (j - 1) * 0.22
                 err = [[ci.value - ci.low], [ci.high - ci.value]]
                 ax.errorbar(ci.value, y, xerr=err, fmt="o", ms=4, capsize=2, color=style.OTHER_COLORS[j])
+                drawn += 1
+    if not drawn:
+        ax.text(0.5, 0.5, "not run yet", transform=ax.transAxes, ha="center", va="center", fontsize=8, color="0.4")
+        ax.set_xticks([])
+        return 0
     ax.axvline(task.metric(metric).null, **style.NULL)
+    return drawn
 
 
 def write_figure(all_results: dict[int, dict[str, dict[str, dict]]], settings: dict, path: Path, kind=kind_of) -> None:
