@@ -35,8 +35,9 @@ from pathlib import Path
 from attntemp.evaluate.score import score
 from attntemp.evaluate.tasks import get_task, tuning_context
 from attntemp.hf.rope_scaling import rope_for
-from attntemp.ops.search import golden_section
+from attntemp.ops.search import best_at_edge, grid_then_golden
 from attntemp.ops.spec import TemperatureSpec
+from attntemp.tune.search import SearchOptions
 from attntemp.utils.options import floats, from_argv, option, reuse
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling script whose code this shares
@@ -44,6 +45,7 @@ import distant_figure as figure
 import smollm2_distant as distant
 
 ROOT = distant.ROOT
+WIDEN = SearchOptions.widen  # grid steps past --slope-bracket while the best b is at its edge, as the m search
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -145,11 +147,10 @@ def tune_slope(model, tok, ctx, trained: int, args, out: Path) -> float:
         return cache[b]
 
     lo, hi = (math.log(x) for x in args.slope_bracket)
-    pts = [lo + (hi - lo) * i / (args.grid - 1) for i in range(args.grid)]
-    vals = [loss(x) for x in pts]
-    i = min(range(len(pts)), key=vals.__getitem__)
-    best = golden_section(loss, pts[max(0, i - 1)], pts[min(len(pts) - 1, i + 1)], args.iters)
-    b = math.exp(best if loss(best) <= vals[i] else pts[i])
+    best, _, ys = grid_then_golden(lambda xs: [loss(x) for x in xs], lo, hi, args.grid, args.iters, WIDEN)
+    if best_at_edge(ys):
+        print(f"slope b = {math.exp(best):g}: at the grid's edge after {WIDEN} steps past --slope-bracket")
+    b = math.exp(best)
     slope_spec(trained, round(b, 6)).save(path)
     return round(b, 6)
 

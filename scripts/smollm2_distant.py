@@ -292,7 +292,8 @@ def tune_key_tokens(
     )
     found = tune_global(model, tok, tctx, opts, cache)
     TemperatureSpec(multiplier=found["multiplier"], rope=rope).save(str(spec_path))
-    print(f"tuned on key tokens at {n}: m = {found['multiplier']:.4g}, {time.perf_counter() - t0:.0f} s")
+    edge = " (at the searched grid's edge: the optimum may lie beyond)" if found["at_edge"] else ""
+    print(f"tuned on key tokens at {n}: m = {found['multiplier']:.4g}{edge}, {time.perf_counter() - t0:.0f} s")
 
 
 def time_forward(model, lengths: list[int]) -> None:

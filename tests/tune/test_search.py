@@ -39,6 +39,8 @@ def test_a_cache_resumes_the_search_without_scoring_again(tiny, counted):
     assert all(len(ms) <= 2 for ms in counted)  # 4 rows a batch, 2 windows a multiplier
     assert sum(len(ms) for ms in counted) == len(cache) == len(first["curve"]) >= 5
     assert first["value"] == pytest.approx(min(v for _, v in first["curve"]))  # key-token ppl: lower is better
+    lo, hi = first["grid"]  # the bracket, widened where its best point was at an edge
+    assert lo <= OPTS.bracket[0] < OPTS.bracket[1] <= hi and lo <= first["multiplier"] <= hi
     counted.clear()
     again = search.tune_global(model, tok, ctx, OPTS, cache=dict(cache))
     assert counted == [] and again["multiplier"] == first["multiplier"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+import sys
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -80,6 +81,13 @@ def _tune(cfg: TuneConfig, model: Any, tok: Any, ctx: EvalContext, out: Path) ->
         (out / "entropy.json").write_text(json.dumps(info))
         return match.spec, {"entropy_passes": match.passes}
     found = tune_global(model, tok, tctx, cfg.search_options(rope))
+    if found["at_edge"]:
+        lo, hi = found["grid"]
+        print(
+            f"tune: the best m, {found['multiplier']:.4g}, is at the edge of the searched grid [{lo:.4g}, {hi:.4g}] "
+            f"(after {cfg.search_options(rope).widen} steps past --bracket): the optimum may lie beyond it",
+            file=sys.stderr,
+        )
     return TemperatureSpec(multiplier=found["multiplier"], rope=rope), {"search": found}
 
 

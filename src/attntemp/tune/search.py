@@ -13,7 +13,7 @@ from tqdm.auto import tqdm
 
 from ..evaluate.score import Kept, score_many
 from ..evaluate.tasks import EvalContext, get_task
-from ..ops.search import golden_section
+from ..ops.search import best_at_edge, grid_then_golden
 from ..ops.spec import TemperatureSpec
 from ..utils import checks
 
@@ -23,7 +23,8 @@ SEARCH_OBJECTIVES = ("perplexity", "passkey", "key_tokens", "needles")  # tasks 
 @dataclass(frozen=True, kw_only=True)
 class SearchOptions:
     """What :func:`tune_global` searches: m for ``objective``'s metric at ``length`` tokens with
-    ``rope``, a log grid of ``grid`` points over ``bracket`` then ``iters`` golden-section steps."""
+    ``rope``, a log grid of ``grid`` points over ``bracket``, up to ``widen`` more grid steps past
+    its edge while the best point is there, then ``iters`` golden-section steps."""
 
     length: int
     objective: str
@@ -31,10 +32,15 @@ class SearchOptions:
     bracket: tuple[float, float] = (0.5, 2.5)
     grid: int = 9
     iters: int = 8
+    widen: int = 2
     progress: bool = False
 
     def __post_init__(self) -> None:
         checks.choice("objective", self.objective, SEARCH_OBJECTIVES)
+        if isinstance(self.widen, bool) or not isinstance(self.widen, int) or self.widen < 0:
+            raise ValueError(
+                f"widen={self.widen!r} is not allowed; expected an integer >= 0 (grid steps past the bracket)"
+            )
 
 
 def tune_global(
@@ -46,8 +52,10 @@ def tune_global(
     kept: Kept | None = None,
 ) -> dict[str, Any]:
     """Best global m for the objective's metric (:class:`SearchOptions`): a log-spaced grid (in
-    full batches) brackets the optimum, then golden-section search in ln m refines it inside the
-    bracket (at most ``grid + iters + 2`` multipliers evaluated; a bar counts them). ``cache`` (m
+    full batches) brackets the optimum, followed past the bracket's edge by up to ``widen`` grid
+    steps while its best point is an end point (``at_edge`` in the result: still there when they
+    ran out), then golden-section search in ln m refines it between the best point's neighbours (at
+    most ``grid + widen + iters + 2`` multipliers evaluated; a bar counts them). ``cache`` (m
     rounded to 6 places -> the objective, minimised: negated where higher is better) is read before
     a multiplier is evaluated and written after; ``kept`` keeps every scored multiplier (a rerun
     with the same store resumes without scoring again)."""
@@ -57,7 +65,9 @@ def tune_global(
     sign = -1.0 if task.higher_is_better(task.objective) else 1.0
     cache = {} if cache is None else cache
 
-    bar = tqdm(total=grid + opts.iters + 2, desc=f"search m at L={length}", disable=not opts.progress, leave=False)
+    bar = tqdm(
+        total=grid + opts.widen + opts.iters + 2, desc=f"search m at L={length}", disable=not opts.progress, leave=False
+    )
 
     def loss(ms: Sequence[float]) -> list[float]:
         todo = [m for m in ms if round(m, 6) not in cache]
@@ -70,13 +80,22 @@ def tune_global(
             bar.set_postfix(m=f"{chunk[-1]:.4g}", **{task.objective: f"{sign * cache[round(chunk[-1], 6)]:.4g}"})
         return [cache[round(m, 6)] for m in ms]
 
-    pts = np.exp(np.linspace(math.log(opts.bracket[0]), math.log(opts.bracket[1]), grid)).tolist()
-    vals = loss(pts)
-    i = int(np.argmin(vals))
-    lo, hi = pts[max(0, i - 1)], pts[min(grid - 1, i + 1)]
-    best = math.exp(golden_section(lambda x: loss([math.exp(x)])[0], math.log(lo), math.log(hi), opts.iters))
-    if loss([best])[0] > vals[i]:
-        best = pts[i]
+    def loss_ln(xs: Sequence[float]) -> list[float]:  # the loss at ln m
+        return loss(np.exp(np.asarray(xs)).tolist())
+
+    lo, hi = (math.log(m) for m in opts.bracket)
+    x, xs, ys = grid_then_golden(loss_ln, lo, hi, grid, opts.iters, opts.widen)
+    best = math.exp(x)
     bar.close()
     curve = sorted((m, sign * v) for m, v in cache.items())
-    return {"multiplier": best, "metric": task.objective, "value": sign * loss([best])[0], "curve": curve}
+    edge = best_at_edge(ys)  # the widening's budget ran out with the best m still at the grid's end
+    grid_ms = (math.exp(xs[0]), math.exp(xs[-1]))
+    value = sign * loss([best])[0]
+    return {
+        "multiplier": best,
+        "metric": task.objective,
+        "value": value,
+        "curve": curve,
+        "grid": grid_ms,
+        "at_edge": edge,
+    }
