@@ -85,6 +85,14 @@ def confirm(
     return out
 
 
+def on_yarn(race: RaceResult, reference: str) -> list[str]:
+    """The race's candidates with the RoPE of ``reference`` (YaRN at m = 1): it, YaRN with its own
+    m, with log-n, with a tuned m; each temperature is paired against the reference (what it adds)
+    whatever its name says. Empty when the race has no such reference."""
+    rope = next((e.candidate.spec.rope for e in race.entries if e.name == reference), None)
+    return [e.name for e in race.entries if rope and e.candidate.spec.rope == rope]
+
+
 def to_confirm(race: RaceResult, extra: Sequence[str], most: int = 4) -> list[Entry]:
     """The survivors (at most ``most``, the race's order) and the named references (YaRN with and
     without a temperature: what the temperature adds), "no change" first."""

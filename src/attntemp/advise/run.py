@@ -27,7 +27,7 @@ from ..utils import outputs
 from . import diagnose, report, status
 from .candidates import BASELINE, Candidate, candidates, tuned_yarn, with_engines, yarn_label
 from .config import STORE, AdviseConfig, AdvisePlan, preflight_advise
-from .confirm import checks_for, confirm, recommendation, to_confirm
+from .confirm import checks_for, confirm, on_yarn, recommendation, to_confirm
 from .race import RaceResult, RaceSettings, race
 
 
@@ -223,8 +223,9 @@ def _confirm(plan: AdvisePlan, result: RaceResult, model, tok, ctx: EvalContext,
         if plan.second_text
         else None
     )
-    yarn = f"{yarn_label(cfg.length / plan.trained)}, "  # YaRN at m = 1, with its m, with the tuned m
-    entries = to_confirm(result, [e.name for e in result.entries if e.name.startswith(yarn)])
+    m1 = f"{yarn_label(cfg.length / plan.trained)}, m = 1"
+    yarns = on_yarn(result, m1)  # YaRN at m = 1, with its m, with log-n, with the tuned m
+    entries = to_confirm(result, yarns)
     checks = checks_for(
         cfg.objective, cfg.length, plan.check_length, plan.short_lengths, plan.needles > 0, bool(second)
     )
@@ -238,8 +239,7 @@ def _confirm(plan: AdvisePlan, result: RaceResult, model, tok, ctx: EvalContext,
             scored = score_many(model, tok, list(specs), task, length, where, store, model_id)
         return [r.metrics for r in count.add("confirmation", scored)]
 
-    m1 = f"{yarn}m = 1"
-    against = {e.name: m1 for e in entries if e.name.startswith(yarn) and e.name != m1}
+    against = {e.name: m1 for e in entries if e.name in yarns and e.name != m1}
     return confirm({e.name: e.candidate.spec for e in entries}, checks, scorer, against), checks[0]
 
 
