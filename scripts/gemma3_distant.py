@@ -88,7 +88,8 @@ def main(argv: list[str] | None = None) -> None:
     of = {n: specs(n, trained, args.soft, (m, args.tune_length)) for n in lengths}
     todo = [(n, name, t) for n in lengths for t in args.tasks for name in of[n]]
     todo = [c for c in todo if not distant.result_path(out, *c).is_file()]  # the stand-in m's file is never there
-    search = 0 if key_spec.is_file() else (args.grid + SearchOptions.widen + args.iters + 2) * args.tune_docs
+    most = SearchOptions(length=args.tune_length, objective="key_tokens", grid=args.grid, iters=args.iters).most_points
+    search = 0 if key_spec.is_file() else most * args.tune_docs
     print(f"{len(todo)} results to make, {len(todo) * args.docs} forwards, and up to {search} forwards of "
           f"the key-token search at {args.tune_length}", flush=True)  # fmt: skip
     if args.plan:

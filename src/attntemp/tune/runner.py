@@ -80,12 +80,13 @@ def _tune(cfg: TuneConfig, model: Any, tok: Any, ctx: EvalContext, out: Path) ->
         }
         (out / "entropy.json").write_text(json.dumps(info))
         return match.spec, {"entropy_passes": match.passes}
-    found = tune_global(model, tok, tctx, cfg.search_options(rope))
+    opts = cfg.search_options(rope)
+    found = tune_global(model, tok, tctx, opts)
     if found["at_edge"]:
         lo, hi = found["grid"]
         print(
             f"tune: the best m, {found['multiplier']:.4g}, is at the edge of the searched grid [{lo:.4g}, {hi:.4g}] "
-            f"(after {cfg.search_options(rope).widen} steps past --bracket): the optimum may lie beyond it",
+            f"(after {opts.widen} steps past --bracket): the optimum may lie beyond it",
             file=sys.stderr,
         )
     return TemperatureSpec(multiplier=found["multiplier"], rope=rope), {"search": found}

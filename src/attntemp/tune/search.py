@@ -35,6 +35,11 @@ class SearchOptions:
     widen: int = 2
     progress: bool = False
 
+    @property
+    def most_points(self) -> int:
+        """The most multipliers :func:`tune_global` evaluates: the grid, its widening, golden section."""
+        return self.grid + self.widen + self.iters + 2
+
     def __post_init__(self) -> None:
         checks.choice("objective", self.objective, SEARCH_OBJECTIVES)
         if isinstance(self.widen, bool) or not isinstance(self.widen, int) or self.widen < 0:
@@ -55,7 +60,7 @@ def tune_global(
     full batches) brackets the optimum, followed past the bracket's edge by up to ``widen`` grid
     steps while its best point is an end point (``at_edge`` in the result: still there when they
     ran out), then golden-section search in ln m refines it between the best point's neighbours (at
-    most ``grid + widen + iters + 2`` multipliers evaluated; a bar counts them). ``cache`` (m
+    most :attr:`SearchOptions.most_points` multipliers evaluated; a bar counts them). ``cache`` (m
     rounded to 6 places -> the objective, minimised: negated where higher is better) is read before
     a multiplier is evaluated and written after; ``kept`` keeps every scored multiplier (a rerun
     with the same store resumes without scoring again)."""
@@ -65,9 +70,7 @@ def tune_global(
     sign = -1.0 if task.higher_is_better(task.objective) else 1.0
     cache = {} if cache is None else cache
 
-    bar = tqdm(
-        total=grid + opts.widen + opts.iters + 2, desc=f"search m at L={length}", disable=not opts.progress, leave=False
-    )
+    bar = tqdm(total=opts.most_points, desc=f"search m at L={length}", disable=not opts.progress, leave=False)
 
     def loss(ms: Sequence[float]) -> list[float]:
         todo = [m for m in ms if round(m, 6) not in cache]
