@@ -24,7 +24,8 @@ def test_plan_then_a_resumable_table_on_the_global_layers(script, tmp_path, caps
     run(script, tmp_path, "--plan", "--lengths", "256,512")  # at the trained length no gated row: no change there
     assert capsys.readouterr().out.startswith("14 results to make, 28 forwards")
     run(script, tmp_path, "--plan")
-    assert capsys.readouterr().out.startswith("10 results to make, 20 forwards, and up to 12 forwards")
+    # the search: (3 grid + 2 widening + 1 golden step + 2) points, 2 documents each
+    assert capsys.readouterr().out.startswith("10 results to make, 20 forwards, and up to 16 forwards")
     table = run(script, tmp_path, "--tasks", "key_tokens", "--only", "no RoPE change")
     rows = {r.split(" | ")[1]: r for r in table.splitlines() if r.startswith("| 512 |")}
     assert list(rows)[:3] == ["no RoPE change, m = 1", "no RoPE change, m = 0.9 on global layers (softer)",
