@@ -32,7 +32,6 @@ from pathlib import Path
 from attntemp.hf.patch import only_layer_types
 from attntemp.hf.rope_scaling import rope_for
 from attntemp.ops.spec import TemperatureSpec
-from attntemp.tune.search import SearchOptions
 from attntemp.utils.options import from_argv, option, reuse
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling script whose code this shares
@@ -88,8 +87,7 @@ def main(argv: list[str] | None = None) -> None:
     of = {n: specs(n, trained, args.soft, (m, args.tune_length)) for n in lengths}
     todo = [(n, name, t) for n in lengths for t in args.tasks for name in of[n]]
     todo = [c for c in todo if not distant.result_path(out, *c).is_file()]  # the stand-in m's file is never there
-    most = SearchOptions(length=args.tune_length, objective="key_tokens", grid=args.grid, iters=args.iters).most_points
-    search = 0 if key_spec.is_file() else most * args.tune_docs
+    search = 0 if key_spec.is_file() else distant.key_search_options(args, trained).most_points * args.tune_docs
     print(f"{len(todo)} results to make, {len(todo) * args.docs} forwards, and up to {search} forwards of "
           f"the key-token search at {args.tune_length}", flush=True)  # fmt: skip
     if args.plan:

@@ -273,6 +273,17 @@ class StoredCache(dict):
         self.path.write_text(json.dumps({repr(k): v for k, v in sorted(self.items())}, indent=1) + "\n")
 
 
+def key_search_options(args: DistantConfig, trained: int) -> SearchOptions:
+    """The options of the key-token search for a global m on YaRN at ``--tune-length``: the ones
+    :func:`tune_key_tokens` runs and a plan counts its forwards from."""
+    lo, hi = args.bracket
+    rope = rope_for("yarn", args.tune_length, trained)
+    return SearchOptions(
+        length=args.tune_length, objective="key_tokens", rope=rope, bracket=(lo, hi), grid=args.grid,
+        iters=args.iters, progress=True,
+    )  # fmt: skip
+
+
 def tune_key_tokens(
     model, tok, ctx: EvalContext, trained: int, args: DistantConfig, out: Path, spec_path: Path
 ) -> None:
@@ -283,15 +294,11 @@ def tune_key_tokens(
     if spec_path.is_file():
         return
     tctx = replace(tuning_context(ctx), n_docs=args.tune_docs)
-    rope = rope_for("yarn", n, trained)
+    opts = key_search_options(args, trained)
     cache = StoredCache(out / f"tuned_key_tokens_{n}_search.json")
     t0 = time.perf_counter()
-    lo, hi = args.bracket
-    opts = SearchOptions(
-        length=n, objective="key_tokens", rope=rope, bracket=(lo, hi), grid=args.grid, iters=args.iters, progress=True
-    )
     found = tune_global(model, tok, tctx, opts, cache)
-    TemperatureSpec(multiplier=found["multiplier"], rope=rope).save(str(spec_path))
+    TemperatureSpec(multiplier=found["multiplier"], rope=opts.rope).save(str(spec_path))
     edge = " (at the searched grid's edge: the optimum may lie beyond)" if found["at_edge"] else ""
     print(f"tuned on key tokens at {n}: m = {found['multiplier']:.4g}{edge}, {time.perf_counter() - t0:.0f} s")
 
