@@ -46,6 +46,7 @@ import smollm2_distant as distant
 
 ROOT = distant.ROOT
 WIDEN = SearchOptions.widen  # grid steps past --slope-bracket while the best b is at its edge, as the m search
+TABLE_LENGTHS = (16384, 24576)  # the table's lengths, whatever --lengths this run works on
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,7 +55,7 @@ class BreakdownConfig(distant.DistantConfig):
 
     table: str = reuse(distant.DistantConfig, "table", str(ROOT / "docs/results/smollm2_breakdown_table.md"))
     figure: str = reuse(distant.DistantConfig, "figure", str(ROOT / "docs/img/smollm2_breakdown.png"))
-    lengths: tuple[int, ...] = reuse(distant.DistantConfig, "lengths", (16384, 24576))
+    lengths: tuple[int, ...] = reuse(distant.DistantConfig, "lengths", TABLE_LENGTHS)
     slope_bracket: tuple[float, ...] = option((0.02, 0.4), "the slope b's search range, LO,HI", parse=floats)
     learned: str = option(
         str(ROOT / "docs/results/smollm2_head_learned/learned_spec.json"),
@@ -166,11 +167,13 @@ def main(argv: list[str] | None = None) -> None:
     slope = float(dict(TemperatureSpec.load(slope_file).schedule_params)["b"]) if slope_file.is_file() else None
     learned = TemperatureSpec.load(args.learned) if args.learned and Path(args.learned).is_file() else None
 
-    def of(slope: float | None) -> dict[int, dict[str, tuple]]:
-        return {n: specs(n, trained, slope, (key_spec.multiplier, args.tune_length), learned) for n in lengths}
+    def of(slope: float | None, at: list[int] | None = None) -> dict[int, dict[str, tuple]]:
+        return {n: specs(n, trained, slope, (key_spec.multiplier, args.tune_length), learned) for n in at or lengths}
 
-    def publish() -> str:  # the table and the figure from every result on disk
-        found = distant.stored(out, {n: [name for name, _ in v.values()] for n, v in of(slope).items()})
+    def publish() -> str:  # the table and the figure from every result on disk, at every length of the table
+        every = sorted({*lengths, *(n for n in TABLE_LENGTHS if (out / str(n)).is_dir())})  # so two runs on
+        # different --lengths (one a core) write the same table
+        found = distant.stored(out, {n: [name for name, _ in v.values()] for n, v in of(slope, every).items()})
         if args.figure:
             figure.write_figure(found, settings, Path(args.figure), figure.kind_by_name)
         return distant.write_table(found, settings, Path(args.table))

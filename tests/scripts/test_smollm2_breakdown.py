@@ -24,7 +24,7 @@ def paths(tmp_path, name):
     return [*out, "--figure", str(tmp_path / f"{name}.png")]
 
 
-def test_breakdown_reuses_distant_results_and_tunes_the_slope_once(scripts, tmp_path, capsys):
+def test_breakdown_reuses_distant_results_and_tunes_the_slope_once(scripts, tmp_path, capsys, monkeypatch):
     breakdown, distant = scripts
     distant.main([*COMMON, *paths(tmp_path, "d"), "--lengths", "512", "--tuned-spec", "", "--tune-key-tokens",
                   "--only", "no RoPE change, m = 1|on key tokens"])  # fmt: skip
@@ -54,6 +54,11 @@ def test_breakdown_reuses_distant_results_and_tunes_the_slope_once(scripts, tmp_
     breakdown.main([*argv, "--plan"])
     assert capsys.readouterr().out.startswith("14 results to make")  # the slope is stored: no new search
     assert (tmp_path / "b.png").stat().st_size > 10_000
+    monkeypatch.setattr(breakdown, "TABLE_LENGTHS", (512, 768))  # a second run, on another length, publishes
+    other = [*COMMON, *paths(tmp_path, "b"), "--lengths", "768", "--slope-bracket", "0.05,0.5", "--learned", ""]
+    breakdown.main([*other, "--only", "no such spec"])  # nothing to score: it only publishes
+    again = (tmp_path / "b.md").read_text()
+    assert slope_row in again and "| 768 |" in again  # the 512 rows kept beside the new length's
 
 
 def test_a_bad_slope_bracket_is_refused_before_loading(scripts, tmp_path):
