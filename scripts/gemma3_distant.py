@@ -40,6 +40,7 @@ import smollm2_distant as distant
 
 ROOT = distant.ROOT
 GLOBAL = ("full_attention",)
+TABLE_LENGTHS = (32768, 49152)  # the table's lengths, whatever --lengths this run works on
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,7 +51,7 @@ class Gemma3DistantConfig(distant.DistantConfig):
     table: str = reuse(distant.DistantConfig, "table", str(ROOT / "docs/results/gemma3_distant_table.md"))
     figure: str = reuse(distant.DistantConfig, "figure", str(ROOT / "docs/img/gemma3_distant.png"))
     out: str = reuse(distant.DistantConfig, "out", str(ROOT / "docs/results/gemma3_distant"))
-    lengths: tuple[int, ...] = reuse(distant.DistantConfig, "lengths", (32768, 49152))  # 65536: 17.5 min of a core
+    lengths: tuple[int, ...] = reuse(distant.DistantConfig, "lengths", TABLE_LENGTHS)  # 65536: 17.5 min of a core
     tune_length: int = reuse(distant.DistantConfig, "tune_length", 49152)
     threads: int = reuse(distant.DistantConfig, "threads", 1)
     per_window: bool = reuse(distant.DistantConfig, "per_window", True)  # a forward: 8 to 13 min of a core
@@ -78,6 +79,11 @@ def specs(length: int, trained: int, soft: float, tuned_key: tuple[float, int] |
     return out
 
 
+def wanted(name: str, only: str) -> bool:
+    """Whether ``--only`` (parts joined by ``|``, each a piece of a spec's name) keeps the spec ``name``."""
+    return any(part in name for part in only.split("|"))
+
+
 def main(argv: list[str] | None = None) -> None:
     args = from_argv(Gemma3DistantConfig, argv, __doc__.split("\n\n")[0])
     model, tok, trained, ctx, settings, out = distant.setup(args)
@@ -85,20 +91,23 @@ def main(argv: list[str] | None = None) -> None:
     key_spec = out / f"tuned_key_tokens_{args.tune_length}_spec.json"
     m = TemperatureSpec.load(str(key_spec)).multiplier if key_spec.is_file() else 1.0  # 1: a stand-in, not searched yet
     of = {n: specs(n, trained, args.soft, (m, args.tune_length)) for n in lengths}
-    todo = [(n, name, t) for n in lengths for t in args.tasks for name in of[n]]
+    todo = [(n, name, t) for n in lengths for t in args.tasks for name in of[n] if wanted(name, args.only)]
     todo = [c for c in todo if not distant.result_path(out, *c).is_file()]  # the stand-in m's file is never there
-    search = 0 if key_spec.is_file() else distant.key_search_options(args, trained).most_points * args.tune_docs
+    due = not key_spec.is_file() and any("tuned at" in name for _, name, _ in todo)  # the search: only when due
+    search = distant.key_search_options(args, trained).most_points * args.tune_docs if due else 0
     print(f"{len(todo)} results to make, {len(todo) * args.docs} forwards, and up to {search} forwards of "
           f"the key-token search at {args.tune_length}", flush=True)  # fmt: skip
     if args.plan:
         return
 
-    def tuned() -> dict[int, dict[str, TemperatureSpec]]:  # the specs, the tuned m once its search is stored
+    def tuned(at: list[int]) -> dict[int, dict[str, TemperatureSpec]]:  # the specs, the tuned m once stored
         m = TemperatureSpec.load(str(key_spec)).multiplier if key_spec.is_file() else None
-        return {n: specs(n, trained, args.soft, None if m is None else (m, args.tune_length)) for n in lengths}
+        return {n: specs(n, trained, args.soft, None if m is None else (m, args.tune_length)) for n in at}
 
-    def publish() -> str:  # the table and the figure from every result on disk
-        found = distant.stored(out, {n: list(v) for n, v in tuned().items()})
+    def publish() -> str:  # the table and the figure from every result on disk, at every length of the table
+        every = sorted({*lengths, *(n for n in TABLE_LENGTHS if (out / str(n)).is_dir())})  # so two runs on
+        # different --lengths (one a core) write the same table
+        found = distant.stored(out, {n: list(v) for n, v in tuned(every).items()})
         if args.figure:
             figure.write_figure(found, settings, Path(args.figure), figure.kind_by_name)
         return distant.write_table(found, settings, Path(args.table))
@@ -107,12 +116,12 @@ def main(argv: list[str] | None = None) -> None:
     for n in lengths:
         for task in args.tasks:
             for i, name in enumerate(of[n]):  # the tuned spec last at each length: its search only when due
-                if not any(part in name for part in args.only.split("|")):
+                if not wanted(name, args.only):
                     continue
                 if "tuned at" in name and not key_spec.is_file():
                     with only_layer_types(model, GLOBAL):  # the search's m on the global layers only
                         distant.tune_key_tokens(model, tok, ctx, trained, args, out, key_spec)
-                name, spec = list(tuned()[n].items())[i]  # the same order, the stand-in m replaced
+                name, spec = list(tuned([n])[n].items())[i]  # the same order, the stand-in m replaced
                 distant.score(model, tok, n, name, spec, task, ctx, out, args.per_window)
                 publish()
     print(publish())

@@ -41,3 +41,14 @@ def test_plan_then_a_resumable_table_on_the_global_layers(script, tmp_path, caps
     capsys.readouterr()
     run(script, tmp_path, "--plan")
     assert capsys.readouterr().out.startswith("6 results to make, 12 forwards, and up to 0 forwards")
+
+
+def test_the_plan_counts_what_only_keeps_and_two_runs_write_one_table(script, tmp_path, capsys, monkeypatch):
+    run(script, tmp_path, "--plan", "--only", "no RoPE change, m = 1")  # no tuned row kept: no search counted
+    assert capsys.readouterr().out.startswith("2 results to make, 4 forwards, and up to 0 forwards")
+    first = run(script, tmp_path, "--tasks", "key_tokens", "--only", "no RoPE change, m = 1")
+    row = next(r for r in first.splitlines() if r.startswith("| 512 | no RoPE change, m = 1 |"))
+    assert row.count("not run yet") == 2  # key tokens made, needles not
+    monkeypatch.setattr(script, "TABLE_LENGTHS", (512, 768))  # a second run, on another length, publishes
+    again = run(script, tmp_path, "--lengths", "768", "--only", "no such spec")  # nothing to score
+    assert row in again and "| 768 |" in again  # the 512 row kept beside the new length's
