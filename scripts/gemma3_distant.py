@@ -79,11 +79,6 @@ def specs(length: int, trained: int, soft: float, tuned_key: tuple[float, int] |
     return out
 
 
-def wanted(name: str, only: str) -> bool:
-    """Whether ``--only`` (parts joined by ``|``, each a piece of a spec's name) keeps the spec ``name``."""
-    return any(part in name for part in only.split("|"))
-
-
 def main(argv: list[str] | None = None) -> None:
     args = from_argv(Gemma3DistantConfig, argv, __doc__.split("\n\n")[0])
     model, tok, trained, ctx, settings, out = distant.setup(args)
@@ -91,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     key_spec = out / f"tuned_key_tokens_{args.tune_length}_spec.json"
     m = TemperatureSpec.load(str(key_spec)).multiplier if key_spec.is_file() else 1.0  # 1: a stand-in, not searched yet
     of = {n: specs(n, trained, args.soft, (m, args.tune_length)) for n in lengths}
-    todo = [(n, name, t) for n in lengths for t in args.tasks for name in of[n] if wanted(name, args.only)]
+    todo = [(n, name, t) for n in lengths for t in args.tasks for name in of[n] if distant.wanted(name, args.only)]
     todo = [c for c in todo if not distant.result_path(out, *c).is_file()]  # the stand-in m's file is never there
     due = not key_spec.is_file() and any("tuned at" in name for _, name, _ in todo)  # the search: only when due
     search = distant.key_search_options(args, trained).most_points * args.tune_docs if due else 0
@@ -105,8 +100,7 @@ def main(argv: list[str] | None = None) -> None:
         return {n: specs(n, trained, args.soft, None if m is None else (m, args.tune_length)) for n in at}
 
     def publish() -> str:  # the table and the figure from every result on disk, at every length of the table
-        every = sorted({*lengths, *(n for n in TABLE_LENGTHS if (out / str(n)).is_dir())})  # so two runs on
-        # different --lengths (one a core) write the same table
+        every = distant.table_lengths(out, lengths, TABLE_LENGTHS)
         found = distant.stored(out, {n: list(v) for n, v in tuned(every).items()})
         if args.figure:
             figure.write_figure(found, settings, Path(args.figure), figure.kind_by_name)
@@ -116,7 +110,7 @@ def main(argv: list[str] | None = None) -> None:
     for n in lengths:
         for task in args.tasks:
             for i, name in enumerate(of[n]):  # the tuned spec last at each length: its search only when due
-                if not wanted(name, args.only):
+                if not distant.wanted(name, args.only):
                     continue
                 if "tuned at" in name and not key_spec.is_file():
                     with only_layer_types(model, GLOBAL):  # the search's m on the global layers only

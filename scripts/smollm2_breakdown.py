@@ -171,8 +171,7 @@ def main(argv: list[str] | None = None) -> None:
         return {n: specs(n, trained, slope, (key_spec.multiplier, args.tune_length), learned) for n in at or lengths}
 
     def publish() -> str:  # the table and the figure from every result on disk, at every length of the table
-        every = sorted({*lengths, *(n for n in TABLE_LENGTHS if (out / str(n)).is_dir())})  # so two runs on
-        # different --lengths (one a core) write the same table
+        every = distant.table_lengths(out, lengths, TABLE_LENGTHS)
         found = distant.stored(out, {n: [name for name, _ in v.values()] for n, v in of(slope, every).items()})
         if args.figure:
             figure.write_figure(found, settings, Path(args.figure), figure.kind_by_name)
@@ -185,7 +184,7 @@ def main(argv: list[str] | None = None) -> None:
         for task in args.tasks
         if kind in named[n]  # the learned row only once its spec is there
         if kind not in now[n] or not distant.result_path(out, n, now[n][kind][0], task).is_file()
-        if any(part in named[n][kind][0] for part in args.only.split("|"))
+        if distant.wanted(named[n][kind][0], args.only)
     ]
     print(f"{len(todo)} results to make, {len(todo) * args.docs} forwards (+ the slope search if not done):")
     print("\n".join(f"  {n} {kind} {task}" for n, kind, task in todo), flush=True)

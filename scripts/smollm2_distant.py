@@ -139,6 +139,17 @@ def result_path(out: Path, length: int, name: str, task: str) -> Path:
     return out / f"{length}" / f"{task}__{slug}.json"
 
 
+def wanted(name: str, only: str) -> bool:
+    """Whether ``--only`` (parts joined by ``|``, each a piece of a spec's name) keeps the spec ``name``."""
+    return any(part in name for part in only.split("|"))
+
+
+def table_lengths(out: Path, lengths: list[int], table: tuple[int, ...]) -> list[int]:
+    """This run's lengths and every length of the ``table`` with results under ``out``: two runs on
+    different ``--lengths`` (one a core) write the same table."""
+    return sorted({*lengths, *(n for n in table if (out / str(n)).is_dir())})
+
+
 def score(
     model,
     tok,
@@ -373,7 +384,7 @@ def main(argv: list[str] | None = None) -> None:
     for length in lengths:
         for task in args.tasks:
             for name, spec in of[length].items():
-                if any(part in name for part in args.only.split("|")):
+                if wanted(name, args.only):
                     score(model, tok, length, name, spec, task, ctx, out, args.per_window)
                     publish()
     print(publish())
