@@ -43,10 +43,11 @@ def test_breakdown_reuses_distant_results_and_tunes_the_slope_once(scripts, tmp_
     breakdown.main([*argv, "--only", "log-n|b = "])
     made += capsys.readouterr().out
     search = json.loads((tmp_path / "out" / "tuned_slope_key_tokens_384_search.json").read_text())
-    step = math.log(0.5 / 0.05) / 2  # the grid's step in ln b; the search widens up to WIDEN steps past an edge
+    step = math.log(0.5 / 0.05) / (3 - 1)  # --grid 3 in ln b; the search widens up to WIDEN steps past an edge
     lo, hi = 0.05 * math.exp(-breakdown.WIDEN * step), 0.5 * math.exp(breakdown.WIDEN * step)
     assert len(search) >= 4 and all(lo * (1 - 1e-5) <= float(b) <= hi * (1 + 1e-5) for b in search)
-    assert any(0.05 - 1e-6 <= float(b) <= 0.5 + 1e-6 for b in search)  # the bracket's grid comes first
+    grid = [0.05 * math.exp(i * step) for i in range(3)]  # the bracket's grid is scored first, every point of it
+    assert all(any(abs(float(b) - g) <= 1e-6 for b in search) for g in grid)
     assert "512 key_tokens no RoPE change, log-n past 256 (sharper, gated):" in made
     table = (tmp_path / "b.md").read_text()
     rows = {r.split(" | ")[1]: r for r in table.splitlines() if r.startswith("| 512 |")}
