@@ -19,11 +19,26 @@ def test_every_check_failed_says_each():
 
 
 def test_a_carried_form_is_printed_beside_the_bake_command():
-    from attntemp.advise.report import recommendation_lines
+    from attntemp.advise.report import engine_lines
 
     how = {"how": "bake", "command": "attntemp bake --spec carried.json --out BAKED", "why": "w", "spec": {"m": 2}}
     ev = {"question": {"engine": "llama.cpp", "objective": "key_tokens", "length": 512},
           "recommendation": {"name": "x", "status": "recommended", "why": "y", "evidence": "e",
                              "engines": {"llama.cpp": how}}}  # fmt: skip
-    text = "\n".join(recommendation_lines(ev))
+    text = "\n".join(engine_lines(ev))
     assert "carried.json (what llama.cpp carries of it)" in text and '{"m": 2}' in text
+
+
+def test_the_demo_never_bakes_what_its_retrieval_table_refutes():
+    """refuted() reads the confirmation's passkeys: fewer than YaRN's default or than no change,
+    distinguishably, refutes; not distinguishable does not."""
+    from attntemp.advise.demo import refuted
+
+    def ev(vs_default, vs_base="better"):
+        cell = {"value": "0.3", "vs_no_change": {"value": 0.3, "low": 0.1, "high": 0.5, "verdict": vs_base},
+                "vs_default": {"value": -0.2, "low": -0.3, "high": -0.05, "verdict": vs_default}}  # fmt: skip
+        return {"recommendation": {"name": "pick"}, "confirmation": {"passkeys found at 512": {"pick": cell}}}
+
+    assert "fewer passkeys than YaRN's default" in refuted(ev("worse"))
+    assert refuted(ev("not distinguishable")) is None
+    assert "fewer passkeys than no change" in refuted(ev("not distinguishable", "worse"))

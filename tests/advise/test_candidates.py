@@ -103,3 +103,43 @@ def test_llamacpp_bakes_the_carried_form_of_a_yarn_factor_on_gemma3():
     assert baked.layer_types == ("full_attention",) and baked.multiplier == pytest.approx(1 / yarn_multiplier(2.0))
     llama = {"model_type": "llama", "rope_theta": 1e4, "max_position_embeddings": 256}
     assert carry(m1, "llama.cpp", 256, llama)["how"] == "settings"
+
+
+def test_yarn_past_l0_is_the_model_as_trained_below_l0_and_yarn_past_it(tiny):
+    """The longrope carrier of YaRN's frequencies: logits equal no change on a 200-token window
+    (under L0 = 256) and YaRN s = 2 on a 512-token one; with YaRN's attention factor, YaRN with its m."""
+    import torch
+
+    from attntemp.advise.candidates import by_key, rotary
+    from attntemp.evaluate.lm import token_nll
+    from attntemp.hf.patch import patch
+
+    model, _ = tiny
+    cands = candidates(512, 256, rotary(model.config.to_dict()))
+    ids = torch.randint(5, 250, (1, 512), generator=torch.Generator().manual_seed(0))
+
+    def nll(key, n):
+        with torch.no_grad(), patch(model, by_key(cands, key).spec):
+            return token_nll(model, ids[:, :n])
+
+    torch.testing.assert_close(nll("yarn-past-l0", 200), nll("baseline", 200), atol=1e-5, rtol=0)
+    torch.testing.assert_close(nll("yarn-past-l0", 512), nll("yarn", 512), atol=1e-4, rtol=1e-5)
+    torch.testing.assert_close(nll("yarn-past-l0+m", 512), nll("yarn+m", 512), atol=1e-4, rtol=1e-5)
+    assert not torch.allclose(nll("yarn-past-l0", 512), nll("baseline", 512), atol=1e-2)  # the frequencies moved
+    assert by_key(cands, "yarn-past-l0").gated and not by_key(cands, "yarn").gated
+
+
+def test_static_ntk_states_its_alpha_and_theta():
+    from attntemp.advise.candidates import static_ntk_alpha
+
+    cands = candidates(512, 256, (64, 10000.0))
+    ntk = next(c for c in cands if c.key == "ntk-static")
+    assert static_ntk_alpha(2.0) == 3.0 and dict(ntk.spec.rope) == {"rope_type": "ntk", "factor": 3.0}
+    assert f"{10000.0 * 3.0 ** (64 / 62):.4g}" in ntk.name
+    assert [c.key for c in candidates(512, 256)].count("ntk-static") == 0  # no geometry: not raced
+
+
+def test_every_candidate_key_is_unique_and_stable():
+    keys = [c.key for c in candidates(512, 256, (16, 10000.0))]
+    assert len(set(keys)) == len(keys) and all(keys)
+    assert keys[:2] == ["baseline", "soft"] and {"yarn", "yarn+m", "yarn-past-l0", "yarn-past-l0+gated-m"} <= set(keys)

@@ -34,3 +34,50 @@ def test_the_references_are_confirmed_even_after_they_left_the_race():
     race = race_of(12288, 8192, {"YaRN s = 1.5, m = 1", "YaRN s = 1.5 + log-n"})
     picked = [e.name for e in to_confirm(race, on_yarn(race, "YaRN s = 1.5, m = 1"))]
     assert picked[0] == "no change" and {"YaRN s = 1.5, m = 1", "YaRN s = 1.5 + log-n"} <= set(picked)
+
+
+def _survivors(*names):
+    from attntemp.advise.candidates import BASELINE, Candidate
+    from attntemp.advise.race import Entry, RaceResult
+    from attntemp.ops.spec import TemperatureSpec
+
+    how = {"transformers": {"how": "settings"}}
+    entries = [Entry(Candidate(BASELINE, TemperatureSpec(), "baseline", True), reason="left")]
+    entries += [
+        Entry(Candidate(n, TemperatureSpec(multiplier=1 + i / 10), "x", True, engines=how)) for i, n in enumerate(names)
+    ]
+    return RaceResult(entries, "tied", 0, 8, names[0])
+
+
+def _cell(verdict):
+    return {"value": 0.1, "low": 0.0, "high": 0.2, "verdict": verdict}
+
+
+def test_decide_passes_over_a_survivor_another_survivor_beats_on_retrieval():
+    from attntemp.advise.confirm import checks_for, decide
+
+    checks = checks_for("key_tokens", 512, None, (), False, False, retrieval=True)
+    race = _survivors("A", "B")
+    confirmed = {
+        checks[0].label: {
+            "A": {"vs": {"B": _cell("not distinguishable")}},
+            "B": {"vs": {"A": _cell("not distinguishable")}},
+        },
+        checks[1].label: {"A": {"vs": {"B": _cell("worse")}}, "B": {"vs": {"A": _cell("better")}}},
+    }
+    chosen, why = decide(race, confirmed, checks[:2], "transformers")
+    assert chosen.name == "B" and "no other survivor beats" in why
+    confirmed[checks[1].label]["B"]["vs"]["A"] = _cell("not distinguishable")  # nobody beats A: the simplest stays
+    assert decide(race, confirmed, checks[:2], "transformers")[0].name == "A"
+
+
+def test_decide_keeps_the_race_pick_and_says_so_when_every_survivor_is_beaten_somewhere():
+    from attntemp.advise.confirm import checks_for, decide
+
+    checks = checks_for("key_tokens", 512, None, (), False, False, retrieval=True)
+    confirmed = {
+        checks[0].label: {"A": {"vs": {"B": _cell("better")}}, "B": {"vs": {"A": _cell("worse")}}},
+        checks[1].label: {"A": {"vs": {"B": _cell("worse")}}, "B": {"vs": {"A": _cell("better")}}},
+    }
+    chosen, why = decide(_survivors("A", "B"), confirmed, checks[:2], "transformers")
+    assert chosen.name == "A" and "every survivor is beaten by another on some axis" in why

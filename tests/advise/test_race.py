@@ -137,3 +137,58 @@ def test_a_scorer_without_the_next_round_stops_the_race_in_progress_with_whole_r
     assert res.status == "in progress" and res.windows == 6 and len(res.survivors) == 2
     assert all(len(e.parts[("perplexity", 1024)]) == 3 for e in res.survivors)  # round 4 at N: not taken
     assert max(len(parts) for e in res.entries for parts in e.parts.values()) == 3
+
+
+def retrieval_scorer(long_effect: dict, hit_rate: dict, prompts_per_window: int):
+    """Perplexity as above without a spec's own noise (equal effects tie exactly), and passkey
+    results: trial i of spec m is a hit when u_i < hit_rate[m] (u shared by every spec: the same
+    prompts, so the pairs are correlated)."""
+    noise = np.random.default_rng(0).normal(0, 0.3, 64)
+    u = np.random.default_rng(1).uniform(size=64 * prompts_per_window)
+
+    def scorer(specs, task, length, block):
+        if task != "passkey":
+            nll = [2.0 + noise[block[0] : block[1]] + long_effect.get(s.multiplier, 0.0) for s in specs]
+            return [
+                Result(s, task, length, _metrics(n), "k", 0.0, False, block[1] - block[0])
+                for s, n in zip(specs, nll, strict=True)
+            ]
+        a, b = block[0] * prompts_per_window, block[1] * prompts_per_window
+        out = []
+        for s in specs:
+            hits = (u[a:b] < hit_rate.get(s.multiplier, 0.0)).astype(int).tolist()
+            metrics = {"acc": float(np.mean(hits)), "logp": 0.0, "hits": hits, "logps": [0.0] * len(hits)}
+            out.append(Result(s, task, length, metrics, "k", 0.0, False, b - a))
+        return out
+
+    return scorer
+
+
+def test_a_candidate_that_finds_fewer_passkeys_by_generation_leaves_though_it_leads_on_the_objective():
+    """m = 1.1 leads on distant context (the first of equals) but never retrieves; m = 1.2 ties it
+    there and retrieves: the retrieval axis removes 1.1."""
+    settings = RaceSettings("perplexity", 1024, (), windows=16, block=2, min_windows=4, retrieval=4)
+    scorer = retrieval_scorer({1.1: -0.2, 1.2: -0.2}, {1.1: 0.0, 1.2: 0.7, 1.0: 0.0}, 4)
+    res = race(cands(1.0, 1.1, 1.2), scorer, settings)
+    by = {e.name: e for e in res.entries}
+    assert "fewer passkeys by generation than 'm = 1.2'" in by["m = 1.1"].reason
+    assert [e.name for e in res.survivors] == ["m = 1.2"]
+    assert by["m = 1.1"].comparisons["retrieval_vs_leader"]["high"] < 0  # the paired difference, wholly below
+
+
+def test_without_the_retrieval_axis_the_objective_leader_stays():
+    settings = RaceSettings("perplexity", 1024, (), windows=16, block=2, min_windows=4, retrieval=0)
+    scorer = retrieval_scorer({1.1: -0.2, 1.2: -0.2}, {1.1: 0.0, 1.2: 0.7}, 4)
+    res = race(cands(1.0, 1.1, 1.2), scorer, settings)
+    assert "m = 1.1" in [e.name for e in res.survivors]  # the axis above is what removed it
+
+
+def test_min_retrieval_waives_the_comparison_for_a_floor():
+    """With a floor of 0.3, a candidate that finds 50% stays beside one that finds 90%; one that
+    finds none leaves, below the floor."""
+    settings = RaceSettings("perplexity", 1024, (), windows=16, block=2, min_windows=4, retrieval=4, min_retrieval=0.3)
+    scorer = retrieval_scorer({1.1: -0.2, 1.2: -0.2, 1.3: -0.2}, {1.1: 0.9, 1.2: 0.5, 1.3: 0.0}, 4)
+    res = race(cands(1.0, 1.1, 1.2, 1.3), scorer, settings)
+    by = {e.name: e for e in res.entries}
+    assert by["m = 1.2"].reason is None and by["m = 1.1"].reason is None
+    assert "below --min-retrieval 0.3" in by["m = 1.3"].reason

@@ -39,13 +39,13 @@ def first(tmp_path_factory):
 def test_json_has_the_diagnosis_every_candidate_and_a_recommendation(first):
     out, doc = first
     assert set(doc) >= {"diagnosis", "candidates", "recommendation", "forwards"}
-    assert doc["diagnosis"]["heads"]["heads"] == 32 and "key_tokens" in doc["diagnosis"]["summary"]
+    assert doc["diagnosis"]["heads"]["heads"] == 32 and "Distant-token perplexity" in doc["diagnosis"]["summary"]
     names = [c["name"] for c in doc["candidates"]]
     assert names[0] == "no change" and any(n.startswith("YaRN s = 2") for n in names)
     for c in doc["candidates"]:
         assert c["kept"] == (c["reason"] is None) and set(c["engines"]) == {"transformers", "vllm", "llama.cpp"}
     left = [c for c in doc["candidates"] if not c["kept"]]
-    assert left and all(("worse than" in c["reason"]) or ("costs" in c["reason"]) for c in left)
+    assert left and all(any(w in c["reason"] for w in ("worse than", "costs", "fewer passkeys")) for c in left)
     rec = doc["recommendation"]
     chosen = next(c for c in doc["candidates"] if c["name"] == rec["name"])
     assert rec["engines"] == chosen["engines"] and rec["engines"]["transformers"]["how"] != "not carried"
@@ -53,6 +53,26 @@ def test_json_has_the_diagnosis_every_candidate_and_a_recommendation(first):
     assert doc["forwards"] > 0 and doc["race"]["status"] in ("decided", "tied", "undecided")
     for name in ("report.md", "report.html", "tradeoff.png", "diagnosis.png", "evidence.json", "scores.db"):
         assert (out / name).is_file(), name
+
+
+def test_json_has_each_candidates_retrieval_by_generation_with_its_paired_interval(first):
+    """Every candidate the race scored carries its passkeys found by greedy generation, paired
+    against no change (and YaRN's default) on the same prompts; the headline reads the confirmation."""
+    _, doc = first
+    by_key = {c["key"]: c for c in doc["candidates"]}
+    base, default = by_key["baseline"]["retrieval"], by_key["yarn+m"]["retrieval"]
+    assert base["prompts"] in (8, 16) and "vs_no_change" not in base  # blocks of 2 windows, 4 prompts a window
+    assert 0 <= default["found"] <= default["prompts"] and default["vs_no_change"]["method"] == "Newcombe paired score"
+    for c in doc["candidates"]:
+        r = c["retrieval"]
+        assert r["prompts"] % 8 == 0 and r["share"]["low"] <= r["found"] / r["prompts"] <= r["share"]["high"]
+        if c["key"] not in ("baseline", "yarn+m"):
+            vs = r["vs_default"]
+            assert vs["low"] <= vs["value"] <= vs["high"]
+            assert vs["verdict"] in ("better", "worse", "not distinguishable")
+    axes = doc["recommendation"]["headline"]["axes"]
+    assert [a["task"] for a in axes[:2]] == ["key_tokens", "passkey"]
+    assert "passkey" in json.dumps(doc["recommendation"]["headline"]) and axes[1]["label"].startswith("passkeys found")
 
 
 def test_a_rerun_reads_every_score_and_a_second_run_is_refused_without_overwrite(first, capsys):

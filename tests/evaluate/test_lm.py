@@ -4,7 +4,7 @@ the one-forward scoring equals the two-forward one it replaced."""
 import torch
 
 from attntemp.evaluate.corpus import heldout_windows
-from attntemp.evaluate.lm import answer_and_greedy, greedy, token_nll
+from attntemp.evaluate.lm import answer_and_generate, answer_and_greedy, greedy, token_nll
 from attntemp.hf.patch import batch_multipliers, patch
 from attntemp.ops.spec import TemperatureSpec
 
@@ -74,3 +74,36 @@ def test_kept_predictions_equal_the_full_pass_and_the_head_sees_only_them(tiny, 
     assert kept[:, ~cols].isnan().all()  # a metric reading a prediction it did not keep gets NaN
     assert sum(s[1] for s in seen) == int(cols.sum())  # the head ran on the kept positions only
     assert max(s[1] for s in seen) == 16
+
+
+def _generate_vs_reference(model, prompt, answer, m, spec):
+    with patch(model, spec), batch_multipliers(model, m):
+        lp, gen = answer_and_generate(model, prompt, answer, 5)
+        want_lp, want_gen = answer_and_greedy(model, prompt, answer, 5)
+    return lp, gen, want_lp, want_gen
+
+
+def test_generate_path_equals_the_reference_greedy_path(tiny, stdlib_docs):
+    """The user's way (one prefill, then transformers' generate) against attntemp's own greedy loop:
+    per-row multipliers and a schedule by absolute position (past L0 = 256) reach every decode step."""
+    model, tok = tiny
+    ids = heldout_windows(tok, 330, n=2, docs=stdlib_docs).repeat(2, 1)  # [4, 330]
+    m = torch.tensor([1.0, 1.0, 0.6, 1.5])  # one multiplier per row
+    prompt, answer = ids[:, :324], ids[:, 324:]  # [4, 324], [4, 6]: decoding past the trained length
+    gated = TemperatureSpec(schedule="logn", schedule_params={"trained_len": 256})
+    for spec in (TemperatureSpec(), gated):
+        lp, gen, want_lp, want_gen = _generate_vs_reference(model, prompt, answer, m, spec)
+        torch.testing.assert_close(lp, want_lp, atol=1e-4, rtol=1e-5)
+        assert torch.equal(gen, want_gen[:, : gen.shape[1]]) and gen.shape[1] >= 1
+    assert not torch.allclose(lp[2], lp[0])  # the multipliers reached the rows
+
+
+def test_generate_path_refuses_a_one_token_prompt(tiny):
+    model, _ = tiny
+    one = torch.tensor([[5]])
+    try:
+        answer_and_generate(model, one, one, 2)
+    except ValueError as exc:
+        assert "prompt has 1 tokens" in str(exc)
+    else:
+        raise AssertionError("a one-token prompt was accepted")

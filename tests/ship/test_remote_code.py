@@ -22,6 +22,7 @@ SCHEDULES = [
     ("llama4", {"floor_scale": 8.0, "attn_scale": 0.2}),
     ("ssmax", {"s": 0.5}),
     ("log_length", {"trained_len": 16, "a": [0.0, 0.1], "b": [[0.3, -0.1, 0.2, 0.0], [0.1, 0.1, 0.1, 0.1]]}),
+    ("gated_constant", {"trained_len": 16, "multiplier": 1.3}),
 ]
 
 

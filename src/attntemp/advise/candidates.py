@@ -10,9 +10,20 @@ ties: of candidates no interval tells apart, the simpler one is recommended):
 - sharpening gated past L0: Qwen's log-n (m = log_L0 p past L0; Qwen v1 ``use_logn_attn``);
 - dynamic NTK (RoPE base grown with the sequence, nothing changes up to L0; transformers
   ``dynamic``);
+- static NTK at an explicit ``rope_theta`` (theta alpha^(d / (d - 2)), alpha = s^2 - s + 1: what
+  vLLM 0.11-0.21 and SGLang make of ``dynamic`` at every position);
+- YaRN's frequencies past L0 only, in stock settings: ``rope_type: longrope`` with ``short_factor``
+  all 1 and ``long_factor`` YaRN's per-pair divisors (LongRoPE, arXiv:2402.13753, as the carrier),
+  ``attention_factor`` 1 or YaRN's cos/sin factor, or YaRN's m gated past L0 (``gated_constant``:
+  on the queries that see more than L0 keys). transformers switches the frequencies per forward
+  by the sequence length, so a prompt under L0 runs the model as trained (one that generates past
+  L0 switches part way);
 - YaRN at s with m = 1, with YaRN's m = (0.1 ln s + 1)^2 (arXiv:2309.00071 eq. 22), with a global
   m tuned on windows the race does not score, and with log-n on top; YaRN at a smaller scale
   s' = (1 + s) / 2 (less interpolation, less cost below L0).
+
+Each candidate has a stable :attr:`Candidate.key` (``baseline``, ``yarn``, ``yarn+m``, ...): code
+finds candidates by key, never by their display name.
 
 Up to L0 (N <= L0: no extension needed) only the temperature is checked: no change, m = 0.9 and
 m = 1.1. :func:`carry` says how an engine carries a spec: its own settings (``attntemp export``),
@@ -27,6 +38,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..hf.rope_scaling import rope_for
+from ..ops import rope as rope_math
+from ..ops.geometry import FULL, ModelGeometry
+from ..ops.rope_factors import init_factors, longrope_parameters
 from ..ops.schedules import yarn_multiplier
 from ..ops.spec import TemperatureSpec
 from ..ship.engines import ENGINES
@@ -48,9 +62,11 @@ class Candidate:
     gated: bool  # nothing changes up to the trained length
     note: str = ""
     engines: dict[str, dict[str, Any]] = field(default_factory=dict, compare=False)
+    key: str = ""  # the stable id code finds it by (baseline, yarn, yarn+m, ...)
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "key": self.key,
             "name": self.name,
             "family": self.family,
             "gated": self.gated,
@@ -66,35 +82,124 @@ def _yarn(length: int, trained: int, factor: float | None = None) -> dict[str, A
     return rope if factor is None else {**rope, "factor": float(factor)}
 
 
-def extension_candidates(length: int, trained: int) -> list[Candidate]:
-    """The candidates past the trained length (s = length / trained > 1), simplest first."""
+def rotary(config: dict[str, Any] | None) -> tuple[int, float] | None:
+    """(rotary dim, rope_theta) of the model's global (full-attention) layers; None unknown."""
+    if not config:
+        return None
+    try:
+        geometry = ModelGeometry.from_config(config)
+        return geometry.rotary_dim, float(geometry.rope[FULL]["rope_theta"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def static_ntk_alpha(s: float) -> float:
+    """alpha = s^2 - s + 1: transformers' dynamic NTK base growth at n = s L0, which vLLM 0.11-0.21
+    and SGLang apply at every position for ``rope_type: dynamic``."""
+    return s * s - s + 1.0
+
+
+def yarn_past_l0(length: int, trained: int, dim: int, base: float, multiplier: float = 1.0) -> dict[str, Any]:
+    """YaRN's frequencies past L0 only: a ``longrope`` dict, ``short_factor`` 1, ``long_factor`` YaRN's
+    per-pair divisor ``inv_freq / inv_freq_yarn`` (arXiv:2309.00071 eq. 15-16), ``attention_factor``
+    sqrt(``multiplier``) on cos and sin (so ``multiplier`` on the logits, at every position)."""
+    s = length / trained
+    long = init_factors("yarn", dim, base, s, trained)  # [d/2]
+    return longrope_parameters(long, s, trained, rope_math.cos_sin_factor(multiplier))
+
+
+def extension_candidates(length: int, trained: int, geometry: tuple[int, float] | None = None) -> list[Candidate]:
+    """The candidates past the trained length (s = length / trained > 1), simplest first; those
+    that need the rotary dim and theta (static NTK, YaRN past L0) only with ``geometry``."""
     s = length / trained
     yarn = _yarn(length, trained)
     gate_b = math.log(SOFT) / math.log(s)  # m = (n / L0)^b: 1 up to L0, SOFT at n = length
     logn: dict[str, Any] = {"schedule": "logn", "schedule_params": {"trained_len": trained}}
     smaller = 1.0 + (s - 1.0) / 2.0
-    return [
-        Candidate(BASELINE, TemperatureSpec(), "baseline", True),
-        Candidate(f"softer m = {SOFT:g}", TemperatureSpec(multiplier=SOFT), "softening", False),
+    m_yarn = yarn_multiplier(s)
+    out = [
+        Candidate(BASELINE, TemperatureSpec(), "baseline", True, key="baseline"),
+        Candidate(f"softer m = {SOFT:g}", TemperatureSpec(multiplier=SOFT), "softening", False, key="soft"),
         Candidate(
             f"softer past L0 (m = {SOFT:g} at N)",
             TemperatureSpec(schedule="log_length", schedule_params={"trained_len": trained, "b": gate_b}),
             "softening",
             True,
             f"ln m = {gate_b:.4g} ln(n / L0) past L0",
+            key="soft-past-l0",
         ),
-        Candidate("sharper past L0 (log-n)", TemperatureSpec(**logn), "sharpening", True, "Qwen's m = log_L0(p)"),
-        Candidate(f"dynamic NTK s = {s:g}", TemperatureSpec(rope=rope_for("dynamic", length, trained)), "rope", True),
-        Candidate(f"{yarn_label(s)}, m = 1", TemperatureSpec(rope=yarn), "rope", False),
         Candidate(
-            f"{yarn_label(s)}, YaRN's m = {yarn_multiplier(s):.4g}",
-            TemperatureSpec(multiplier=yarn_multiplier(s), rope=yarn),
+            "sharper past L0 (log-n)",
+            TemperatureSpec(**logn),
+            "sharpening",
+            True,
+            "Qwen's m = log_L0(p)",
+            key="logn-past-l0",
+        ),
+        Candidate(
+            f"dynamic NTK s = {s:g}",
+            TemperatureSpec(rope=rope_for("dynamic", length, trained)),
+            "rope",
+            True,
+            key="dynamic",
+        ),
+    ]
+    if geometry is not None:
+        alpha, (dim, base) = static_ntk_alpha(s), geometry
+        out.append(
+            Candidate(
+                f"static NTK, rope_theta = {base * alpha ** (dim / (dim - 2)):.4g}",
+                TemperatureSpec(rope={"rope_type": "ntk", "factor": alpha}),
+                "rope",
+                False,
+                f"alpha = s^2 - s + 1 = {alpha:g} at every position (what vLLM 0.11-0.21 and SGLang make of dynamic)",
+                key="ntk-static",
+            )
+        )
+        out += [
+            Candidate(
+                f"YaRN past L0 (longrope), m = {m:.4g}",
+                TemperatureSpec(rope=yarn_past_l0(length, trained, dim, base, m)),
+                "rope" if m == 1 else "rope + temperature",
+                m == 1,
+                "YaRN's frequencies past L0 only" + ("" if m == 1 else "; its attention_factor at every position"),
+                key=key,
+            )
+            for m, key in ((1.0, "yarn-past-l0"), (m_yarn, "yarn-past-l0+m"))
+        ]
+        gate: dict[str, Any] = {
+            "schedule": "gated_constant",
+            "schedule_params": {"trained_len": trained, "multiplier": m_yarn},
+        }
+        out.append(
+            Candidate(
+                f"YaRN past L0 (longrope), m = {m_yarn:.4g} past L0",
+                TemperatureSpec(rope=yarn_past_l0(length, trained, dim, base), **gate),
+                "rope + temperature",
+                True,
+                "YaRN's frequencies and YaRN's m past L0 only (m on the queries that see more than L0 keys)",
+                key="yarn-past-l0+gated-m",
+            )
+        )
+    return [
+        *out,
+        Candidate(f"{yarn_label(s)}, m = 1", TemperatureSpec(rope=yarn), "rope", False, key="yarn"),
+        Candidate(
+            f"{yarn_label(s)}, YaRN's m = {m_yarn:.4g}",
+            TemperatureSpec(multiplier=m_yarn, rope=yarn),
             "rope + temperature",
             False,
+            key="yarn+m",
         ),
-        Candidate(f"{yarn_label(s)} + log-n", TemperatureSpec(rope=yarn, **logn), "rope + temperature", False),
         Candidate(
-            f"{yarn_label(smaller)}, m = 1", TemperatureSpec(rope=_yarn(length, trained, smaller)), "rope", False
+            f"{yarn_label(s)} + log-n", TemperatureSpec(rope=yarn, **logn), "rope + temperature", False, key="yarn+logn"
+        ),
+        Candidate(
+            f"{yarn_label(smaller)}, m = 1",
+            TemperatureSpec(rope=_yarn(length, trained, smaller)),
+            "rope",
+            False,
+            key="yarn-smaller",
         ),
     ]
 
@@ -102,9 +207,9 @@ def extension_candidates(length: int, trained: int) -> list[Candidate]:
 def temperature_candidates() -> list[Candidate]:
     """At or below the trained length: the temperature alone."""
     return [
-        Candidate(BASELINE, TemperatureSpec(), "baseline", True),
-        Candidate(f"softer m = {SOFT:g}", TemperatureSpec(multiplier=SOFT), "softening", False),
-        Candidate(f"sharper m = {SHARP:g}", TemperatureSpec(multiplier=SHARP), "sharpening", False),
+        Candidate(BASELINE, TemperatureSpec(), "baseline", True, key="baseline"),
+        Candidate(f"softer m = {SOFT:g}", TemperatureSpec(multiplier=SOFT), "softening", False, key="soft"),
+        Candidate(f"sharper m = {SHARP:g}", TemperatureSpec(multiplier=SHARP), "sharpening", False, key="sharp"),
     ]
 
 
@@ -116,6 +221,7 @@ def tuned_yarn(length: int, trained: int, m: float) -> Candidate:
         "rope + temperature",
         False,
         f"m = {m:.4g} tuned on the tuning pool's spare windows",
+        key="yarn+tuned",
     )
 
 
@@ -124,9 +230,10 @@ def yarn_label(s: float) -> str:
     return f"YaRN s = {s:g}"
 
 
-def candidates(length: int, trained: int) -> list[Candidate]:
-    """The race's candidates at ``length`` for a model trained to ``trained`` tokens."""
-    return extension_candidates(length, trained) if length > trained else temperature_candidates()
+def candidates(length: int, trained: int, geometry: tuple[int, float] | None = None) -> list[Candidate]:
+    """The race's candidates at ``length`` for a model trained to ``trained`` tokens (``geometry``:
+    its rotary dim and theta, :func:`rotary`)."""
+    return extension_candidates(length, trained, geometry) if length > trained else temperature_candidates()
 
 
 def carry(spec: TemperatureSpec, engine: str, trained: int, config: dict[str, Any] | None) -> dict[str, Any]:
@@ -159,4 +266,9 @@ def carry(spec: TemperatureSpec, engine: str, trained: int, config: dict[str, An
 def with_engines(c: Candidate, trained: int, config: dict[str, Any] | None) -> Candidate:
     """``c`` with how every engine carries it on the model of ``config``."""
     engines = {e: carry(c.spec, e, trained, config) for e in ENGINES}
-    return Candidate(c.name, c.spec, c.family, c.gated, c.note, engines)
+    return Candidate(c.name, c.spec, c.family, c.gated, c.note, engines, c.key)
+
+
+def by_key(cands: Any, key: str) -> Any:
+    """The candidate (or race entry: anything with ``.key`` or ``.candidate.key``) of ``key``; None."""
+    return next((c for c in cands if getattr(c, "candidate", c).key == key), None)

@@ -47,6 +47,17 @@ class AdviseConfig(EvalOptions):
     max_short_cost: float = option(
         0.01, "the most a candidate may cost in all-token perplexity below the trained length (0.01: one per cent)"
     )
+    retrieval_per_window: int = option(
+        4,
+        "passkey prompts per race window answered by greedy generation at --length (retrieval by generation, "
+        "an axis of the race; --trials prompts confirm it); 0: no retrieval axis",
+    )
+    min_retrieval: float | None = option(
+        None,
+        "waive the retrieval comparison for a floor: a candidate leaves only when its share of passkeys found is "
+        "below this for certain (default: it leaves when another finds more, for certain)",
+        parse=float,
+    )
     race_windows: int = option(16, "windows of the tuning pool the race may score")
     block: int = option(2, "windows per round of the race")
     min_windows: int = option(4, "windows scored before a candidate may leave the race")
@@ -68,6 +79,13 @@ class AdviseConfig(EvalOptions):
         if self.budget is not None:
             checks.positive_int("budget", self.budget)
         checks.within("max_short_cost", self.max_short_cost, 0.0, 0.999)
+        if isinstance(self.retrieval_per_window, bool) or not isinstance(self.retrieval_per_window, int):
+            raise ValueError(
+                f"retrieval_per_window={self.retrieval_per_window!r} is not allowed; expected an integer in [0, 64]"
+            )
+        checks.within("retrieval_per_window", self.retrieval_per_window, 0, 64)
+        if self.min_retrieval is not None:
+            checks.within("min_retrieval", self.min_retrieval, 0.0, 1.0)
         for name in ("race_windows", "block", "min_windows"):
             checks.positive_int(name, getattr(self, name))
         if self.race_windows < 2:

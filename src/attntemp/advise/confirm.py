@@ -1,11 +1,15 @@
 """The survivors of the race scored again on windows it never saw, and the recommendation.
 
 Confirmation is on the evaluation pool (documents no race or tuner scored), at the serving length
-N on the objective and the needles, at a longer held-out length, at the short lengths (all-token
+N on the objective, the needles and retrieval by generation (passkey prompts the race never saw,
+answered by greedy decoding), at a longer held-out length, at the short lengths (all-token
 perplexity: the cost below the trained length) and on a second text; every spec paired against
-"no change" on the same windows. The recommendation is the race's pick that the engine carries,
-kept only when it beats "no change" on the objective at N on the evaluation pool; otherwise the
-report says plainly that nothing beat the baseline.
+"no change" on the same windows or prompts, against YaRN's default (its own m) and against the
+race's pick. The recommendation is the race's pick that the engine carries, kept only when it
+beats "no change" on the objective at N on the evaluation pool and retrieves no fewer passkeys
+than "no change"; otherwise the report says plainly that nothing beat the baseline. Its
+:func:`headline` says what it gains at N, what it costs below L0 and what it retrieves against no
+change and YaRN's default, each with its interval, and where another spec is better on an axis.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Any
 from ..evaluate.task_base import get_task
 from ..ops.spec import TemperatureSpec
 from .candidates import BASELINE, Candidate
-from .race import SHORT_METRIC, SHORT_TASK, Entry, RaceResult
+from .race import PLAIN, RETRIEVAL_METRIC, RETRIEVAL_TASK, SHORT_METRIC, SHORT_TASK, Entry, RaceResult, objective_label
 
 # score(specs, task, length, text) -> metrics per spec (the evaluation pool, or the second text)
 Confirmer = Callable[[Sequence[TemperatureSpec], str, int, str], list[dict[str, Any]]]
@@ -34,17 +38,31 @@ class Check:
     text: str  # "evaluation" or "second"
 
 
-def checks_for(objective: str, length: int, check: int | None, shorts: Sequence[int], needles: bool, second: bool):
-    """Every confirmation, the objective at N first."""
-    metric = get_task(objective).objective
-    out = [Check(f"{objective} {metric} at {length}", objective, metric, length, "evaluation")]
+RETRIEVAL_LABEL = "passkeys found"
+COST_LABEL = "cost at {n}: perplexity ratio"
+
+
+def checks_for(
+    objective: str,
+    length: int,
+    check: int | None,
+    shorts: Sequence[int],
+    needles: bool,
+    second: bool,
+    retrieval: bool = False,
+):
+    """Every confirmation, the objective at N first; retrieval by generation at N second."""
+    metric, plain = get_task(objective).objective, objective_label(objective)
+    out = [Check(f"{plain} at {length}", objective, metric, length, "evaluation")]
+    if retrieval:
+        out.append(Check(f"{RETRIEVAL_LABEL} at {length}", RETRIEVAL_TASK, RETRIEVAL_METRIC, length, "evaluation"))
     if needles and objective != "needles":
-        out.append(Check(f"needles logp at {length}", "needles", "logp", length, "evaluation"))
+        out.append(Check(f"{PLAIN['needles']} at {length}", "needles", "logp", length, "evaluation"))
     if check:
-        out.append(Check(f"{objective} {metric} at {check} (held out)", objective, metric, check, "evaluation"))
-    out += [Check(f"cost at {n}: all-token ppl", SHORT_TASK, SHORT_METRIC, n, "evaluation") for n in shorts]
+        out.append(Check(f"{plain} at {check} (held out)", objective, metric, check, "evaluation"))
+    out += [Check(COST_LABEL.format(n=n), SHORT_TASK, SHORT_METRIC, n, "evaluation") for n in shorts]
     if second:
-        out.append(Check(f"{objective} {metric} at {length}, second text", objective, metric, length, "second"))
+        out.append(Check(f"{plain} at {length}, second text", objective, metric, length, "second"))
     return out
 
 
@@ -54,11 +72,18 @@ def _paired(task: Any, a: dict, b: dict, metric: str) -> dict[str, Any] | None:
 
 
 def confirm(
-    specs: dict[str, TemperatureSpec], checks: Sequence[Check], scorer: Confirmer, against: dict[str, str] | None = None
+    specs: dict[str, TemperatureSpec],
+    checks: Sequence[Check],
+    scorer: Confirmer,
+    against: dict[str, str] | None = None,
+    default: str | None = None,
+    refs: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """``{check label: {spec name: {"value", "vs_no_change", "vs_reference"}}}``: each spec paired
-    against "no change", and those named in ``against`` also against their reference (YaRN with
-    a temperature against YaRN at m = 1: what the temperature adds)."""
+    """``{check label: {spec name: {"value", "vs_no_change", "vs_reference", "vs_default", "vs"}}}``:
+    each spec paired against "no change", those named in ``against`` also against their reference
+    (YaRN with a temperature against YaRN at m = 1: what the temperature adds), every spec against
+    ``default`` (YaRN's own default) and, in ``vs``, against each of ``refs`` (the race's survivors:
+    the decision among them reads these)."""
     against = against or {}
     names = list(specs)
     out: dict[str, Any] = {}
@@ -81,6 +106,12 @@ def confirm(
                     "against": against[n],
                     **(_paired(task, results[n], results[against[n]], c.metric) or {}),
                 }
+            if default in results and n != default:
+                row[n]["vs_default"] = {
+                    "against": default,
+                    **(_paired(task, results[n], results[default], c.metric) or {}),
+                }
+            row[n]["vs"] = {r: _paired(task, results[n], results[r], c.metric) for r in refs if r in results and r != n}
         out[c.label] = row
     return out
 
@@ -117,8 +148,9 @@ def pick(race: RaceResult, engine: str) -> tuple[Entry | None, str]:
     return best, f"{engine} carries none of the survivors; of the candidates it carries, this one stayed longest"
 
 
-def holds(confirmed: dict[str, Any], first: Check, name: str) -> tuple[bool, str]:
-    """Whether ``name`` beats "no change" on the first check (the objective at N, evaluation pool)."""
+def holds(confirmed: dict[str, Any], first: Check, name: str, retrieval: Check | None = None) -> tuple[bool, str]:
+    """Whether ``name`` beats "no change" on the first check (the objective at N, evaluation pool)
+    and, with ``retrieval``, finds no fewer passkeys than "no change" (distinguishably)."""
     if name == BASELINE:
         return True, "no change: nothing to hold"
     row = confirmed.get(first.label, {})
@@ -127,23 +159,76 @@ def holds(confirmed: dict[str, Any], first: Check, name: str) -> tuple[bool, str
     vs = row[name]["vs_no_change"]
     if vs is None:
         return False, "not confirmed: no paired interval (fewer than 2 windows)"
-    return vs["verdict"] == "better", f"{first.label} on the evaluation pool: {vs['value']:.4g} " + (
-        f"[{vs['low']:.4g}, {vs['high']:.4g}] against no change, {vs['verdict']}"
+    said = (
+        f"{first.label} on the evaluation pool: {vs['value']:.4g} [{vs['low']:.4g}, {vs['high']:.4g}] against "
+        f"no change, {vs['verdict']}"
     )
+    found = _cell(confirmed, retrieval, name, "vs_no_change")
+    if found and found.get("verdict") == "worse":
+        return False, (
+            f"{said}; but it finds fewer passkeys than no change: {found['value']:+.3f} "
+            f"[{found['low']:+.3f}, {found['high']:+.3f}]"
+        )
+    return vs["verdict"] == "better", said
 
 
-def recommendation(race: RaceResult, confirmed: dict[str, Any], first: Check, engine: str) -> dict[str, Any]:
-    """What to run: the pick when it holds on the evaluation pool; no change said plainly otherwise."""
+def _cell(confirmed: dict[str, Any], check: Check | None, name: str, field: str) -> dict[str, Any] | None:
+    """The paired comparison ``field`` of ``name`` on ``check``; None where there is none."""
+    row = confirmed.get(check.label, {}) if check else {}
+    return None if "error" in row or name not in row else row[name].get(field)
+
+
+def decide(race: RaceResult, confirmed: dict[str, Any], axes: Sequence[Check], engine: str) -> tuple[Entry | None, str]:
+    """The race's survivor to recommend: the first (simplest) that ``engine`` carries and that no
+    other survivor beats distinguishably on any of ``axes`` (the objective and retrieval at N) on
+    the evaluation pool; the race's own pick where every survivor is beaten somewhere."""
     chosen, why = pick(race, engine)
+    carried = [e for e in race.survivors if e.candidate.engines.get(engine, {}).get("how") != "not carried"]
+    if chosen is None or len(carried) < 2:
+        return chosen, why
+    kept = {e.name for e in race.survivors}
+    for e in carried:
+        if not [n for _, n in beaten_by(confirmed, axes, e.name) if n in kept]:
+            return e, why if e is chosen else "the simplest survivor no other survivor beats on an axis at N"
+    return chosen, why + "; every survivor is beaten by another on some axis (see where the axes disagree)"
+
+
+def beaten_by(confirmed: dict[str, Any], axes: Sequence[Check], name: str) -> list[tuple[str, str]]:
+    """``(check label, spec)`` for each confirmed spec distinguishably better than ``name`` on an axis."""
+    out = []
+    for c in axes:
+        row = confirmed.get(c.label, {})
+        if "error" in row:
+            continue
+        out += [
+            (c.label, n) for n, v in row.items() if ((v.get("vs") or {}).get(name) or {}).get("verdict") == "better"
+        ]
+    return out
+
+
+def decision_axes(checks: Sequence[Check]) -> list[Check]:
+    """The axes a candidate is judged on at N: the objective and retrieval (the cost has its limit)."""
+    return [c for c in checks if c.length == checks[0].length and c.text == "evaluation" and c.task != SHORT_TASK]
+
+
+def recommendation(race: RaceResult, confirmed: dict[str, Any], checks: Sequence[Check], engine: str) -> dict[str, Any]:
+    """What to run: the decided survivor when it holds on the evaluation pool; no change said
+    plainly otherwise; with its :func:`headline`."""
+    first, retrieval = checks[0], next((c for c in checks if c.task == RETRIEVAL_TASK), None)
+    axes = [c for c in decision_axes(checks) if c.task in (first.task, RETRIEVAL_TASK)]
+    chosen, why = decide(race, confirmed, axes, engine)
     alternative = if_cost_allowed(confirmed, first, None if chosen is None else chosen.name)
     if chosen is None:
         still = [e.name for e in race.survivors]
         return {"name": None, "status": "undecided", "why": why, "still_in": still, "if_cost_allowed": alternative}
-    return {**_recommend(race, confirmed, first, chosen, why), "if_cost_allowed": alternative}
+    rec = _recommend(race, confirmed, first, chosen, why, retrieval)
+    return {**rec, "if_cost_allowed": alternative, "headline": headline(confirmed, checks, rec["name"])}
 
 
-def _recommend(race: RaceResult, confirmed: dict[str, Any], first: Check, chosen: Entry, why: str) -> dict[str, Any]:
-    ok, evidence = holds(confirmed, first, chosen.name)
+def _recommend(
+    race: RaceResult, confirmed: dict[str, Any], first: Check, chosen: Entry, why: str, retrieval: Check | None
+) -> dict[str, Any]:
+    ok, evidence = holds(confirmed, first, chosen.name, retrieval)
     if chosen.name == BASELINE:
         return _rec(chosen.candidate, "nothing beats the baseline", why, evidence)
     if not ok:
@@ -152,6 +237,39 @@ def _recommend(race: RaceResult, confirmed: dict[str, Any], first: Check, chosen
             base, "nothing beats the baseline", f"{chosen.name!r} won the race ({why}) but did not hold", evidence
         )
     return _rec(chosen.candidate, "recommended", why, evidence)
+
+
+def headline(confirmed: dict[str, Any], checks: Sequence[Check], name: str) -> dict[str, Any]:
+    """What the report says first about ``name``: per axis at N (the objective, passkeys found) its
+    comparison with no change and with YaRN's default, its worst cost below L0, and each confirmed
+    spec distinguishably better than it on an axis (paired against it on the same windows)."""
+    out: dict[str, Any] = {"axes": [], "better_elsewhere": []}
+    axes = decision_axes(checks)
+    for c in axes:
+        row = confirmed.get(c.label, {})
+        out["axes"].append(
+            {
+                "label": c.label,
+                "task": c.task,
+                "metric": c.metric,
+                "value": None if "error" in row else (row.get(name) or {}).get("value"),
+                "vs_no_change": _cell(confirmed, c, name, "vs_no_change"),
+                "vs_default": _cell(confirmed, c, name, "vs_default"),
+            }
+        )
+        better = (
+            [] if "error" in row else [n for n, v in row.items() if (v.get("vs_pick") or {}).get("verdict") == "better"]
+        )
+        out["better_elsewhere"] += [
+            {"label": c.label, "task": c.task, "metric": c.metric, "name": n, "vs_pick": row[n]["vs_pick"]}
+            for n in better
+        ]
+    costs = [(c, _cell(confirmed, c, name, "vs_no_change")) for c in checks if c.task == SHORT_TASK]
+    worst = max(((c, v) for c, v in costs if v), key=lambda cv: cv[1]["value"], default=None)
+    out["cost"] = None if worst is None else {"label": worst[0].label, "length": worst[0].length, **worst[1]}
+    found = next((a for a in out["axes"] if a["task"] == RETRIEVAL_TASK), None)
+    out["below_default_on_retrieval"] = bool(found and (found["vs_default"] or {}).get("verdict") == "worse")
+    return out
 
 
 def if_cost_allowed(confirmed: dict[str, Any], first: Check, chosen: str | None) -> dict[str, Any] | None:

@@ -4,10 +4,12 @@ trained length for the tiny model), told as one story:
 1. where the model breaks without a RoPE change, and how its attention moves head by head;
 2. what fixes it and what a temperature adds: the candidates raced on distant context and on the
    cost below the trained length, the survivors confirmed on windows the race never saw;
-3. retrieval of the recommendation against no change and YaRN's default on the same passkey
-   prompts (paired: Newcombe's interval for accuracy, bootstrap for the answer's log-probability);
+3. retrieval by generation of the recommendation against no change and YaRN's default on the
+   confirmation's passkey prompts (greedy ``generate``; paired: Newcombe's interval);
 4. what was shipped: the recommendation baked and reloaded without attntemp, only when it held on
-   the evaluation pool (otherwise the report says nothing beat the baseline and bakes nothing).
+   the evaluation pool and its retrieval does not refute it (fewer passkeys than no change or
+   YaRN's default, for certain); the baked checkpoint answers the same passkey prompts in plain
+   transformers ``generate``.
 
 Writes advise's files (``report.md``, ``report.html``, ``evidence.json``, figures, ``scores.db``)
 and ``baked/`` in the output folder.
@@ -23,21 +25,23 @@ from typing import Any
 
 import torch
 
-from ..evaluate.score import Kept
-from ..evaluate.task_base import eval_context, get_task
+from ..evaluate import corpus
+from ..evaluate.lm import answer_and_generate, first_integer
+from ..evaluate.score import score_key
+from ..evaluate.tasks import passkey_prompts
 from ..hf import preflight
 from ..hf.loading import load_model, resolve
-from ..hf.rope_scaling import rope_for
-from ..ops.schedules import yarn_multiplier
 from ..ops.spec import TemperatureSpec
 from ..ship.bake import save_baked
 from ..ship.remote_code import save_schedule_checkpoint
-from ..tune.evidence import evaluate_specs
-from ..utils import outputs
+from ..utils import noise, outputs
 from ..utils.options import option
 from ..utils.tables import markdown_table
+from .candidates import BASELINE
 from .config import ADVISE_RESULTS, AdviseConfig, AdvisePlan, preflight_advise
-from .run import AdviseResult, advise, write_advice
+from .confirm import RETRIEVAL_LABEL
+from .race import RETRIEVAL_TASK
+from .run import AdviseResult, advise, contexts, write_advice
 
 BAKED_DIR = "baked"
 DEMO_OUTPUTS = outputs.Outputs(ADVISE_RESULTS, {BAKED_DIR: outputs.CHECKPOINT})  # demo's own; scores.db is resumed
@@ -101,40 +105,61 @@ def _stage(cfg: DemoConfig, text: str) -> None:
         print(f"demo: {text}", file=sys.stderr, flush=True)
 
 
-def retrieval(plan: AdvisePlan, model: Any, result: AdviseResult) -> list[str]:
-    """Passkey at the serving length: the recommendation against no change and YaRN's default."""
-    cfg, trained, n = plan.cfg, plan.trained, plan.cfg.length
-    rec = result.evidence["recommendation"]
-    specs = {"no change": TemperatureSpec()}
-    if n > trained:
-        specs[f"YaRN s = {n / trained:g}, its own m"] = TemperatureSpec(
-            multiplier=yarn_multiplier(n / trained), rope=rope_for("yarn", n, trained)
-        )
-    if rec["name"] is not None and rec["name"] not in specs:
-        specs[f"recommended: {rec['name']}"] = TemperatureSpec.from_dict(rec["spec"])
-    ctx = eval_context(cfg, trained)
-    kept = Kept(result.store, result.model_id) if result.store is not None else None
-    res = evaluate_specs(model, plan.tok, n, specs, ("passkey",), ctx, False, kept)
-    task, names = get_task("passkey"), list(specs)
-    lines = [
-        f"## Retrieval at {n} tokens",
+def retrieval_check(ev: dict[str, Any]) -> str | None:
+    """The confirmation's label of passkeys found at N (None: no retrieval axis)."""
+    return next((k for k in ev["confirmation"] if k.startswith(RETRIEVAL_LABEL)), None)
+
+
+def refuted(ev: dict[str, Any]) -> str | None:
+    """Why the retrieval table refutes the recommendation (it finds fewer passkeys than no change
+    or than YaRN's default, distinguishably, on the same prompts); None when it does not."""
+    rec, label = ev["recommendation"], retrieval_check(ev)
+    row = ev["confirmation"].get(label or "", {})
+    cell = row.get(rec["name"] or "") if "error" not in row else None
+    for field, who in (("vs_no_change", "no change"), ("vs_default", "YaRN's default")):
+        c = (cell or {}).get(field)
+        if c and c.get("verdict") == "worse":
+            return f"it finds fewer passkeys than {who}: {c['value']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}]"
+    return None
+
+
+def retrieval(ev: dict[str, Any]) -> list[str]:
+    """The confirmation's passkeys at the serving length, as a table: no change, YaRN's default, the
+    recommendation (the same prompts, none of which the race saw)."""
+    label = retrieval_check(ev)
+    row = ev["confirmation"].get(label or "", {})
+    if not label or "error" in row:
+        return []
+    rec = ev["recommendation"]["name"]
+    default = next((c["name"] for c in ev["candidates"] if c.get("key") == "yarn+m"), None)
+    names = [n for n in dict.fromkeys([BASELINE, default, rec]) if n in row]
+    rows = []
+    for n in names:
+        cell = row[n]
+        rows.append(
+            (n + (" (recommended)" if n == rec and n != BASELINE else ""), cell["value"],
+             _signed(cell.get("vs_no_change")), _signed(cell.get("vs_default")))
+        )  # fmt: skip
+    prompts = ev["question"]["retrieval_prompts"]["confirmation"]
+    return [
+        f"## Retrieval at {ev['question']['length']} tokens",
         "",
-        f"{cfg.trials} passkey prompts (the YaRN paper's, greedy), the same for every spec. Accuracy with its Wilson "
-        "95% interval; against no change, paired on the same prompts (Newcombe's interval for accuracy, bootstrap "
-        "for the answer's log-probability).",
+        f"{prompts} passkey prompts (the YaRN paper's), answered by greedy generation with a KV cache "
+        "(transformers' generate), none of them seen by the race; the same prompts for every spec. Share found "
+        "with its Wilson 95% interval; differences paired on the same prompts (Newcombe's 95% interval).",
+        "",
+        markdown_table(("spec", "passkeys found", "- no change", "- YaRN's default"), rows),
         "",
     ]
-    rows = []
-    for name in names:
-        r, base = res[name]["passkey"], res[names[0]]["passkey"]
-        vs = ("-", "-") if name == names[0] else (task.compare(r, base, "acc"), task.compare(r, base, "logp"))
-        rows.append((name, task.describe(r, "acc", 2), task.describe(r, "logp", 3), *vs))
-    head = ("spec", "accuracy", "answer log-prob", "accuracy - no change", "log-prob - no change")
-    return [*lines, markdown_table(head, rows), ""]
 
 
-def ship(cfg: DemoConfig, result: AdviseResult, out: Path) -> list[str]:
-    """Bake the recommendation when it held; say why not otherwise."""
+def _signed(c: dict[str, Any] | None) -> str:
+    return "-" if not c or "value" not in c else f"{c['value']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}] {c['verdict']}"
+
+
+def ship(cfg: DemoConfig, plan: AdvisePlan, result: AdviseResult, out: Path) -> list[str]:
+    """Bake the recommendation when it held and its retrieval does not refute it; say why not
+    otherwise; the baked checkpoint answers the confirmation's passkey prompts in plain transformers."""
     rec = result.evidence["recommendation"]
     head = ["## Shipped", ""]
     if rec["status"] != "recommended":
@@ -143,6 +168,9 @@ def ship(cfg: DemoConfig, result: AdviseResult, out: Path) -> list[str]:
             f"Nothing baked: {rec['status'] if rec['name'] else 'undecided'} ({rec.get('evidence', '')}).",
             "",
         ]
+    why = refuted(result.evidence)
+    if why:
+        return [*head, f"Nothing baked: the retrieval table refutes the recommendation ({why}).", ""]
     if not cfg.bake:
         return [*head, "Nothing baked (--no-bake).", ""]
     spec = TemperatureSpec.from_dict(rec["spec"])
@@ -156,7 +184,34 @@ def ship(cfg: DemoConfig, result: AdviseResult, out: Path) -> list[str]:
         + f". Reloaded without attntemp, its logits differ from the patched model's by at most "
         f"{res.max_abs_diff:.2e} (fp32, {res.tokens} tokens).",
         "",
+        *plain_retrieval(plan, result, res.path),
     ]
+
+
+def plain_retrieval(plan: AdvisePlan, result: AdviseResult, path: Path) -> list[str]:
+    """The baked checkpoint, loaded by plain transformers, answers the confirmation's passkey prompts
+    by ``generate``: its hits against attntemp's (patched) hits on the same prompts."""
+    label = retrieval_check(result.evidence)
+    if not label:
+        return []
+    from transformers import AutoModelForCausalLM
+
+    n, (ctx, _) = plan.cfg.length, contexts(plan)
+    prompts = passkey_prompts(plan.tok, n, ctx)
+    with noise.quiet_libraries():
+        model = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True, dtype=torch.float32).eval()
+    hits = []
+    for ids, answer, key in prompts:
+        _, gen = answer_and_generate(model, torch.tensor([ids]), torch.tensor([answer]), len(answer) + 2)
+        hits.append(int(first_integer(plan.tok.decode(gen[0], skip_special_tokens=True)) == key))
+    spec = TemperatureSpec.from_dict(result.evidence["recommendation"]["spec"])
+    stored = result.store.get(score_key(spec, RETRIEVAL_TASK, n, ctx, result.model_id)) if result.store else None
+    said = f"In plain transformers (`generate`, greedy), the baked checkpoint finds {sum(hits)} of {len(hits)} passkeys"
+    if stored is None:
+        return [said + ".", ""]
+    mine = [int(h) for h in stored[0]["hits"]]
+    same = sum(a == b for a, b in zip(hits, mine, strict=True))
+    return [f"{said}; attntemp's patched model found {sum(mine)} on the same prompts (the same answer on {same}).", ""]
 
 
 @dataclass(frozen=True)
@@ -180,6 +235,9 @@ def run_demo(cfg: DemoConfig) -> DemoResult:
     """Advise, retrieval, bake; returns the result (``report.html`` and ``report.md`` written in
     ``out``). A failed run leaves no empty ``out``."""
     t0 = time.perf_counter()
+    for flag, text in (("text", cfg.text), ("heldout_text", cfg.second_text())):
+        if text:  # a missing text is one line naming its flag, before the model downloads
+            corpus.source_files(text, name=flag)
     resolve(cfg.model)  # a bad --model is one line, before any progress is printed
     plan = preflight_advise(cfg)
     _stage(cfg, f"loading {cfg.model}")
@@ -187,8 +245,8 @@ def run_demo(cfg: DemoConfig) -> DemoResult:
     with outputs.output_folder(cfg.out, replace=DEMO_OUTPUTS if cfg.overwrite else ()) as out:
         _stage(cfg, f"advising for {cfg.length} tokens (trained to {plan.trained})")
         result = advise(plan, model, out)
-        _stage(cfg, f"retrieval at {cfg.length} tokens: {cfg.trials} passkey prompts")
-        extra = ["", *retrieval(plan, model, result), *ship(cfg, result, out)]
+        _stage(cfg, "shipping the recommendation" if cfg.bake else "writing the report")
+        extra = ["", *retrieval(result.evidence), *ship(cfg, plan, result, out)]
         extra.append(f"Total time: {time.perf_counter() - t0:.0f} s ({torch.get_num_threads()} CPU threads).")
         text = "\n".join(extra) + "\n"
         write_advice(result, out, text)

@@ -21,6 +21,7 @@ from ..analysis.measure import AttentionStats, measure
 from ..evaluate.corpus import heldout_windows
 from ..evaluate.task_base import EvalContext, get_task
 from ..ops.spec import TemperatureSpec
+from .race import objective_label
 
 
 def describe(task: str, metrics: dict[str, Any]) -> dict[str, str]:
@@ -67,7 +68,8 @@ def summary(trained: int, length: int, objective: str, at: dict[int, dict[str, d
     metric = get_task(objective).objective
     lo, hi = at[trained].get(objective, {}), at[length].get(objective, {})
     moved = (
-        f"{objective} {metric} is {lo.get(metric, 'not scored')} at the trained length {trained} and "
+        f"{objective_label(objective).capitalize()} is {lo.get(metric, 'not scored')} at the trained length "
+        f"{trained} and "
         f"{hi.get(metric, 'not scored')} at {length} without a RoPE change"
     )
     n_c, n_d, n_l = len(heads["collapsed"]), len(heads["diffused"]), len(heads.get("leave_recent", ()))

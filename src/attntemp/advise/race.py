@@ -2,13 +2,21 @@
 races, with paired bootstrap intervals instead of Hoeffding bounds).
 
 Every round scores each candidate still in the race on the next block of windows of the tuning
-pool, on the objective at the serving length N and on all-token perplexity at the short lengths
-(below the trained length L0). After at least ``min_windows`` windows a candidate leaves when
+pool, on three axes: the objective at the serving length N, retrieval by generation at N (passkey
+prompts answered by greedy decoding with a KV cache, ``retrieval`` prompts a window, exact match),
+and all-token perplexity at the short lengths (below the trained length L0). After at least
+``min_windows`` windows a candidate leaves when
 
+- its paired interval against "no change" at a short length lies wholly above ``1 +
+  max_short_cost`` (it costs more than that below L0, for certain), or
 - its paired interval against the leader (the best point estimate) on the objective at N is
   worse, or
-- its paired interval against "no change" at a short length lies wholly above ``1 +
-  max_short_cost`` (it costs more than that below L0, for certain).
+- its paired interval (Newcombe's, on the same prompts) against the retrieval leader on passkeys
+  found is worse; with ``min_retrieval`` the user waives that comparison for a floor: a candidate
+  leaves only when its accuracy's Wilson interval lies wholly below it.
+
+The cuts run in that order, each among those still in, so the leader of an axis never leaves on
+that axis and at least one candidate stays.
 
 A candidate whose short-length interval lies wholly within the cost is no longer scored there.
 The race ends with one candidate ("decided"), with the windows spent ("tied": the survivors are
@@ -34,6 +42,18 @@ from .candidates import BASELINE, Candidate
 # scorer(specs, task, length, (first window, end)) -> one Result per spec, in order
 Scorer = Callable[[Sequence[TemperatureSpec], str, int, tuple[int, int]], list[Result]]
 SHORT_TASK, SHORT_METRIC = "perplexity", "ppl"
+RETRIEVAL_TASK, RETRIEVAL_METRIC = "passkey", "acc"  # retrieval by generation: passkeys found
+# what a user reads for each objective (reports and reasons; the task and metric stay in the evidence)
+PLAIN = {
+    "key_tokens": "distant-token perplexity",
+    "needles": "needles' answer log-prob",
+    "perplexity": "perplexity past the trained length",
+}
+
+
+def objective_label(objective: str) -> str:
+    """The plain name of ``objective`` (``key_tokens``: distant-token perplexity)."""
+    return PLAIN.get(objective, objective)
 
 
 @dataclass(frozen=True)
@@ -48,6 +68,8 @@ class RaceSettings:
     min_windows: int = 4  # windows scored before anyone may leave
     max_short_cost: float = 0.01  # ratio - 1 of all-token perplexity below L0
     budget: int | None = None  # forward rows (one window of one spec at one length)
+    retrieval: int = 0  # passkey prompts per window answered by generation at N (0: no retrieval axis)
+    min_retrieval: float | None = None  # a floor on passkeys found, in place of the comparison with the leader
 
     @property
     def metric(self) -> str:
@@ -107,7 +129,7 @@ def _objective_cut(settings: RaceSettings, alive: list[Entry], windows: int) -> 
         e.comparisons["objective_vs_leader"] = {"leader": lead.name, **(_interval_dict(ci, verdict) or {})}
         if verdict == "worse":
             e.reason = (
-                f"worse than {lead.name!r} at {settings.length} tokens on {settings.task} {settings.metric}: "
+                f"worse than {lead.name!r} at {settings.length} tokens on {objective_label(settings.task)}: "
                 f"{ci.fixed() if ci else ''} after {windows} windows"
             )
             e.left_after = windows
@@ -136,12 +158,56 @@ def _short_cut(settings: RaceSettings, alive: list[Entry], base: Entry, windows:
                 e.short_ok.add(n)
 
 
+def _rows_per_window(settings: RaceSettings, task: str) -> int:
+    return settings.retrieval if task == RETRIEVAL_TASK else 1
+
+
+def retrieval_leader(settings: RaceSettings, alive: list[Entry]) -> Entry:
+    """The candidate that found the most passkeys at N (the simplest of equals)."""
+    key = (RETRIEVAL_TASK, settings.length)
+    return max(alive, key=lambda e: merged(RETRIEVAL_TASK, e.parts[key])[RETRIEVAL_METRIC])
+
+
+def _retrieval_cut(settings: RaceSettings, alive: list[Entry], windows: int) -> None:
+    """Compare every candidate with the retrieval leader on the same prompts (or, with
+    ``min_retrieval``, with that floor); those worse leave."""
+    task, key = get_task(RETRIEVAL_TASK), (RETRIEVAL_TASK, settings.length)
+    lead = retrieval_leader(settings, alive)
+    lead_res = merged(RETRIEVAL_TASK, lead.parts[key])
+    prompts = len(lead_res["hits"])
+    for e in alive:
+        mine = merged(RETRIEVAL_TASK, e.parts[key])
+        if settings.min_retrieval is not None:
+            ci = task.interval(mine, RETRIEVAL_METRIC)
+            e.comparisons["retrieval_floor"] = _interval_dict(ci, None)
+            if ci is not None and ci.high < settings.min_retrieval:
+                e.reason = (
+                    f"finds {ci.fixed()} of its passkeys at {settings.length} tokens by generation, below "
+                    f"--min-retrieval {settings.min_retrieval:g}, after {prompts} prompts"
+                )
+                e.left_after = windows
+            continue
+        if e is lead:
+            continue
+        ci = task.paired(mine, lead_res, RETRIEVAL_METRIC)
+        verdict = None if ci is None else task.verdict(ci, RETRIEVAL_METRIC)
+        e.comparisons["retrieval_vs_leader"] = {"leader": lead.name, **(_interval_dict(ci, verdict) or {})}
+        if verdict == "worse" and ci is not None:
+            e.reason = (
+                f"finds fewer passkeys by generation than {lead.name!r} at {settings.length} tokens: "
+                f"{ci.fixed()} (difference in share found) after {prompts} prompts"
+            )
+            e.left_after = windows
+
+
 def _jobs(settings: RaceSettings, entries: list[Entry]) -> list[tuple[str, int, list[Entry]]]:
     """What a round scores: the candidates in the race at N, and at each short length those whose
     cost is not decided yet, with "no change" (what they pair with) first."""
     racing = [e for e in entries if e.reason is None]
     base = next(e for e in entries if e.name == BASELINE)
     jobs = [(settings.task, settings.length, racing)]
+    if settings.retrieval:
+        jobs.append((RETRIEVAL_TASK, settings.length, racing))
     for n in settings.short_lengths:
         needy = [e for e in racing if e is not base and n not in e.short_ok]
         if needy:
@@ -170,7 +236,7 @@ def race(candidates: Sequence[Candidate], scorer: Scorer, settings: RaceSettings
     while windows < settings.windows and sum(e.reason is None for e in entries) > 1:
         block = (windows, min(windows + settings.block, settings.windows))
         jobs = _jobs(settings, entries)
-        need = (block[1] - block[0]) * sum(len(j[2]) for j in jobs)
+        need = (block[1] - block[0]) * sum(len(j[2]) * _rows_per_window(settings, j[0]) for j in jobs)
         if settings.budget is not None and rows + need > settings.budget:
             status = "undecided"
             break
@@ -183,6 +249,8 @@ def race(candidates: Sequence[Candidate], scorer: Scorer, settings: RaceSettings
         if windows >= settings.min_windows:  # the cost first: the leader at N is one that may stay
             _short_cut(settings, [e for e in entries if e.reason is None], base, windows)
             _objective_cut(settings, [e for e in entries if e.reason is None], windows)
+            if settings.retrieval:
+                _retrieval_cut(settings, [e for e in entries if e.reason is None], windows)
         if progress is not None:  # after the cuts: the candidates still in the race
             progress(windows, rows, sum(e.reason is None for e in entries))
     still = [e for e in entries if e.reason is None]
@@ -190,3 +258,26 @@ def race(candidates: Sequence[Candidate], scorer: Scorer, settings: RaceSettings
         status = "decided"
     lead = _leader(settings, still) if windows else still[0]
     return RaceResult(entries, status, rows, windows, lead.name)
+
+
+def retrieval_rows(result: RaceResult, length: int, default: Entry | None) -> dict[str, dict[str, Any]]:
+    """Per candidate with race prompts scored: passkeys found by generation at ``length`` (share,
+    Wilson 95%), and paired (Newcombe 95%) against no change and ``default`` (YaRN's own default) on
+    the prompts both answered."""
+    task, key = get_task(RETRIEVAL_TASK), (RETRIEVAL_TASK, length)
+    base = next(e for e in result.entries if e.name == BASELINE)
+    out: dict[str, dict[str, Any]] = {}
+    for e in (x for x in result.entries if x.parts.get(key)):
+        mine = merged(RETRIEVAL_TASK, e.parts[key])
+        row: dict[str, Any] = {"prompts": len(mine["hits"]), "found": int(sum(mine["hits"]))}
+        ci = task.interval(mine, RETRIEVAL_METRIC)
+        row["share"] = _interval_dict(ci, None) if ci else {"value": mine[RETRIEVAL_METRIC]}
+        for name, other in (("vs_no_change", base), ("vs_default", default)):
+            if other is None or other is e or not other.parts.get(key):
+                continue
+            n = min(len(e.parts[key]), len(other.parts[key]))  # the blocks both were scored on
+            a, b = merged(RETRIEVAL_TASK, e.parts[key][:n]), merged(RETRIEVAL_TASK, other.parts[key][:n])
+            pc = task.paired(a, b, RETRIEVAL_METRIC)
+            row[name] = _interval_dict(pc, None if pc is None else task.verdict(pc, RETRIEVAL_METRIC))
+        out[e.name] = row
+    return out

@@ -14,6 +14,7 @@ import numpy as np
 from ..analysis.style import DPI, NULL, integer_ticks, plain_ticks, plt
 from ..evaluate.task_base import get_task
 from ..utils.tables import markdown_table
+from .race import PLAIN as PLAIN_OBJECTIVE
 
 
 def race_table(ev: dict[str, Any]) -> list[str]:
@@ -22,14 +23,26 @@ def race_table(ev: dict[str, Any]) -> list[str]:
         (
             c["name"],
             "no" if c["gated"] else "yes",
+            _found(c.get("retrieval")),
             "yes" if c["kept"] else "no",
             c["reason"] or "-",
             c["engines"][engine]["how"],
         )
         for c in ev["candidates"]
     ]
-    head = ("candidate", "changes below L0", "kept", "why it left", f"{engine} carries it by")
+    head = (
+        "candidate",
+        "changes below L0",
+        "passkeys found (race)",
+        "stayed",
+        "why it left",
+        f"{engine} carries it by",
+    )
     return [markdown_table(head, rows)]
+
+
+def _found(r: dict[str, Any] | None) -> str:
+    return "-" if not r else f"{r['found']} of {r['prompts']}"
 
 
 def interval_cell(c: dict[str, Any] | None) -> str:
@@ -77,15 +90,58 @@ def temperature_lines(ev: dict[str, Any]) -> list[str]:
     ]
 
 
-def recommendation_lines(ev: dict[str, Any]) -> list[str]:
-    rec, engine = ev["recommendation"], ev["question"]["engine"]
+def _vs(c: dict[str, Any] | None, signed: bool = False) -> str:
+    """A paired comparison in words: ``+0.42 [+0.27, +0.56], better``."""
+    if not c or "value" not in c:
+        return "not measured"
+    f = "{:+.3f}" if signed else "{:.4f}"
+    return f"{f.format(c['value'])} [{f.format(c['low'])}, {f.format(c['high'])}], {c['verdict']}"
+
+
+def _signed(axis: dict[str, Any]) -> bool:
+    """Whether ``axis``'s comparisons are differences (shown signed) rather than ratios."""
+    return get_task(axis["task"]).metric(axis["metric"]).comparison == "difference"
+
+
+def headline_lines(ev: dict[str, Any]) -> list[str]:
+    """What to run, first: the pick, its gain at N, its passkeys against no change and YaRN's
+    default, its cost below L0 (each with its interval), and every axis where another spec is better."""
+    rec = ev["recommendation"]
     if rec["name"] is None:
         return [
             f"**Undecided**: {rec['why']}. Still in the race: {', '.join(rec['still_in'])}. Give a larger --budget."
         ]
+    said = "**Run: " + rec["name"] + "**" if rec["status"] == "recommended" else "**Nothing beats the baseline**"
+    lines = [f"{said} ({rec['why']}). Checked on windows and prompts the race never saw:", ""]
+    h = rec.get("headline") or {"axes": [], "better_elsewhere": [], "cost": None}
+    for a in h["axes"]:
+        signed = _signed(a)
+        default = a["vs_default"]
+        against = f"; against YaRN's default ({default['against']}): {_vs(default, signed)}" if default else ""
+        lines.append(f"- {a['label']}: {a['value']}; against no change: {_vs(a['vs_no_change'], signed)}{against}")
+    cost = h.get("cost")
+    if cost:
+        lines.append(f"- cost below the trained length (worst, at {cost['length']} tokens): {_vs(cost)} of no change")
+    if h.get("below_default_on_retrieval"):
+        lines += [
+            "",
+            "**It finds fewer passkeys than YaRN's default** (above): a lower cost or a better score bought it.",
+        ]
+    why_left = {c["name"]: c["reason"] for c in ev["candidates"]}
+    better = h.get("better_elsewhere", [])
+    if better:
+        lines += ["", "Where the axes disagree: better than the pick on one axis, and why each was not picked:", ""]
+        for b in better:
+            signed = _signed(b)
+            reason = why_left.get(b["name"]) or "it stayed in the race; the simpler pick came first"
+            lines.append(f"- {b['name']}, {b['label']}: {_vs(b['vs_pick'], signed)} against the pick ({reason})")
+    return [*lines, "", *engine_lines(ev)]
+
+
+def engine_lines(ev: dict[str, Any]) -> list[str]:
+    rec, engine = ev["recommendation"], ev["question"]["engine"]
     how = rec["engines"][engine]
-    said = "**Recommended**" if rec["status"] == "recommended" else "**Nothing beats the baseline**"
-    lines = [f"{said}: {rec['name']} ({rec['why']}). {rec['evidence']}.", "", f"For {engine}: {how['how']}."]
+    lines = [f"For {engine}: {how['how']}."]
     body = how.get("settings") or how.get("command")
     if body:
         lines += ["", "```", body, "```"]
@@ -96,6 +152,15 @@ def recommendation_lines(ev: dict[str, Any]) -> list[str]:
     return lines + _alternative(ev)
 
 
+def recommendation_lines(ev: dict[str, Any]) -> list[str]:
+    """The recommendation and its evidence line (``--status`` and the tests read it)."""
+    rec = ev["recommendation"]
+    if rec["name"] is None:
+        return headline_lines(ev)
+    said = "**Recommended**" if rec["status"] == "recommended" else "**Nothing beats the baseline**"
+    return [f"{said}: {rec['name']} ({rec['why']}). {rec['evidence']}."]
+
+
 def _alternative(ev: dict[str, Any]) -> list[str]:
     alt = ev["recommendation"].get("if_cost_allowed")
     if not alt:
@@ -104,7 +169,8 @@ def _alternative(ev: dict[str, Any]) -> list[str]:
     cost = "no cost measured" if c is None else f"{c['value']:.4f} [{c['low']:.4f}, {c['high']:.4f}]"
     return [
         "",
-        f"Best on {ev['question']['objective']} at {ev['question']['length']} without the short-cost limit: "
+        f"Best on {PLAIN_OBJECTIVE.get(ev['question']['objective'], ev['question']['objective'])} at "
+        f"{ev['question']['length']} without the short-cost limit: "
         f"{alt['name']}, {g['value']:.4f} [{g['low']:.4f}, {g['high']:.4f}] against no change, at a worst cost "
         f"below the trained length of {cost} (all-token perplexity ratio).",
     ]
@@ -112,13 +178,21 @@ def _alternative(ev: dict[str, Any]) -> list[str]:
 
 def advice_markdown(ev: dict[str, Any]) -> str:
     q, d = ev["question"], ev["diagnosis"]
+    found = q.get("retrieval_prompts")
+    axes = f"{PLAIN_OBJECTIVE.get(q['objective'], q['objective'])} at {q['length']} tokens" + (
+        f", passkeys found by greedy generation at {q['length']} ({found['race']} prompts)" if found else ""
+    )
     lines = [
         f"# attntemp advise: {q['model']} at {q['length']} tokens (trained to {q['trained_length']})",
         "",
-        f"Engine: {q['engine']}. The race judges {q['objective']} at {q['length']} tokens on the tuning pool of "
-        f"{q['text']}, window block by window block, and all-token perplexity below the trained length "
-        f"(a candidate leaves when it costs more than {q['max_short_cost']:.0%} there, for certain). Every figure "
-        "is paired on the same windows with its 95% interval.",
+        *headline_lines(ev),
+        "",
+        "## How this was decided",
+        "",
+        f"Engine: {q['engine']}. The race judges {axes} on the tuning pool of {q['text']}, window block by window "
+        f"block, and all-token perplexity below the trained length (a candidate leaves when it costs more than "
+        f"{q['max_short_cost']:.0%} there, for certain, or when another is better on an axis, for certain). Every "
+        "figure is paired on the same windows or prompts with its 95% interval.",
         "",
         "## Where the model breaks",
         "",
@@ -134,8 +208,8 @@ def advice_markdown(ev: dict[str, Any]) -> str:
         "",
         "## Confirmed on windows the race never saw",
         "",
-        "Each cell: the spec against no change on the same windows (ratio for perplexities, difference for "
-        "needles), 95% paired interval, verdict.",
+        "Each cell: the spec against no change on the same windows or prompts (a ratio for perplexities, a "
+        "difference for passkeys found and log-probabilities), 95% paired interval, verdict.",
         "",
         *confirm_table(ev),
         "",

@@ -25,10 +25,10 @@ from ..report.html import markdown_to_html
 from ..tune.search import SearchOptions, tune_global
 from ..utils import outputs
 from . import diagnose, report, status
-from .candidates import BASELINE, Candidate, candidates, tuned_yarn, with_engines, yarn_label
+from .candidates import BASELINE, Candidate, by_key, candidates, rotary, tuned_yarn, with_engines
 from .config import STORE, AdviseConfig, AdvisePlan, preflight_advise
 from .confirm import checks_for, confirm, on_yarn, recommendation, to_confirm
-from .race import RaceResult, RaceSettings, race
+from .race import RETRIEVAL_TASK, RaceResult, RaceSettings, race, retrieval_rows
 
 
 class Counter:
@@ -82,7 +82,7 @@ def _say(cfg: AdviseConfig, text: str) -> None:
         print(f"advise: {text}", file=sys.stderr, flush=True)
 
 
-def _contexts(plan: AdvisePlan) -> tuple[EvalContext, EvalContext]:
+def contexts(plan: AdvisePlan) -> tuple[EvalContext, EvalContext]:
     """The evaluation pool's context and the race's (tuning pool, race windows + spare ones)."""
     cfg = plan.cfg
     ctx = replace(eval_context(cfg, plan.trained, tuning=True), needles_per_forward=max(1, plan.needles))
@@ -108,14 +108,19 @@ def setup(plan: AdvisePlan, model: Any, store: ScoreStore) -> Setup:
     """The race's candidates, scorer and settings (YaRN's m searched first unless --no-tune)."""
     cfg, tok, count = plan.cfg, plan.tok, Counter()
     model_id = model_identity(model, cfg.model)
-    ctx, tctx = _contexts(plan)
+    ctx, tctx = contexts(plan)
+
+    k = cfg.retrieval_per_window  # passkey prompts a window: block (a, b) is prompts (a k, b k)
+    rctx = replace(tctx, trials=max(1, cfg.race_windows * k))
 
     def on_tuning_pool(specs, task, length, block, stage="race"):
-        pool = replace(tctx, window_range=block)
+        a, b = block
+        retrieval = task == RETRIEVAL_TASK
+        pool = replace(rctx, window_range=(a * k, b * k)) if retrieval else replace(tctx, window_range=block)
         with reporting(_scoring(cfg, stage)):
             return count.add(stage, score_many(model, tok, list(specs), task, length, pool, store, model_id))
 
-    cands = candidates(cfg.length, plan.trained)
+    cands = candidates(cfg.length, plan.trained, rotary(plan.config))
     if plan.extends and cfg.tune_m:
         _say(cfg, "searching YaRN's global m on the tuning pool's spare windows")
         try:
@@ -124,7 +129,7 @@ def setup(plan: AdvisePlan, model: Any, store: ScoreStore) -> Setup:
             _say(cfg, "YaRN's global m: not searched yet")
     settings = RaceSettings(
         cfg.objective, cfg.length, plan.short_lengths, cfg.race_windows, cfg.block, cfg.min_windows,
-        cfg.max_short_cost, cfg.budget,
+        cfg.max_short_cost, cfg.budget, k if plan.extends else 0, cfg.min_retrieval,
     )  # fmt: skip
     engines = [with_engines(c, plan.trained, plan.config) for c in cands]
     return Setup(engines, on_tuning_pool, settings, ctx, tctx, store, model_id, count)
@@ -139,8 +144,8 @@ def advise(plan: AdvisePlan, model: Any, out: Path) -> AdviseResult:
     _say(cfg, f"racing {len(s.candidates)} candidates")
     result = race(s.candidates, s.scorer, s.settings, _progress(cfg))
     _say(cfg, f"race {result.status}; confirming on the evaluation pool")
-    confirmed, first = _confirm(plan, result, model, tok, s.ctx, s.store, s.model_id, s.count)
-    rec = recommendation(result, confirmed, first, cfg.engine)
+    confirmed, checks = _confirm(plan, result, model, tok, s.ctx, s.store, s.model_id, s.count)
+    rec = recommendation(result, confirmed, checks, cfg.engine)
     ev = _evidence(plan, result, diagnosis, confirmed, rec, s.count, time.perf_counter() - t0)
     return AdviseResult(ev, out, s.store, s.model_id, s.count)
 
@@ -223,12 +228,13 @@ def _confirm(plan: AdvisePlan, result: RaceResult, model, tok, ctx: EvalContext,
         if plan.second_text
         else None
     )
-    m1 = f"{yarn_label(cfg.length / plan.trained)}, m = 1"
-    yarns = on_yarn(result, m1)  # YaRN at m = 1, with its m, with log-n, with the tuned m
-    entries = to_confirm(result, yarns)
+    yarn, default = by_key(result.entries, "yarn"), by_key(result.entries, "yarn+m")
+    yarns = on_yarn(result, yarn.name) if yarn else []  # YaRN at m = 1, with its m, with log-n, with the tuned m
+    entries = to_confirm(result, yarns, most=len(result.entries))  # every survivor: the decision pairs them
     checks = checks_for(
-        cfg.objective, cfg.length, plan.check_length, plan.short_lengths, plan.needles > 0, bool(second)
-    )
+        cfg.objective, cfg.length, plan.check_length, plan.short_lengths, plan.needles > 0, bool(second),
+        retrieval=plan.extends and cfg.retrieval_per_window > 0,
+    )  # fmt: skip
 
     def scorer(specs, task, length, text):
         where = ctx if text == "evaluation" else second
@@ -239,12 +245,15 @@ def _confirm(plan: AdvisePlan, result: RaceResult, model, tok, ctx: EvalContext,
             scored = score_many(model, tok, list(specs), task, length, where, store, model_id)
         return [r.metrics for r in count.add("confirmation", scored)]
 
-    against = {e.name: m1 for e in entries if e.name in yarns and e.name != m1}
-    return confirm({e.name: e.candidate.spec for e in entries}, checks, scorer, against), checks[0]
+    against = {e.name: yarn.name for e in entries if yarn and e.name in yarns and e.name != yarn.name}
+    specs = {e.name: e.candidate.spec for e in entries}
+    survivors = [e.name for e in result.survivors]
+    return confirm(specs, checks, scorer, against, default.name if default else None, survivors), checks
 
 
 def _evidence(plan, result: RaceResult, diagnosis, confirmed, rec, count: Counter, seconds: float) -> dict[str, Any]:
     cfg = plan.cfg
+    found = retrieval_rows(result, cfg.length, by_key(result.entries, "yarn+m"))
     return {
         "question": {
             "model": cfg.model,
@@ -257,6 +266,10 @@ def _evidence(plan, result: RaceResult, diagnosis, confirmed, rec, count: Counte
             "short_lengths": list(plan.short_lengths),
             "check_length": plan.check_length,
             "max_short_cost": cfg.max_short_cost,
+            "min_retrieval": cfg.min_retrieval,
+            "retrieval_prompts": {"race": cfg.race_windows * cfg.retrieval_per_window, "confirmation": cfg.trials}
+            if plan.extends and cfg.retrieval_per_window
+            else None,
             "needles_per_forward": plan.needles,
         },
         "diagnosis": diagnosis,
@@ -267,6 +280,7 @@ def _evidence(plan, result: RaceResult, diagnosis, confirmed, rec, count: Counte
                 "reason": e.reason,
                 "left_after": e.left_after,
                 "comparisons": e.comparisons,
+                "retrieval": found.get(e.name),
             }
             for e in result.entries
         ],

@@ -17,7 +17,7 @@ from typing import Any
 from ..evaluate.score import Result, ScoreStore, merged
 from ..evaluate.task_base import get_task
 from ..utils.tables import markdown_table
-from .candidates import BASELINE, yarn_label
+from .candidates import BASELINE, by_key
 from .config import STORE, AdvisePlan
 from .race import RaceResult
 from .report import confirm_table, interval_cell
@@ -56,14 +56,15 @@ def candidate_rows(plan: AdvisePlan, result: RaceResult) -> list[dict[str, Any]]
     cfg = plan.cfg
     task, key = get_task(cfg.objective), (cfg.objective, cfg.length)
     parts = {e.name: e.parts.get(key, []) for e in result.entries}
-    family = yarn_label(cfg.length / plan.trained)
-    yarn_m1 = f"{family}, m = 1"
+    yarn = by_key(result.entries, "yarn")
+    on_yarn = {e.name for e in result.entries if yarn and e.candidate.spec.rope == yarn.candidate.spec.rope}
     out = []
     for e in result.entries:
         mine = parts[e.name]
-        reference = yarn_m1 if e.name.startswith(family) and e.name != yarn_m1 else None
+        reference = yarn.name if yarn and e.name in on_yarn and e is not yarn else None
         out.append(
             {
+                "key": e.candidate.key,
                 "name": e.name,
                 "kept": e.reason is None,
                 "reason": e.reason,
@@ -72,6 +73,7 @@ def candidate_rows(plan: AdvisePlan, result: RaceResult) -> list[dict[str, Any]]
                 "vs_no_change": None if e.name == BASELINE else _paired(plan, mine, parts[BASELINE]),
                 "vs_yarn_m1": _paired(plan, mine, parts[reference]) if reference in parts else None,
                 "vs_leader": e.comparisons.get("objective_vs_leader"),
+                "retrieval_vs_leader": e.comparisons.get("retrieval_vs_leader"),
                 "short_cost": e.comparisons.get("short_cost", {}),
             }
         )

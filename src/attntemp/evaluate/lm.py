@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from ..hf.patch import batch_multipliers
+from ..utils import noise
 
 _INTEGER = re.compile(r"\d+")
 
@@ -185,6 +186,35 @@ def answer_and_greedy(model: Any, prompt: torch.Tensor, answer: torch.Tensor, ne
         rest = out.logits.float()  # [b, A-1, V]: soft-capped by the model, as token_nll does
         lp.append(torch.log_softmax(rest, -1).gather(-1, answer[:, 1:, None].to(rest.device)).squeeze(-1))
     return torch.cat(lp, 1).mean(1), greedy(model, prompt, new_tokens, (logits, cache))  # [b], [b, new]
+
+
+@torch.no_grad()
+def answer_and_generate(model: Any, prompt: torch.Tensor, answer: torch.Tensor, new_tokens: int):
+    """``([b] mean log-probability of answer ``[b, A]`` after prompt ``[b, P]``, [b, <= new_tokens]
+    greedy continuation by transformers' ``generate``)`` from one prefill, as a user runs it: the
+    first ``P - 1`` prompt tokens fill a KV cache once; a copy of it scores the answer
+    teacher-forced (the last prompt token and ``answer[:, :-1]``), the cache itself continues in
+    ``model.generate`` (greedy, the model's generation config otherwise), which feeds the last
+    prompt token and decodes. The continuation stops early at the model's end-of-text token.
+    :func:`answer_and_greedy` is the reference path (tested equal)."""
+    if prompt.shape[1] < 2:
+        raise ValueError(f"prompt has {prompt.shape[1]} tokens; generation after a prefill needs at least 2")
+    name = _cache_name(model)
+    _, cache = last_logits(model, prompt[:, :-1])  # the prefill: a cache of P - 1 positions
+    forced = torch.cat([prompt[:, -1:], answer[:, :-1]], dim=1)  # [b, A]
+    out = model(input_ids=forced, use_cache=True, **{name: copy.deepcopy(cache)})
+    logp = torch.log_softmax(out.logits.float(), -1)  # [b, A, V]: soft-capped by the model
+    ans_lp = logp.gather(-1, answer[:, :, None].to(logp.device)).squeeze(-1).mean(1)  # [b]
+    with noise.quiet_libraries():  # "exceeded the model's predefined maximum length": the point here
+        gen = model.generate(
+            input_ids=prompt,
+            attention_mask=torch.ones_like(prompt),
+            max_new_tokens=new_tokens,
+            do_sample=False,
+            num_beams=1,
+            **{name: cache},
+        )  # [b, P + new]
+    return ans_lp, gen[:, prompt.shape[1] :]  # [b], [b, <= new_tokens]
 
 
 def first_integer(text: str) -> int | None:

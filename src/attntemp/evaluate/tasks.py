@@ -31,7 +31,7 @@ from ..hf.patch import batch_multipliers
 from . import corpus
 from .corpus import heldout_windows
 from .key_tokens import KeyTokens
-from .lm import answer_and_greedy, first_integer, multiplier_nll, repeat_rows
+from .lm import answer_and_generate, first_integer, multiplier_nll, repeat_rows
 from .needles import Needles
 from .task_base import (
     TASKS,
@@ -65,6 +65,7 @@ __all__ = [
     "eval_context",
     "get_task",
     "needle_prompt",
+    "passkey_prompts",
     "register_task",
     "score_prompts",
     "tail_start",
@@ -140,8 +141,10 @@ def score_prompts(model, tok, prompts, multipliers, batch_size) -> list[dict[str
     """Exact match of the greedy key and mean log-probability of the answer tokens, per m; each
     trial's outcome (``hits``) and key log-probability (``logps``) kept, in the order of ``prompts``.
 
-    Greedy decoding runs for the answer's length plus 2 tokens: enough to read the first integer
-    (and see that it ends where the key ends)."""
+    The key is generated as a user runs the model: one prefill with a KV cache, then transformers'
+    ``generate`` (greedy) for the answer's length plus 2 tokens, enough to read the first integer
+    (and see that it ends where the key ends); the same prefill scores the answer teacher-forced
+    (:func:`attntemp.evaluate.lm.answer_and_generate`)."""
     k = len(multipliers)
     hits, logps = torch.zeros(k, len(prompts)), torch.zeros(k, len(prompts))
     for group in _grouped(list(enumerate(prompts))):
@@ -153,7 +156,7 @@ def score_prompts(model, tok, prompts, multipliers, batch_size) -> list[dict[str
             plen = len(part[0][0])
             rows = rows.to(model.device)
             with batch_multipliers(model, m):  # one forward over the prompts for both scores
-                ans_lp, gen = answer_and_greedy(model, rows[:, :plen], rows[:, plen:], rows.shape[1] - plen + 2)
+                ans_lp, gen = answer_and_generate(model, rows[:, :plen], rows[:, plen:], rows.shape[1] - plen + 2)
             texts = tok.batch_decode(gen, skip_special_tokens=True)
             keys = [key for _, _, key in part] * k
             ok = torch.tensor([first_integer(t) == key for t, key in zip(texts, keys, strict=True)]).float()
@@ -196,12 +199,19 @@ class Passkey(RetrievalTask):
     name = "passkey"
 
     def evaluate(self, model, tok, length, multipliers, ctx):
-        rng = random.Random(ctx.seed)
-        prompts = [
-            _keyed(tok, rng, lambda key: corpus.passkey_prompt(key, length - 10, rng.random(), tok))
-            for _ in range(ctx.trials)
-        ]
-        return score_prompts(model, tok, list(ctx.pick(prompts)), multipliers, ctx.batch_size)
+        return score_prompts(model, tok, passkey_prompts(tok, length, ctx), multipliers, ctx.batch_size)
+
+
+def passkey_prompts(tok, length: int, ctx: EvalContext) -> list[tuple[list[int], list[int], int]]:
+    """The passkey task's ``(prompt ids, answer ids, key)`` at ``length`` on ``ctx`` (its seed and
+    trials; the block :attr:`EvalContext.window_range` of them): what any other path that answers
+    them (a baked checkpoint in plain transformers) must be given."""
+    rng = random.Random(ctx.seed)
+    prompts = [
+        _keyed(tok, rng, lambda key: corpus.passkey_prompt(key, length - 10, rng.random(), tok))
+        for _ in range(ctx.trials)
+    ]
+    return list(ctx.pick(prompts))
 
 
 def needle_prompt(tok, haystack: str, key: int, n_tokens: int, depth: float) -> str:

@@ -1,7 +1,7 @@
 """Ship a position-dependent spec to transformers: a checkpoint that carries its schedule as remote code.
 
 A checkpoint has no per-position q scale, so ``bake`` refuses schedules whose m changes with the
-query (logn, sqrt_logn, llama4, ssmax, log_length). This writes them anyway, as transformers'
+query (logn, sqrt_logn, llama4, ssmax, log_length, gated_constant). This writes them anyway, as transformers'
 remote code: the static part of the spec (multiplier, layers, heads, RoPE) is baked into q_proj
 as usual, and two small self-contained modules copied from :mod:`attntemp.assets.remote_code`
 (torch + transformers only, no attntemp), ``modeling_attntemp_schedule.py`` and the schedules'
@@ -37,7 +37,7 @@ CONFIG_CLASS = "AttntempScheduleLlamaConfig"
 # The checkpoint's own model_type: transformers knows no such type, so a load without
 # trust_remote_code=True stops (it would otherwise load the folder as a plain, unscheduled Llama).
 MODEL_TYPE = "attntemp_schedule_llama"
-SCHEDULED = ("logn", "sqrt_logn", "llama4", "ssmax", "log_length")
+SCHEDULED = ("logn", "sqrt_logn", "llama4", "ssmax", "log_length", "gated_constant")
 
 # The remote code and the vLLM plugin are real modules of attntemp.assets.remote_code, copied as
 # they are (each formula is the one of attntemp.ops.schedules; tests compare the logits with
@@ -86,7 +86,7 @@ def schedule_start(spec: TemperatureSpec) -> int:
     params = spec.to_dict()["schedule_params"]
     if spec.schedule == "llama4":
         return int(params.get("floor_scale", 8192))
-    if spec.schedule in ("logn", "sqrt_logn", "log_length"):
+    if spec.schedule in ("logn", "sqrt_logn", "log_length", "gated_constant"):
         return int(params.get("trained_len", 2048))
     return 0
 

@@ -7,6 +7,7 @@ q rows (the static part of the temperature is already in q_proj's weights):
   llama4     m = 1 + attn_scale * log1p(floor((pos + 1) / floor_scale)) (Llama 4)
   ssmax      m = s * ln n over the n visible keys, floored at 1e-6 (arXiv:2501.19399)
   log_length ln m = a + b ln(max(1, n / L0)), a and b a number, one per layer or per (layer, head)
+  gated_constant  m = multiplier for a query that sees more than L0 keys, else 1
 Each formula is the one of attntemp.ops.schedules (attntemp's tests compare them).
 """
 
@@ -48,4 +49,9 @@ def schedule(
         a = _coefficient(params.get("a", 0.0), layer, n_keys.device)  # [H or 1, 1]
         b = _coefficient(params.get("b", 0.0), layer, n_keys.device)  # [H or 1, 1]
         return (a + b * x).exp()  # [H or 1, Lq]
-    raise ValueError(f"attntemp_schedule name={name!r} is not one of logn, sqrt_logn, llama4, ssmax, log_length")
+    if name == "gated_constant":
+        past = n_keys.to(torch.float32) > params.get("trained_len", 2048)  # [Lq]
+        return torch.where(past, float(params.get("multiplier", 1.0)), 1.0).to(torch.float32).unsqueeze(0)  # [1, Lq]
+    raise ValueError(
+        f"attntemp_schedule name={name!r} is not one of logn, sqrt_logn, llama4, ssmax, log_length, gated_constant"
+    )
