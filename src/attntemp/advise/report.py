@@ -255,6 +255,7 @@ def tradeoff_figure(ev: dict[str, Any], path: Path) -> Path:
         ax.errorbar(x["value"], y["value"], xerr=xerr, yerr=yerr, fmt="o", color=f"C{i % 10}", capsize=3, label=name)
         if name == rec:
             ax.plot(x["value"], y["value"], "o", ms=16, mfc="none", mec="black", mew=1.5)
+            ax.annotate("recommended", (x["value"], y["value"]), xytext=(12, 8), textcoords="offset points", fontsize=8)
     q = ev["question"]
     task = get_task(q["objective"])
     if task.metric(task.objective).comparison == "ratio":
@@ -264,7 +265,7 @@ def tradeoff_figure(ev: dict[str, Any], path: Path) -> Path:
     ax.axvline(1.0, **NULL)
     ax.axvline(1.0 + q["max_short_cost"], color="0.4", ls=":", lw=1.0, label=f"cost limit ({q['max_short_cost']:.0%})")
     ax.set_xlabel(f"cost below the trained length: worst all-token ppl ratio to no change (L0 = {q['trained_length']})")
-    ax.set_ylabel(f"{q['objective']} at {q['length']}: ratio (or difference) to no change")
+    ax.set_ylabel(f"{PLAIN_OBJECTIVE.get(q['objective'], q['objective'])} at {q['length']}: vs no change")
     ax.set_title(f"{q['model']}: long-context gain vs short-context cost (ringed: the recommendation)", fontsize=10)
     ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
