@@ -69,7 +69,8 @@ def preflight_sweep(cfg: SweepConfig, model=None, tok=None) -> SweepPlan:
     rows = limits.forward_rows(cfg.batch_size, cfg.n_docs, cfg.trials, k)
     retrieval = cfg.trials if set(cfg.tasks) & {"passkey", "needle"} else 0
     limits.check_length_memory("lengths", cfg.lengths, config and preflight.text_part(config), rows, retrieval)
-    dtype = str(devices.check_dtype(getattr(cfg, "dtype", None), getattr(cfg, "device", "cpu"))).split(".")[-1]
+    given = getattr(cfg, "dtype", None)  # auto: measured at load; the scores' keys carry the dtype it chose
+    dtype = "auto" if given == "auto" else str(devices.check_dtype(given, getattr(cfg, "device", "cpu"))).split(".")[-1]
     files = {"model_files": preflight.fingerprint(cfg.model), "model_weights": preflight.weights_digest(cfg.model)}
     used = {"key_distance": cfg.key_distance or max(1, (trained or 2) // 2)}  # the value used, typed or not
     found = {**asdict(cfg), "dtype": dtype, "trained_length": trained, **files, **used}

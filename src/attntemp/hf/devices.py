@@ -109,9 +109,9 @@ def parse_device(text: str) -> str:
 
 
 def parse_dtype(text: str) -> str:
-    """``--dtype``: one of :data:`DTYPES`."""
-    if text.strip() not in DTYPES:
-        raise ValueError(f"expected one of {', '.join(DTYPES)}")
+    """``--dtype``: one of :data:`DTYPES`, or ``auto`` (:mod:`attntemp.hf.dtype_probe`: measured)."""
+    if text.strip() not in (*DTYPES, "auto"):
+        raise ValueError(f"expected one of {', '.join(DTYPES)} or auto")
     return text.strip()
 
 

