@@ -52,6 +52,12 @@ class AdviseConfig(EvalOptions):
         "passkey prompts per race window answered by greedy generation at --length (retrieval by generation, "
         "an axis of the race; --trials prompts confirm it); 0: no retrieval axis",
     )
+    retrieval_prompts: int | None = option(
+        None,
+        "passkey prompts the confirmation answers by generation at --length (default: --trials); on a real model "
+        "each is a prefill at --length",
+        parse=int,
+    )
     min_retrieval: float | None = option(
         None,
         "waive the retrieval comparison for a floor: a candidate leaves only when its share of passkeys found is "
@@ -86,6 +92,8 @@ class AdviseConfig(EvalOptions):
         checks.within("retrieval_per_window", self.retrieval_per_window, 0, 64)
         if self.min_retrieval is not None:
             checks.within("min_retrieval", self.min_retrieval, 0.0, 1.0)
+        if self.retrieval_prompts is not None:
+            checks.positive_int("retrieval_prompts", self.retrieval_prompts)
         for name in ("race_windows", "block", "min_windows"):
             checks.positive_int(name, getattr(self, name))
         if self.race_windows < 2:

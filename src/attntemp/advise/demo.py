@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -197,6 +197,7 @@ def plain_retrieval(plan: AdvisePlan, result: AdviseResult, path: Path) -> list[
     from transformers import AutoModelForCausalLM
 
     n, (ctx, _) = plan.cfg.length, contexts(plan)
+    ctx = replace(ctx, trials=plan.cfg.retrieval_prompts or plan.cfg.trials)  # the confirmation's prompts
     prompts = passkey_prompts(plan.tok, n, ctx)
     with noise.quiet_libraries():
         model = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True, dtype=torch.float32).eval()

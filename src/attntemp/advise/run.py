@@ -236,9 +236,12 @@ def _confirm(plan: AdvisePlan, result: RaceResult, model, tok, ctx: EvalContext,
         retrieval=plan.extends and cfg.retrieval_per_window > 0,
     )  # fmt: skip
 
+    prompts = cfg.retrieval_prompts or cfg.trials  # the other tasks' windows keep their keys in the store
+
     def scorer(specs, task, length, text):
         where = ctx if text == "evaluation" else second
         assert where is not None
+        where = replace(where, trials=prompts) if task == RETRIEVAL_TASK else where
         if not cfg.status:  # a long confirmation shows where it is
             _say(cfg, f"confirming {len(specs)} specs: {task} at {length} on the {text} windows")
         with reporting(_scoring(cfg, "confirm")):
@@ -267,7 +270,10 @@ def _evidence(plan, result: RaceResult, diagnosis, confirmed, rec, count: Counte
             "check_length": plan.check_length,
             "max_short_cost": cfg.max_short_cost,
             "min_retrieval": cfg.min_retrieval,
-            "retrieval_prompts": {"race": cfg.race_windows * cfg.retrieval_per_window, "confirmation": cfg.trials}
+            "retrieval_prompts": {
+                "race": cfg.race_windows * cfg.retrieval_per_window,
+                "confirmation": cfg.retrieval_prompts or cfg.trials,
+            }
             if plan.extends and cfg.retrieval_per_window
             else None,
             "needles_per_forward": plan.needles,
