@@ -57,10 +57,10 @@ def test_linear_shape_and_the_flag():
 
 
 def test_load_model_auto_probes_the_tiny_models_shape(tmp_path, monkeypatch, capsys):
-    import attntemp
+    from attntemp.hf.loading import load_model
 
     monkeypatch.setenv("ATTNTEMP_CACHE", str(tmp_path))
-    model, _ = attntemp.load_model("tiny", dtype="auto")
+    model, _ = load_model("tiny", dtype="auto")
     err = capsys.readouterr().err
     assert "dtype auto:" in err and str(next(model.parameters()).dtype).removeprefix("torch.") in err
     assert (tmp_path / dtype_probe.PROBE_FILE).is_file()

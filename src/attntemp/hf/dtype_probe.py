@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
 BF16_WINS = 0.9  # bfloat16 is chosen when its time is at most this share of float32's
 PROBE_FILE = "dtype_probe.json"
 
@@ -50,7 +50,7 @@ class DtypeProbe:
     def line(self) -> str:
         """The decision in one line, with what it rests on."""
         how, (n, d_in, d_out) = ("cached probe" if self.cached else "probe"), self.shape
-        flags = " ".join(self.flags) or "none of " + " ".join(FLAGS)
+        flags = " ".join(self.flags) or "none of " + " ".join(CPU_FLAGS)
         return (
             f"dtype auto: {self.dtype} (a {n}x{d_in} by {d_out}x{d_in} linear takes {self.ratio:.2f}x float32's "
             f"time in bfloat16 on {self.cpu} [{flags}], {self.threads} threads, torch {self.torch}; {how})"
@@ -58,11 +58,11 @@ class DtypeProbe:
 
 
 def cpu_identity(cpuinfo: str) -> tuple[str, tuple[str, ...]]:
-    """The CPU's model name and which of :data:`FLAGS` it has, from ``/proc/cpuinfo`` text."""
+    """The CPU's model name and which of :data:`CPU_FLAGS` it has, from ``/proc/cpuinfo`` text."""
     name = re.search(r"^model name\s*:\s*(.+)$", cpuinfo, re.M)
     flags = re.search(r"^flags\s*:\s*(.+)$", cpuinfo, re.M)
     have = set(flags.group(1).split()) if flags else set()
-    return (name.group(1).strip() if name else "unknown CPU"), tuple(f for f in FLAGS if f in have)
+    return (name.group(1).strip() if name else "unknown CPU"), tuple(f for f in CPU_FLAGS if f in have)
 
 
 def _read_cpuinfo() -> str:

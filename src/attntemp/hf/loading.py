@@ -82,8 +82,9 @@ def load_model(name_or_path: str = "tiny", opts: LoadOptions | None = None, **gi
     threads = devices.check_threads(o.threads)
     if threads is not None:
         torch.set_num_threads(threads)
+    checked = None if o.dtype == "auto" else devices.check_dtype(o.dtype, device)  # before any download
     src = resolve(name_or_path)
-    torch_dtype = auto_dtype(src, device) if o.dtype == "auto" else devices.check_dtype(o.dtype, device)
+    torch_dtype = auto_dtype(src, device) if checked is None else checked
     extra = {"gguf_file": o.gguf_file} if o.gguf_file else {}
     placement = o.device_map if o.device_map is not None else devices.device_map_for(device)
     offload = {} if placement is None else {"offload_folder": str(o.offload_folder or cache_dir() / "offload")}
