@@ -166,8 +166,9 @@ def test_llamacpp_takes_m_without_yarn(rope):
     if rope:
         assert result.args[:4] == ("--rope-scaling", "linear", "--rope-scale", "2")
         assert result.args[result.args.index("--ctx-size") + 1] == "64"
+        assert result.args[-2:] == ("--override-kv", "llama.context_length=int:64")  # llama-server's slot cap
     plain = E.export(TemperatureSpec(rope=rope), "llama.cpp")
-    assert "--override-kv" not in plain.args
+    assert not any("attn_factor" in a for a in plain.args)
 
 
 def test_llamacpp_note_names_the_builds_where_the_flags_multiply():
@@ -190,10 +191,20 @@ def test_llamacpp_perplexity_line_takes_the_chunk_length_not_ctx_size():
     assert binary.perplexity_args(("--override-kv", "x"), None)[6] == "<LENGTH>"
 
 
-def test_llamacpp_refuses_other_ropes_saying_to_bake_and_convert():
+def test_llamacpp_carries_dynamic_only_as_its_nearest_static_ntk():
+    """llama.cpp has no dynamic NTK (its converter drops it): the export names the nearest static NTK,
+    and refuses where the model's rope_theta and rotary dim are not known."""
     dynamic = TemperatureSpec(multiplier=1.2, rope={"rope_type": "dynamic", "factor": 2.0})
-    with pytest.raises(ValueError, match=r"rope_type='dynamic' cannot be exported to llama.cpp.*convert"):
+    refusal = r"not carried: llama.cpp has no dynamic NTK.*alpha = s\^2 - s \+ 1 = 3.*rope_theta"
+    with pytest.raises(ValueError, match=refusal):
         E.export(dynamic, "llama.cpp")
+    cfg = config("llama").to_dict()  # head_dim 16, rope_theta 10000, 128 positions
+    got = E.export(dynamic, "llama.cpp", trained_length=128, config=cfg, gguf_arch="llama")
+    theta = 10000.0 * 3 ** (16 / 14)
+    assert got.nearest["rope"] == {"rope_type": "ntk", "factor": 3.0, "original_max_position_embeddings": 128}
+    assert float(got.args[got.args.index("--rope-freq-base") + 1]) == pytest.approx(theta, rel=1e-9)
+    assert got.args[-2:] == ("--override-kv", "llama.context_length=int:256")
+    assert _kv_factor(got)[1] ** 2 == pytest.approx(1.2, rel=1e-8)
 
 
 LONGROPE = {
@@ -216,7 +227,12 @@ def test_longrope_exports_carry_the_factors_and_sqrt_m():
     assert vllm.args[-2:] == ("--max-model-len", "1024") and '"long_factor": [1.0, 1.3' in vllm.args[1]
     cpp = E.export(spec, "llama.cpp", gguf_arch="llama")
     assert cpp.args[:4] == ("--rope-scaling", "none", "--ctx-size", "1024")
-    assert cpp.args[-1] == f"llama.rope.scaling.attn_factor=float:{math.sqrt(1.3):.10g}"
+    assert cpp.args[-3] == f"llama.rope.scaling.attn_factor=float:{math.sqrt(1.3):.10g}"
+    assert cpp.args[-1] == "llama.context_length=int:1024"
+    assert cpp.gguf_tensors == {"rope_freqs": LONGROPE["long_factor"]}
+    # short_factor 1 under L0 is not what vLLM or llama.cpp read: both carry the long factors at every length
+    assert vllm.nearest["rope"]["short_factor"] == cpp.nearest["rope"]["short_factor"] == LONGROPE["long_factor"]
+    assert tf.nearest is None and "NEAREST SPEC" in cpp.render()
     assert "rope_freqs" in " ".join(cpp.notes) and cpp.perplexity[5:7] == ("-c", "1024")
     scaled = TemperatureSpec(rope={**LONGROPE, "attention_factor": 1.1})  # LongRoPE's fixed scale, m = 1
     assert E.export(scaled, "llama.cpp").logit_multiplier == pytest.approx(1.21)

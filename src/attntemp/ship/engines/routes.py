@@ -1,0 +1,161 @@
+"""Routes that hold: an export hands an engine only settings its readings compute as the spec means.
+
+:func:`carried` exports a spec's rope with the engine's own ``export`` and reads the settings back
+through every reading of that engine (:mod:`attntemp.ship.readings`, all its version ranges), at a few
+request lengths (:func:`~attntemp.ship.readings.lengths`: half L0 to the served context), against
+transformers' reading of the spec (:func:`~attntemp.ship.readings.meant`): the same frequencies and the
+same logit multiplier within :data:`~attntemp.ship.readings.READING_TOLERANCE`, nothing refused or broken.
+Where they differ it tries the nearest spec the engine can carry, named as such in the result
+(``nearest``, ``nearest_why``):
+
+* dynamic NTK s (vLLM 0.22+ reads ``dynamic`` as no scaling and breaks past L0, 0.11-0.21 and SGLang as
+  static alpha = s^2 - s + 1 at every position; llama.cpp's converter drops it) becomes static NTK at an
+  explicit ``rope_theta = theta * alpha^(d / (d - 2))`` with alpha = s^2 - s + 1 (transformers' base at
+  n = s L0), served to s L0;
+* longrope with short factors other than its long ones (vLLM and llama.cpp fix the factors at load
+  by the serving length) becomes longrope with the long factors at every length.
+
+Otherwise the export raises ``ValueError("not carried: ...")`` with the reading that departs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from ...ops.geometry import stated_l0
+from ...ops.spec import TemperatureSpec
+from .. import schedule_export
+from ..readings import Handed, differs, lengths, meant, readers_of
+from ..readings.of_transformers import TRANSFORMERS
+from .base import EPS, GLOBAL, Engine, ExportResult, ExportTarget, builtin_factor, global_multiplier, resolve_rope
+
+PROBE_DIM, PROBE_THETA, PROBE_L0 = 128, 10000.0, 4096  # where the model's are not known: the check is structural
+NearSpec = tuple[dict[str, Any], str, ExportTarget]  # rope, why, target
+
+
+def model_of(params: dict[str, Any], target: ExportTarget) -> Handed:
+    """The model an export is checked on (no rope yet): its rotary dim, theta, L0 and positions, each
+    a probe value where neither the spec nor the target states it."""
+    long = params.get("long_factor")
+    dim = target.rotary_dim or (2 * len(long) if long else PROBE_DIM)
+    l0 = stated_l0(params) or target.positions or PROBE_L0
+    return Handed({}, int(dim), float(target.rope_theta or PROBE_THETA), int(l0), target.positions)
+
+
+def context_of(params: dict[str, Any], target: ExportTarget, l0: int) -> int:
+    """The longest request a route is checked at: the target's length, else s L0 of the rope, else L0."""
+    if target.length:
+        return target.length
+    factor = params.get("factor")
+    return round(float(factor) * l0) if factor else l0
+
+
+def departure(engine: Engine, result: ExportResult, m_spec: float, params: dict[str, Any], target: ExportTarget) -> str:
+    """Nothing (the empty string) where every reading of ``engine`` computes ``result``'s settings as
+    ``params`` (and ``m_spec``) mean at every checked length; else each departing reading's first
+    departure. Engines without readings are not checked."""
+    readers = readers_of(engine.name)
+    if engine.reads_back is None or not readers:
+        return ""
+    model = model_of(params, target)
+    try:
+        handed = engine.reads_back(result, model)
+        want = meant(params, model.dim, model.rope_theta, model.l0)
+        checked = [(n, TRANSFORMERS(want, n)) for n in lengths(model.l0, context_of(params, target, model.l0))]
+        found = (next((w for n, ref in checked if (w := differs(r(handed, n), ref, m_spec))), "") for r in readers)
+        return "; ".join(why for why in found if why)
+    except ValueError as exc:  # a reading that cannot take these settings
+        return f"{engine.name} has no reading of these settings: {exc}"
+
+
+def nearest(params: dict[str, Any], target: ExportTarget) -> list[NearSpec]:
+    """The nearest specs an engine may carry in place of ``params``, each with why and its target."""
+    kind = params.get("rope_type")
+    if kind == "dynamic" and params.get("factor"):
+        s, l0 = float(params["factor"]), stated_l0(params)
+        alpha = s * s - s + 1
+        at = f"s L0 = {round(s * int(l0))}" if l0 else "s L0"
+        why = (
+            f"dynamic NTK s = {s:g} as static NTK with alpha = s^2 - s + 1 = {alpha:g} (transformers' dynamic base "
+            f"at n = {at}; what vLLM 0.11-0.21 and SGLang make of `dynamic`): rope_theta = theta * "
+            f"alpha^(d / (d - 2)) at every position, so prompts under L0{f' = {l0}' if l0 else ''} change too"
+        )
+        ntk = {"rope_type": "ntk", "factor": alpha, **({"original_max_position_embeddings": l0} if l0 else {})}
+        length = target.length or (round(s * int(l0)) if l0 else None)
+        return [(ntk, why, replace(target, length=length))]
+    if kind == "longrope" and list(params.get("short_factor", ())) != list(params.get("long_factor", ())):
+        why = (
+            f"longrope with long_factor at every length (transformers switches to it only past L0 = "
+            f"{stated_l0(params)}; this engine fixes the factors at load by its serving length): prompts under "
+            "L0 change too"
+        )
+        return [({**params, "short_factor": list(params["long_factor"])}, why, target)]
+    return []
+
+
+def attempt(engine: Engine, m_spec: float, params: dict[str, Any], target: ExportTarget) -> tuple[ExportResult, str]:
+    """``engine``'s settings for ``params`` and ``m_spec`` and "" where they hold, else how they depart."""
+    m = m_spec * builtin_factor(params) ** 2 if params else m_spec
+    result = engine.export(m, params, target)
+    return result, departure(engine, result, m_spec, params, target)
+
+
+def carried(
+    engine: Engine, spec: TemperatureSpec, m_spec: float, params: dict[str, Any], target: ExportTarget
+) -> ExportResult:
+    """``engine``'s settings for ``spec`` (its rope ``params``, its own logit multiplier ``m_spec``):
+    the spec's, checked in the engine's readings; else the nearest spec's, named as such (``nearest``:
+    that spec's ``to_dict()``); else a ValueError saying why."""
+    checked = tuple(r.label for r in readers_of(engine.name)) if engine.reads_back else ()
+    refused: ValueError | None = None
+    try:
+        result, why = attempt(engine, m_spec, params, target)
+    except ValueError as exc:
+        why, refused = "", exc
+    else:
+        if not why:
+            return replace(result, checked=checked)
+    tried = []
+    for near, near_why, near_target in nearest(params, target):
+        try:
+            got, off = attempt(engine, m_spec, near, near_target)
+        except ValueError as exc:
+            tried.append(f"the nearest, {near_why}, is not carried either: {exc}")
+            continue
+        if not off:
+            instead = spec.with_rope(near).to_dict()
+            return replace(got, nearest=instead, nearest_why=near_why, checked=checked)
+        tried.append(f"the nearest, {near_why}, is read otherwise too: {off}")
+    if refused is not None:
+        if not tried:
+            raise refused
+        raise ValueError(f"{refused}; {'; '.join(tried)}") from None
+    said = f"not carried: {engine.name} reads these settings otherwise: {why}"
+    raise ValueError("; ".join((said, *tried)))
+
+
+# ----------------------------------------------------------------------------- a spec's export
+def export_spec(
+    spec: TemperatureSpec, engine: Engine, trained_length: int | None = None, target: ExportTarget | None = None
+) -> ExportResult:
+    """``spec`` as ``engine``'s settings (:func:`attntemp.ship.export.export` by name), on a route that
+    holds (:func:`carried`). The logit multiplier is the spec's m times the square of its rope's own
+    factor; Mistral 3's position schedule goes to the engine's own key (:mod:`attntemp.ship.schedule_export`)."""
+    target = target or ExportTarget()
+    spec, scaling = schedule_export.split_schedule(spec)
+    per_type = engine.rope_per_layer_type and target.layer_ropes is not None
+    m_spec = global_multiplier(spec, engine, per_type)
+    if per_type and spec.layer_types is None and abs(m_spec - 1) > EPS:
+        raise ValueError(
+            f"m={m_spec:.6g} on every layer cannot be exported to {engine.name} for this model: its RoPE is per "
+            f"layer type, so the attention factor reaches the {GLOBAL} layers only and the sliding ones keep their "
+            f"own rope. Give the spec layer_types=['{GLOBAL}'], or bake it into q_proj with `attntemp bake`"
+        )
+    params = resolve_rope(spec, trained_length)
+    result = carried(engine, spec, m_spec, params, target)
+    if scaling is None:
+        return result
+    beta, l0 = schedule_export.parameters(scaling, result.rope_parameters)
+    said = (*result.notes, f"llama_4_scaling_beta {beta:g} from L0 {l0}: {engine.schedule_readers}")
+    return engine.with_schedule(replace(result, notes=said), beta, l0, target)

@@ -1,0 +1,88 @@
+"""Engine readings: what each inference engine, by version, computes from the RoPE settings it is handed.
+
+One function per (engine, version range), each behind a :class:`~.base.Reader` in :data:`READERS`:
+transformers 5.x (the reference), vLLM 0.11-0.21, 0.22-0.29 and >= 0.30, SGLang 0.5, llama.cpp, TGI 3.3,
+MLX-LM 0.32, exllamav2 0.3 and exllamav3 1.6. A reader takes what the engine is handed
+(:class:`~.base.Handed`: an HF-style ``rope_parameters`` dict, the rotary dim, ``rope_theta``, the trained
+length, ``max_position_embeddings`` as handed and the serving limit) and a request length ``n``, and
+returns a :class:`~.base.Reading`: the frequencies used, the logit multiplier applied, when they switch,
+what it drops and what it refuses or breaks, with the source file and version it was read from.
+``../shared/reference/engine_readings.md`` is the map these were confirmed against; ``docs/readings.md`` is
+generated from them (``scripts/readings_page.py``).
+
+:func:`meant` is what a spec's rope means (transformers' reading of it, attntemp's ``ntk`` as an explicit
+``rope_theta``) and :func:`differs` says where an engine's reading departs from it: what
+:mod:`attntemp.ship.engines.routes` checks every export against.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ...utils import checks
+from .base import Handed, Reader, Reading
+from .of_exllama import EXLLAMAV2, EXLLAMAV3
+from .of_llamacpp import GGUF_FACTOR, LLAMACPP
+from .of_sglang import SGLANG
+from .of_tgi_mlx import MLX, TGI
+from .of_transformers import TRANSFORMERS
+from .of_vllm import VLLM_READERS
+
+READERS: tuple[Reader, ...] = (TRANSFORMERS, *VLLM_READERS, SGLANG, LLAMACPP, TGI, MLX, EXLLAMAV2, EXLLAMAV3)
+READING_TOLERANCE = 1e-4  # relative, on every frequency and on the logit multiplier
+
+__all__ = [
+    "GGUF_FACTOR",
+    "READERS",
+    "READING_TOLERANCE",
+    "Handed",
+    "Reader",
+    "Reading",
+    "differs",
+    "lengths",
+    "meant",
+    "readers_of",
+]
+
+
+def readers_of(engine: str) -> tuple[Reader, ...]:
+    """The readers of ``engine`` (its name in :data:`attntemp.ship.engines.ENGINES`), oldest version first."""
+    return tuple(r for r in READERS if r.engine == engine)
+
+
+def meant(params: Mapping[str, Any], dim: int, rope_theta: float, l0: int) -> Handed:
+    """What a spec's rope (``TemperatureSpec.rope`` as a dict, its L0 ``l0``) means, as transformers is
+    handed it: the rope itself with the model's ``max_position_embeddings`` at L0 (dynamic starts
+    there), attntemp's static ``ntk`` as plain RoPE at ``rope_theta * s^(d / (d - 2))``."""
+    rope = {k: list(v) if isinstance(v, tuple) else v for k, v in params.items()}
+    if rope.get("rope_type") == "ntk":
+        s = checks.at_least("rope.factor", rope["factor"], 1.0)
+        rope = {"rope_type": "default", "rope_theta": rope_theta * s ** (dim / (dim - 2))}
+    return Handed(rope, dim, rope_theta, l0)
+
+
+def lengths(l0: int, context: int) -> tuple[int, ...]:
+    """The request lengths a route is checked at: half L0, L0, L0 + 1, between L0 and the context, the
+    context (those up to ``context``)."""
+    picks = {max(1, l0 // 2), l0, l0 + 1, (l0 + context) // 2, context}
+    return tuple(sorted(n for n in picks if n <= max(context, l0)))
+
+
+def differs(got: Reading, want: Reading, multiplier: float = 1.0, tol: float = READING_TOLERANCE) -> str:
+    """Nothing (the empty string) where ``got`` computes what ``want`` (times the spec's own logit
+    ``multiplier``) means, else how it departs: what it refuses or breaks, frequencies that vary
+    within the request, frequencies or a logit multiplier off by more than ``tol`` (relative)."""
+    where = f"{got.label} at n = {got.n}"
+    if got.breaks:
+        return f"{where}: {got.breaks}"
+    if want.uniform and not got.uniform:
+        return f"{where}: the request's positions read different frequencies ({got.switch})"
+    rel = float(((got.inv_freq - want.inv_freq).abs() / want.inv_freq).max())
+    if rel > tol:
+        return f"{where}: frequencies off by up to {rel:.3g} (relative; {got.switch})"
+    m = want.multiplier * multiplier
+    if abs(got.multiplier / m - 1) > tol:
+        dropped = f"; it drops {', '.join(got.dropped)}" if got.dropped else ""
+        return f"{where}: logit multiplier {got.multiplier:.6g}, meant {m:.6g}{dropped}"
+    return ""
