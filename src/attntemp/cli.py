@@ -10,7 +10,8 @@ gives its parser), read from the snapshot. Bad input (a ``ValueError`` named by 
 an ``OSError``, a damaged database: :func:`_bad_input`) becomes one line on stderr naming the
 flag (open progress bars ended first) and exit code 2, never a traceback; a program attntemp
 drove that failed (an engine: :class:`~attntemp.utils.errors.ExternalToolError`) is one line and
-exit code 1; see ``docs/errors.md``.
+exit code 1; Ctrl-C is one line (:func:`interrupted`, saying whether a rerun resumes) and exit
+code 130; see ``docs/errors.md``.
 """
 
 from __future__ import annotations
@@ -156,16 +157,61 @@ def _library_noise(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
     return nullcontext()
 
 
+# Commands whose rerun picks up where an interrupted run stopped, from what it stored in --out
+# (advise and demo: scores.db; sweep: sweep.db). tune resumes only a gradient tune's checkpoint.pt
+# (:func:`_resumes`); the others start over.
+RESUMING = ("advise", "demo", "sweep")
+
+
+def _resumes(command: str | None, args: argparse.Namespace | None) -> bool:
+    """Whether rerunning the interrupted command line resumes from what it left in ``--out``."""
+    if command in RESUMING:
+        return True
+    if command == "tune" and args is not None and getattr(args, "out", None) is not None:
+        from .tune.resume import resumable
+
+        # flags not given are absent from ``args`` (their defaults are the config's)
+        return resumable(argparse.Namespace(out=args.out, overwrite=bool(getattr(args, "overwrite", False))))
+    return False
+
+
+def interrupted(command: str | None, args: argparse.Namespace | None = None) -> str:
+    """The one line Ctrl-C prints: ``attntemp CMD: interrupted`` and, where a rerun resumes,
+    ``; rerun the same command to resume``."""
+    prefix = f"attntemp {command}" if command else "attntemp"
+    return f"{prefix}: interrupted" + ("; rerun the same command to resume" if _resumes(command, args) else "")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command line; Ctrl-C (``KeyboardInterrupt``) anywhere in it, from parsing to the
+    last write, is one line on stderr (:func:`interrupted`) and exit code 130, never a traceback."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
         argv = [DEFAULT_COMMAND, *argv]
+    parsed: list[argparse.Namespace] = []
+    try:
+        return _run(argv, parsed)
+    except KeyboardInterrupt:
+        _end_progress_bars()
+        command = argv[0] if argv[0] in COMMANDS else None
+        try:
+            line = interrupted(command, parsed[0] if parsed else None)
+        except Exception:  # reading --out failed: say no more than is known
+            line = interrupted(command, None)
+        print(line, file=sys.stderr, flush=True)
+        return 130
+
+
+def _run(argv: list[str], parsed: list[argparse.Namespace]) -> int:
+    """:func:`main`'s work: parse ``argv`` (its parsed arguments appended to ``parsed``), run the
+    command, and turn bad input into one line and exit code 2."""
     light = light_parser(only=argv[:1])
     _one_line_errors(light)
     light.parse_args(argv)  # --help and argparse's errors end here, before any command module is imported
     parser = build_parser(only=argv[:1])
     _one_line_errors(parser)
     args = parser.parse_args(argv)
+    parsed.append(args)
     if getattr(args, "full_parser", False) is None:  # `completion`: every command's flags, not only its own
         args.full_parser = light_parser
     try:

@@ -2,7 +2,6 @@
 
 import json
 
-import pytest
 import torch
 
 import attntemp
@@ -62,8 +61,8 @@ def test_a_killed_gradient_tune_resumes_with_its_settings_and_only_them(tmp_path
         raise KeyboardInterrupt  # what a kill looks like from inside: not an error, the run stops
 
     monkeypatch.setattr(runner, "_scored", killed)
-    with pytest.raises(KeyboardInterrupt):
-        main(argv)
+    assert main(argv) == 130  # Ctrl-C: one line, and it says a rerun resumes (checkpoint.pt is there)
+    assert capsys.readouterr().err.splitlines() == ["attntemp tune: interrupted; rerun the same command to resume"]
     monkeypatch.undo()
     assert {"checkpoint.pt", "learned_spec.json", "mine.txt"} <= {p.name for p in out.iterdir()}
     assert not (out / "evidence.md").exists()
