@@ -4,6 +4,7 @@ settings; a run killed with SIGKILL resumes from its scores and ends with the sa
 
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -151,3 +152,19 @@ def test_status_of_a_store_cut_short_is_in_progress_with_what_it_holds(first, tm
     capsys.readouterr()
     assert main([*SMALL, "--out", str(part), "--status"]) == 0
     assert "**in progress**" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="no Chromium binary found (apt-get install chromium)")
+def test_the_report_fits_a_1280px_window_headline_first(first, tmp_path):
+    """advise's report in headless Chromium at 1280 px: nothing sticks out past the window (wide
+    tables scroll inside their box), and the page opens on what to run."""
+    from report.browser import overflow
+
+    out, doc = first
+    found = overflow(out / "report.html", 1280, screenshot=tmp_path / "report.png")
+    assert not found["overflows"], found["offenders"][:5]
+    assert (tmp_path / "report.png").stat().st_size > 10_000
+    text = (out / "report.md").read_text()
+    first_section = text.split("\n## ", 1)[0]
+    assert doc["recommendation"]["name"] in first_section and "passkeys found at 512" in first_section
+    assert "key_tokens key_ppl" not in text  # plain labels, not internal names

@@ -8,9 +8,19 @@ import html
 
 import markdown
 
+# Fits a 1280 px window: the text column is at most 1100 px; a table wider than it scrolls inside
+# its own box (each <table> wrapped in a div.table), a long word or setting in a cell wraps, a code
+# block scrolls inside its box, images shrink to the column.
 STYLE = (
-    "body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse}"
-    "td,th{border:1px solid #ccc;padding:2px 6px;font-size:13px}img{max-width:100%}"
+    "html{-webkit-text-size-adjust:100%}"
+    "body{font-family:sans-serif;max-width:1100px;margin:auto;padding:0 12px;overflow-wrap:break-word}"
+    "div.table{max-width:100%;overflow-x:auto;margin:1em 0}"
+    "table{border-collapse:collapse}"
+    "td,th{border:1px solid #ccc;padding:2px 6px;font-size:13px;vertical-align:top;"
+    "overflow-wrap:anywhere;min-width:5em}"
+    "pre{max-width:100%;overflow-x:auto;background:#f6f6f6;padding:6px}"
+    "code{overflow-wrap:anywhere}pre code{overflow-wrap:normal;white-space:pre}"
+    "img{max-width:100%;height:auto}"
 )
 
 
@@ -22,6 +32,8 @@ def markdown_to_html(md: str, title: str) -> str:
     renderer.preprocessors.deregister("html_block")
     renderer.inlinePatterns.deregister("html")
     body = renderer.convert(md)
+    # every table in a box of its own that scrolls sideways (raw HTML in md is escaped: these tags are the renderer's)
+    body = body.replace("<table>", '<div class="table"><table>').replace("</table>", "</table></div>")
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
         f"<style>{STYLE}</style></head><body>\n{body}\n</body></html>\n"
