@@ -234,3 +234,28 @@ def test_a_text_too_short_says_how_long_it_is_and_must_be(tmp_path):
     want = r"^n=4 windows of 512 tokens .* 1500 tokens in all, which give 2; it needs 2048"
     with pytest.raises(ValueError, match=want):
         corpus.heldout_windows(tok, 512, n=4, docs=docs)
+
+
+def test_gutenberg_is_every_book_of_the_folder(tmp_path, monkeypatch):
+    """``gutenberg`` (the SmolLM2 demo's default text): every ``.txt`` book of the books' folder,
+    each named ``gutenberg:<book>`` and held out whole; $ATTNTEMP_GUTENBERG before the places
+    searched (../shared/data/gutenberg from the cwd and above it, then beside the checkout)."""
+    books = tmp_path / "books"
+    books.mkdir()
+    for name in ("b-two", "a-one"):
+        (books / f"{name}.txt").write_bytes(f"{name}\r\n".encode() * 3)
+    (books / "README.nltk").write_text("not a book")
+    (books / "SOURCE-LICENSE.md").write_text("not a book")
+    monkeypatch.setenv(corpus.GUTENBERG_ENV, str(books))
+    docs = corpus.load_text("gutenberg", name="text")
+    assert [d.name for d in docs] == ["gutenberg:a-one", "gutenberg:b-two"]
+    assert docs[0].text == "a-one\n" * 3 and corpus.split(docs, "heldout") == docs
+    assert corpus.source_files("gutenberg") == [books / "a-one.txt", books / "b-two.txt"]
+    monkeypatch.delenv(corpus.GUTENBERG_ENV)
+    work = tmp_path / "w" / "x"
+    work.mkdir(parents=True)
+    monkeypatch.chdir(work)
+    places = corpus.gutenberg_places()
+    assert places[:2] == [tmp_path / "w" / "shared/data/gutenberg", tmp_path / "shared/data/gutenberg"]
+    checkout = corpus._package_checkout()
+    assert checkout is None or places[-1] == checkout.parent / "shared/data/gutenberg"

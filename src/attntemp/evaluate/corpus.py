@@ -1,7 +1,8 @@
 """Text sources, a deterministic train/held-out split and passkey prompts.
 
 Everything here is offline: the default text is the running CPython's standard library, read at
-run time; ``gutenberg:<book>`` reads a plain-text book from a local folder; ``package:<name>`` the
+run time; ``gutenberg:<book>`` reads a plain-text book from a local folder, ``gutenberg`` every book
+there (the folder: :func:`gutenberg_dir`); ``package:<name>`` the
 ``.py`` files of an installed package (e.g. ``package:markdown``, a dependency of attntemp, so on
 every machine that has it: Python code the tiny model, trained on the stdlib, never saw); a path
 reads files.
@@ -10,6 +11,7 @@ Passkey prompts follow the YaRN paper's format (jquesnelle/yarn, ``eval/passkey.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import importlib.util
 import os
@@ -83,26 +85,82 @@ def stdlib_documents(skip_tests: bool = True) -> list[Document]:
     return docs
 
 
+GUTENBERG_SUBDIR = pathlib.PurePosixPath("shared/data/gutenberg")  # beside a checkout: ../shared/data/gutenberg
+
+
+def _package_checkout() -> pathlib.Path | None:
+    """The checkout attntemp runs from (``src/attntemp`` inside a folder with ``pyproject.toml``),
+    or None for an installed package."""
+    root = pathlib.Path(__file__).resolve().parents[3]
+    return root if (root / "pyproject.toml").is_file() and (root / "src" / "attntemp").is_dir() else None
+
+
+def gutenberg_places() -> list[pathlib.Path]:
+    """Where the books are looked for, in order, when neither a folder nor ``$ATTNTEMP_GUTENBERG``
+    is given: ``../shared/data/gutenberg`` from the current folder and from each folder above it,
+    then beside the checkout attntemp runs from (:func:`_package_checkout`)."""
+    cwd = pathlib.Path.cwd()
+    places = [d.parent / GUTENBERG_SUBDIR for d in (cwd, *cwd.parents) if d != d.parent]
+    checkout = _package_checkout()
+    if checkout is not None:
+        places.append(checkout.parent / GUTENBERG_SUBDIR)
+    return list(dict.fromkeys(places))
+
+
 def gutenberg_dir(folder: str | os.PathLike[str] | None = None) -> pathlib.Path:
-    """``folder``, else ``$ATTNTEMP_GUTENBERG``, else ``../shared/data/gutenberg`` from the cwd."""
+    """``folder``, else ``$ATTNTEMP_GUTENBERG``, else the first of :func:`gutenberg_places` that is a
+    folder (``../shared/data/gutenberg`` from the cwd when none is)."""
     if folder is not None:
         return pathlib.Path(folder)
     env = os.environ.get(GUTENBERG_ENV)
-    return pathlib.Path(env) if env else pathlib.Path.cwd().parent / "shared/data/gutenberg"
+    if env:
+        return pathlib.Path(env)
+    places = gutenberg_places()
+    return next((p for p in places if p.is_dir()), places[0] if places else pathlib.Path(GUTENBERG_SUBDIR))
+
+
+def _books_folder(source: str, folder: str | os.PathLike[str] | None, name: str) -> pathlib.Path:
+    """The folder of the books ``source`` (``gutenberg`` or ``gutenberg:<book>``) reads; a
+    ValueError naming ``name`` and where the books were looked for when it is not a folder."""
+    root = gutenberg_dir(folder)
+    if root.is_dir():
+        return root
+    if folder is not None:
+        where = f"the folder {str(root)!r}, which does not exist"
+    elif os.environ.get(GUTENBERG_ENV):
+        where = f"{GUTENBERG_ENV}={str(root)!r}, which is not a folder"
+    else:
+        looked = [str(p) for p in gutenberg_places()]
+        where = f"{GUTENBERG_ENV} (unset) or ../shared/data/gutenberg, found in none of {looked}"
+    raise ValueError(
+        f"{name}={source!r} needs the Project Gutenberg books (plain-text .txt files): {where}; set "
+        f"{GUTENBERG_ENV} to the books' folder, or give another text (stdlib, a file or a folder)"
+    )
 
 
 def _gutenberg_file(book: str, folder: str | os.PathLike[str] | None, name: str) -> pathlib.Path:
-    root = gutenberg_dir(folder)
-    if not root.is_dir():
-        raise ValueError(
-            f"{name}='gutenberg:{book}' needs the folder {str(root)!r}, which does not exist; "
-            f"pass gutenberg_dir or set {GUTENBERG_ENV}"
-        )
+    root = _books_folder(f"gutenberg:{book}", folder, name)
     path = root / f"{book}.txt"
     if not book or not path.is_file():
         books = sorted(p.stem for p in root.glob("*.txt"))
-        checks.choice(f"{name} book", book, books)
+        close = difflib.get_close_matches(book, books, n=1)
+        raise ValueError(
+            f"{name}='gutenberg:{book}' is not allowed: no book {book!r} in {str(root)!r}; expected one of {books}."
+            + (f" Did you mean {close[0]!r}?" if close else "")
+        )
     return path
+
+
+def _gutenberg_books(folder: str | os.PathLike[str] | None, name: str) -> list[pathlib.Path]:
+    """Every book (``*.txt``) of the books' folder, sorted by name: the source ``gutenberg``."""
+    root = _books_folder("gutenberg", folder, name)
+    books = sorted(p for p in root.glob("*.txt") if p.is_file())
+    if not books:
+        raise ValueError(
+            f"{name}='gutenberg' needs the Project Gutenberg books, but {str(root)!r} holds no .txt files; set "
+            f"{GUTENBERG_ENV} to the books' folder, or give another text (stdlib, a file or a folder)"
+        )
+    return books
 
 
 def package_root(package: str, name: str = "source") -> pathlib.Path:
@@ -140,8 +198,8 @@ def _path_files(source: str, name: str) -> list[pathlib.Path]:
             raise ValueError(f"{name}={source!r} holds no {'/'.join(TEXT_SUFFIXES)} files")
         return files
     raise ValueError(
-        f"{name}={source!r} is not allowed; expected 'stdlib', 'gutenberg:<book>', 'package:<name>', or an "
-        "existing file or folder"
+        f"{name}={source!r} is not allowed; expected 'stdlib', 'gutenberg', 'gutenberg:<book>', 'package:<name>', "
+        "or an existing file or folder"
     )
 
 
@@ -149,11 +207,15 @@ def source_files(
     source: str = "stdlib", gutenberg_dir: str | os.PathLike[str] | None = None, name: str = "source"
 ) -> list[pathlib.Path]:
     """The files ``source`` names, checked without reading them (``[]`` for ``"stdlib"``): what a
-    command checks before its heavy work; errors call the source ``name`` (the field, e.g. ``text``)."""
+    command checks before its heavy work; errors call the source ``name`` (the field, e.g. ``text``).
+    ``"gutenberg"`` is every book of the books' folder (:func:`gutenberg_dir`; a folder of that
+    name in the cwd is ``./gutenberg``)."""
     if not isinstance(source, str) or not source:
         raise ValueError(f"{name}={source!r} is not allowed; expected a non-empty string")
     if source == "stdlib":
         return []
+    if source == "gutenberg":
+        return _gutenberg_books(gutenberg_dir, name)
     if source.startswith("gutenberg:"):
         return [_gutenberg_file(source.split(":", 1)[1], gutenberg_dir, name)]
     if source.startswith("package:"):
@@ -175,12 +237,15 @@ def same_source(a: str | None, b: str | None) -> bool:
 def load_text(
     source: str = "stdlib", gutenberg_dir: str | os.PathLike[str] | None = None, name: str = "source"
 ) -> list[Document]:
-    """Documents of ``source``: ``"stdlib"``, ``"gutenberg:<book>"``, ``"package:<name>"`` (named
+    """Documents of ``source``: ``"stdlib"``, ``"gutenberg:<book>"``, ``"gutenberg"`` (every book,
+    each named ``gutenberg:<book>``, held out whole), ``"package:<name>"`` (named
     ``<name>/<path in it>``, held out whole) or a file / folder path (a folder's files named by
     their path in it); errors as :func:`source_files`."""
     files = source_files(source, gutenberg_dir, name)
     if source == "stdlib":
         return stdlib_documents()
+    if source == "gutenberg":
+        return [Document(f"gutenberg:{p.stem}", _decode(p.read_bytes()), hash_split=False) for p in files]
     if source.startswith("gutenberg:"):
         return [Document(source, _decode(files[0].read_bytes()), hash_split=False)]
     if source.startswith("package:"):
