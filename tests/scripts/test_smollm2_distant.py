@@ -13,10 +13,35 @@ def script():
 
 
 def run(script, tmp_path, *extra):
-    argv = ["--model", "tiny", "--text", "stdlib", "--lengths", "512", "--docs", "2", "--needles", "2",
-            "--tuned-spec", "", "--tune-length", "512", "--tune-docs", "2", "--threads", "1", "--dtype", "float32",
-            "--out", str(tmp_path / "out"), "--table", str(tmp_path / "table.md"), "--figure", str(tmp_path / "f.png"),
-            *extra]
+    argv = [
+        "--model",
+        "tiny",
+        "--text",
+        "stdlib",
+        "--lengths",
+        "512",
+        "--docs",
+        "2",
+        "--needles",
+        "2",
+        "--tuned-spec",
+        "",
+        "--tune-length",
+        "512",
+        "--tune-docs",
+        "2",
+        "--threads",
+        "1",
+        "--dtype",
+        "float32",
+        "--out",
+        str(tmp_path / "out"),
+        "--table",
+        str(tmp_path / "table.md"),
+        "--figure",
+        str(tmp_path / "f.png"),
+        *extra,
+    ]
     script.main(argv)
     return (tmp_path / "table.md").read_text()
 
@@ -61,9 +86,30 @@ def test_a_folder_from_before_the_dtype_was_recorded_resumes_in_float32(script, 
     settings = json.loads(path.read_text())
     assert settings.pop("dtype") == "float32"
     path.write_text(json.dumps(settings))  # as the committed results' settings.json: no dtype
-    argv = ["--model", "tiny", "--text", "stdlib", "--lengths", "512", "--docs", "2", "--needles", "2",
-            "--tuned-spec", "", "--threads", "1", "--only", "nothing", "--out", str(tmp_path / "out"),
-            "--table", str(tmp_path / "table.md"), "--figure", ""]
+    argv = [
+        "--model",
+        "tiny",
+        "--text",
+        "stdlib",
+        "--lengths",
+        "512",
+        "--docs",
+        "2",
+        "--needles",
+        "2",
+        "--tuned-spec",
+        "",
+        "--threads",
+        "1",
+        "--only",
+        "nothing",
+        "--out",
+        str(tmp_path / "out"),
+        "--table",
+        str(tmp_path / "table.md"),
+        "--figure",
+        "",
+    ]
     script.main(argv)  # no --dtype: the folder's float32, whatever this CPU's faster dtype
     with pytest.raises(SystemExit, match=r"other settings.*dtype"):
         script.main([*argv, "--dtype", "bfloat16"])
