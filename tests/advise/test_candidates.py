@@ -4,7 +4,8 @@ import math
 
 import pytest
 
-from attntemp.advise.candidates import BASELINE, candidates, carry
+from attntemp.advise.candidates import BASELINE, candidates
+from attntemp.advise.carry import carry
 from attntemp.ops.schedules import yarn_multiplier
 from attntemp.ops.spec import TemperatureSpec
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from attntemp.advise.carry import AS_MEANT
 from attntemp.cli import main
 
 SMALL = ["advise", "--length", "512", "--race-windows", "4", "--block", "2", "--min-windows", "2", "--docs", "3",
@@ -74,6 +75,30 @@ def test_json_has_each_candidates_retrieval_by_generation_with_its_paired_interv
     axes = doc["recommendation"]["headline"]["axes"]
     assert [a["task"] for a in axes[:2]] == ["key_tokens", "passkey"]
     assert "passkey" in json.dumps(doc["recommendation"]["headline"]) and axes[1]["label"].startswith("passkeys found")
+
+
+def test_one_recommendation_per_engine_each_one_that_engine_computes_as_meant(first):
+    """Without --engine, advise recommends for every engine, each only a candidate that engine
+    computes as the spec means (no nearest, nothing it reads otherwise); an engine that computes no
+    survivor of the race gets its own race among the candidates it does (issue 51)."""
+    _, doc = first
+    by_name = {c["name"]: c for c in doc["candidates"]}
+    assert list(doc["by_engine"]) == ["transformers", "llama.cpp", "vllm"] == doc["question"]["engines"]
+    assert doc["by_engine"]["transformers"] == doc["recommendation"]
+    for engine, rec in doc["by_engine"].items():
+        if rec["name"] is None:
+            continue
+        assert by_name[rec["name"]]["engines"][engine]["how"] in AS_MEANT, (engine, rec["name"])
+        for name in (rec.get("race") or {}).get("survivors", []):
+            assert by_name[name]["engines"][engine]["how"] in AS_MEANT
+    for c in doc["candidates"]:
+        for route in c["engines"].values():
+            if route["how"] == "nearest":  # named, with why, and linked to the raced candidate reading alike
+                assert (
+                    route["why"]
+                    and route["spec"]
+                    and (route["as"] is None or route["as"] in {o["key"] for o in doc["candidates"]})
+                )
 
 
 def test_a_rerun_reads_every_score_and_a_second_run_is_refused_without_overwrite(first, capsys):

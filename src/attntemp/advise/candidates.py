@@ -26,9 +26,7 @@ Each candidate has a stable :attr:`Candidate.key` (``baseline``, ``yarn``, ``yar
 finds candidates by key, never by their display name.
 
 Up to L0 (N <= L0: no extension needed) only the temperature is checked: no change, m = 0.9 and
-m = 1.1. :func:`carry` says how an engine carries a spec: its own settings (``attntemp export``),
-a baked checkpoint (static per-layer or per-head m), a checkpoint with remote code (a position
-schedule, transformers), or not at all, with the reason.
+m = 1.1. How each engine carries each candidate is :mod:`.carry`'s.
 """
 
 from __future__ import annotations
@@ -43,8 +41,6 @@ from ..ops.geometry import FULL, ModelGeometry
 from ..ops.rope_factors import init_factors, longrope_parameters
 from ..ops.schedules import yarn_multiplier
 from ..ops.spec import TemperatureSpec
-from ..ship.engines import ENGINES
-from ..ship.export import export
 
 SOFT = 0.9  # the softening multiplier raced (T = 1.11)
 SHARP = 1.1  # the sharpening multiplier raced at or below the trained length
@@ -234,39 +230,6 @@ def candidates(length: int, trained: int, geometry: tuple[int, float] | None = N
     """The race's candidates at ``length`` for a model trained to ``trained`` tokens (``geometry``:
     its rotary dim and theta, :func:`rotary`)."""
     return extension_candidates(length, trained, geometry) if length > trained else temperature_candidates()
-
-
-def carry(spec: TemperatureSpec, engine: str, trained: int, config: dict[str, Any] | None) -> dict[str, Any]:
-    """How ``engine`` carries ``spec`` on the model of ``config`` (its config dict: the settings take
-    its rope_theta and, on Gemma 3, its per-layer-type RoPE): ``{"how": nothing | settings | bake |
-    remote code | not carried, "settings" or "command", "why"}``."""
-    model_type = (config or {}).get("model_type")
-    if spec.is_identity and not spec.rope:
-        return {"how": "nothing", "settings": "serve the model as it is"}
-    try:
-        return {"how": "settings", "settings": export(spec, engine, trained_length=trained, config=config).render()}
-    except ValueError as exc:
-        why = str(exc)
-    if not spec.position_dependent:
-        baked = ENGINES[engine].to_bake(spec, config)  # or the equivalent spec the engine carries
-        then = " and serve the baked folder" + (" with its RoPE exported" if spec.rope else "")
-        name = "spec.json" if baked == spec else "carried.json"
-        route = {"how": "bake", "command": f"attntemp bake --spec {name} --out BAKED{then}", "why": why}
-        return route if baked == spec else {**route, "spec": baked.to_dict()}
-    if ENGINES[engine].remote_code and model_type == "llama":
-        return {
-            "how": "remote code",
-            "command": "attntemp bake --spec spec.json --out BAKED (a checkpoint whose remote code applies the "
-            "schedule; load with trust_remote_code=True)",
-            "why": why,
-        }
-    return {"how": "not carried", "why": f"{engine} has no per-position temperature: {why}"}
-
-
-def with_engines(c: Candidate, trained: int, config: dict[str, Any] | None) -> Candidate:
-    """``c`` with how every engine carries it on the model of ``config``."""
-    engines = {e: carry(c.spec, e, trained, config) for e in ENGINES}
-    return Candidate(c.name, c.spec, c.family, c.gated, c.note, engines, c.key)
 
 
 def by_key(cands: Any, key: str) -> Any:

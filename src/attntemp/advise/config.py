@@ -16,6 +16,8 @@ from ..ship.engines import ENGINES
 from ..utils import checks, outputs
 from ..utils.options import option
 
+REFERENCE_ENGINE = "transformers"  # the engine whose reading defines what a spec means
+
 RACE_OBJECTIVES = ("key_tokens", "needles", "perplexity")  # what the race judges at the serving length
 ADVISE_RESULTS = ("evidence.json", "report.md", "report.html", "tradeoff.png", "diagnosis.png", "spec.json")
 # advise's own files (replaced with --overwrite); scores.db and attention_<L>.json are resumed, never replaced
@@ -28,7 +30,11 @@ class AdviseConfig(EvalOptions):
     """``attntemp advise`` and :func:`attntemp.advise.run.run_advise`."""
 
     length: int = option(help="the length the model will serve, in tokens")
-    engine: str = option("transformers", f"the engine that will serve it: {', '.join(ENGINES)}")
+    engine: str | None = option(
+        None,
+        f"the engine that will serve it: {', '.join(ENGINES)} (default: every engine, one recommendation each, "
+        "transformers' in spec.json); each is recommended only candidates it computes as meant",
+    )
     objective: str = option(
         "key_tokens",
         "what the race judges at --length: key_tokens (perplexity on the tokens only distant context predicts), "
@@ -80,7 +86,8 @@ class AdviseConfig(EvalOptions):
     def __post_init__(self) -> None:
         super().__post_init__()
         checks.positive_int("length", self.length)
-        checks.choice("engine", self.engine, ENGINES)
+        if self.engine is not None:
+            checks.choice("engine", self.engine, ENGINES)
         checks.choice("objective", self.objective, RACE_OBJECTIVES)
         if self.budget is not None:
             checks.positive_int("budget", self.budget)
@@ -183,3 +190,8 @@ def _check_length(cfg: AdviseConfig, trained: int) -> int | None:
     if n <= cfg.length:
         raise ValueError(f"check_length={n} is not allowed; expected a length above --length={cfg.length}, or 0")
     return n
+
+
+def served_by(cfg: AdviseConfig) -> tuple[str, ...]:
+    """The engines advise recommends for: ``--engine``, else every engine (transformers first)."""
+    return (cfg.engine,) if cfg.engine else (REFERENCE_ENGINE, *(e for e in ENGINES if e != REFERENCE_ENGINE))

@@ -21,6 +21,7 @@ from typing import Any
 from ..evaluate.task_base import get_task
 from ..ops.spec import TemperatureSpec
 from .candidates import BASELINE, Candidate
+from .carry import carries
 from .race import PLAIN, RETRIEVAL_METRIC, RETRIEVAL_TASK, SHORT_METRIC, SHORT_TASK, Entry, RaceResult, objective_label
 
 # score(specs, task, length, text) -> metrics per spec (the evaluation pool, or the second text)
@@ -138,12 +139,12 @@ def pick(race: RaceResult, engine: str) -> tuple[Entry | None, str]:
     carries none of them; None when the race is undecided."""
     if race.status == "undecided":
         return None, "the budget ran out before the race told the survivors apart"
-    carried = [e for e in race.survivors if e.candidate.engines.get(engine, {}).get("how") != "not carried"]
+    carried = [e for e in race.survivors if carries(e.candidate, engine)]
     if race.status == "decided" and carried:
         return carried[0], "the only candidate left in the race"
     if carried:
         return carried[0], "the simplest of the survivors no interval told apart"
-    rest = [e for e in race.entries if e.candidate.engines.get(engine, {}).get("how") != "not carried"]
+    rest = [e for e in race.entries if carries(e.candidate, engine)]
     best = max(rest, key=lambda e: e.left_after or 0)
     return best, f"{engine} carries none of the survivors; of the candidates it carries, this one stayed longest"
 
@@ -183,7 +184,7 @@ def decide(race: RaceResult, confirmed: dict[str, Any], axes: Sequence[Check], e
     other survivor beats distinguishably on any of ``axes`` (the objective and retrieval at N) on
     the evaluation pool; the race's own pick where every survivor is beaten somewhere."""
     chosen, why = pick(race, engine)
-    carried = [e for e in race.survivors if e.candidate.engines.get(engine, {}).get("how") != "not carried"]
+    carried = [e for e in race.survivors if carries(e.candidate, engine)]
     if chosen is None or len(carried) < 2:
         return chosen, why
     kept = {e.name for e in race.survivors}

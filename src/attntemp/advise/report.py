@@ -15,10 +15,16 @@ from ..analysis.style import DPI, NULL, integer_ticks, plain_ticks, plt
 from ..evaluate.task_base import get_task
 from ..utils.tables import markdown_table
 from .race import PLAIN as PLAIN_OBJECTIVE
+from .race import RETRIEVAL_TASK
+
+
+def engines_served(ev: dict[str, Any]) -> list[str]:
+    """The engines advise recommended for (older evidence: its one engine)."""
+    return list(ev["question"].get("engines") or [ev["question"]["engine"]])
 
 
 def race_table(ev: dict[str, Any]) -> list[str]:
-    engine = ev["question"]["engine"]
+    engines = engines_served(ev)
     rows = [
         (
             c["name"],
@@ -26,19 +32,20 @@ def race_table(ev: dict[str, Any]) -> list[str]:
             _found(c.get("retrieval")),
             "yes" if c["kept"] else "no",
             c["reason"] or "-",
-            c["engines"][engine]["how"],
+            *(_route(c["engines"][e], ev) for e in engines),
         )
         for c in ev["candidates"]
     ]
-    head = (
-        "candidate",
-        "changes below L0",
-        "passkeys found (race)",
-        "stayed",
-        "why it left",
-        f"{engine} carries it by",
-    )
+    head = ("candidate", "changes below L0", "passkeys found (race)", "stayed", "why it left", *engines)
     return [markdown_table(head, rows)]
+
+
+def _route(how: dict[str, Any], ev: dict[str, Any]) -> str:
+    """An engine's route for a candidate as a cell: ``nearest`` names the raced candidate it reads as."""
+    if how["how"] != "nearest":
+        return how["how"]
+    names = {c["key"]: c["name"] for c in ev["candidates"]}
+    return f"nearest: {names[how['as']]}" if how.get("as") in names else "nearest (not raced)"
 
 
 def _found(r: dict[str, Any] | None) -> str:
@@ -149,7 +156,63 @@ def engine_lines(ev: dict[str, Any]) -> list[str]:
         lines += ["", f"carried.json (what {engine} carries of it):", "", "```json", json.dumps(how["spec"]), "```"]
     if how.get("why") and how["how"] != "settings":
         lines += ["", f"(why not settings: {how['why']})"]
-    return lines + _alternative(ev)
+    return lines + _alternative(ev) + per_engine_lines(ev)
+
+
+def per_engine_lines(ev: dict[str, Any]) -> list[str]:
+    """One recommendation per engine (advise without --engine): what each engine computes as meant,
+    picked and confirmed the same way, with its passkeys and cost; and how each other engine reads
+    the first engine's pick."""
+    recs = ev.get("by_engine") or {}
+    if len(recs) < 2:
+        return []
+    rows = []
+    for engine, rec in recs.items():
+        h = rec.get("headline") or {"axes": [], "cost": None}
+        found = next((a for a in h["axes"] if a["task"] == RETRIEVAL_TASK), None)
+        first = h["axes"][0] if h["axes"] else None
+        run = rec["name"] if rec["status"] == "recommended" else f"no change ({rec['status']})"
+        how = rec["engines"][engine]["how"] if rec.get("engines") else "-"
+        alt = rec.get("if_cost_allowed")
+        rows.append(
+            (
+                engine,
+                run or "undecided",
+                how,
+                _vs(first["vs_no_change"], _signed(first)) if first else "-",
+                _vs(found["vs_no_change"], True) if found else "-",
+                _vs(found["vs_default"], True) if found and found.get("vs_default") else "-",
+                _vs(h["cost"]) if h.get("cost") else "-",
+                f"{alt['name']} (worst cost {_vs(alt['worst_cost'])})" if alt else "-",
+            )
+        )
+    head = (
+        "engine",
+        "run",
+        "how",
+        "objective at N vs no change",
+        "passkeys vs no change",
+        "passkeys vs YaRN's default",
+        "cost below L0",
+        "best on the objective without the cost limit",
+    )
+    pick = ev["recommendation"]
+    reads = [
+        f"- {e}: {pick['name']} is {_route(how, ev)}" + (f" ({how['why']})" if how.get("why") else "")
+        for e, how in (pick.get("engines") or {}).items()
+        if e in recs and e != ev["question"]["engine"] and how["how"] not in ("nothing", "settings")
+    ]
+    said = ["", f"How the other engines read {pick['name']}:", "", *reads] if reads and pick["name"] else []
+    return [
+        "",
+        "## Per engine",
+        "",
+        "Each engine is recommended only candidates it computes as the spec means (its readings by version, "
+        "docs/readings.md), picked and confirmed as above:",
+        "",
+        markdown_table(head, rows),
+        *said,
+    ]
 
 
 def recommendation_lines(ev: dict[str, Any]) -> list[str]:
@@ -189,9 +252,10 @@ def advice_markdown(ev: dict[str, Any]) -> str:
         "",
         "## How this was decided",
         "",
-        f"Engine: {q['engine']}. The race judges {axes} on the tuning pool of {q['text']}, window block by window "
-        f"block, and all-token perplexity below the trained length (a candidate leaves when it costs more than "
-        f"{q['max_short_cost']:.0%} there, for certain, or when another is better on an axis, for certain). Every "
+        f"Engines: {', '.join(engines_served(ev))} (the headline is {q['engine']}'s). The race judges {axes} on the "
+        f"tuning pool of {q['text']}, window block by window block, and all-token perplexity below the trained "
+        f"length (a candidate leaves when it costs more than {q['max_short_cost']:.0%} there, for certain, or "
+        "when another is better on an axis, for certain). Every "
         "figure is paired on the same windows or prompts with its 95% interval.",
         "",
         "## Where the model breaks",

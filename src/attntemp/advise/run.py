@@ -25,8 +25,9 @@ from ..report.html import markdown_to_html
 from ..tune.search import SearchOptions, tune_global
 from ..utils import outputs
 from . import diagnose, report, status
-from .candidates import BASELINE, Candidate, by_key, candidates, rotary, tuned_yarn, with_engines
-from .config import STORE, AdviseConfig, AdvisePlan, preflight_advise
+from .candidates import BASELINE, Candidate, by_key, candidates, rotary, tuned_yarn
+from .carry import carries, with_engines
+from .config import STORE, AdviseConfig, AdvisePlan, preflight_advise, served_by
 from .confirm import checks_for, confirm, on_yarn, recommendation, to_confirm
 from .race import RETRIEVAL_TASK, RaceResult, RaceSettings, race, retrieval_rows
 
@@ -57,7 +58,7 @@ class AdviseResult:
     def to_dict(self) -> dict[str, Any]:
         """The ``--json`` document: diagnosis, candidates, recommendation, forwards."""
         ev = self.evidence
-        keep = ("question", "diagnosis", "candidates", "recommendation", "forwards", "race")
+        keep = ("question", "diagnosis", "candidates", "recommendation", "by_engine", "forwards", "race")
         return {k: ev[k] for k in keep} | {"report": str(self.folder / "report.html")}
 
     def markdown(self) -> str:
@@ -131,7 +132,7 @@ def setup(plan: AdvisePlan, model: Any, store: ScoreStore) -> Setup:
         cfg.objective, cfg.length, plan.short_lengths, cfg.race_windows, cfg.block, cfg.min_windows,
         cfg.max_short_cost, cfg.budget, k if plan.extends else 0, cfg.min_retrieval,
     )  # fmt: skip
-    engines = [with_engines(c, plan.trained, plan.config) for c in cands]
+    engines = with_engines(cands, plan.trained, cfg.length, plan.config)
     return Setup(engines, on_tuning_pool, settings, ctx, tctx, store, model_id, count)
 
 
@@ -145,9 +146,30 @@ def advise(plan: AdvisePlan, model: Any, out: Path) -> AdviseResult:
     result = race(s.candidates, s.scorer, s.settings, _progress(cfg))
     _say(cfg, f"race {result.status}; confirming on the evaluation pool")
     confirmed, checks = _confirm(plan, result, model, tok, s.ctx, s.store, s.model_id, s.count)
-    rec = recommendation(result, confirmed, checks, cfg.engine)
-    ev = _evidence(plan, result, diagnosis, confirmed, rec, s.count, time.perf_counter() - t0)
+    recs = _per_engine(plan, s, result, confirmed, checks, model)
+    ev = _evidence(plan, result, diagnosis, confirmed, recs, s.count, time.perf_counter() - t0)
     return AdviseResult(ev, out, s.store, s.model_id, s.count)
+
+
+def _per_engine(plan: AdvisePlan, s: Setup, result: RaceResult, confirmed, checks, model) -> dict[str, Any]:
+    """One recommendation per served engine: from the race where the engine computes one of its
+    survivors as meant; else from a race among the candidates it does compute as meant (the store
+    serves every score the first race made), confirmed the same way and said in ``race``."""
+    cfg, recs, races = plan.cfg, {}, {}
+    for e in served_by(cfg):
+        if result.status == "undecided" or any(carries(x.candidate, e) for x in result.survivors):
+            recs[e] = recommendation(result, confirmed, checks, e)
+            continue
+        mine = [c for c in s.candidates if carries(c, e)]
+        key = tuple(c.key for c in mine)
+        if key not in races:  # engines that carry the same candidates share one race
+            _say(cfg, f"{e} computes none of the survivors as meant: racing the {len(mine)} candidates it does")
+            own = race(mine, s.scorer, s.settings, _progress(cfg))
+            races[key] = own, _confirm(plan, own, model, plan.tok, s.ctx, s.store, s.model_id, s.count)[0]
+        own, conf = races[key]
+        said = {"status": own.status, "windows": own.windows, "survivors": [x.name for x in own.survivors]}
+        recs[e] = {**recommendation(own, conf, checks, e), "race": said}
+    return recs
 
 
 def advise_status(plan: AdvisePlan, model: Any) -> status.AdviseStatus:
@@ -254,7 +276,9 @@ def _confirm(plan: AdvisePlan, result: RaceResult, model, tok, ctx: EvalContext,
     return confirm(specs, checks, scorer, against, default.name if default else None, survivors), checks
 
 
-def _evidence(plan, result: RaceResult, diagnosis, confirmed, rec, count: Counter, seconds: float) -> dict[str, Any]:
+def _evidence(plan, result: RaceResult, diagnosis, confirmed, recs, count: Counter, seconds: float) -> dict[str, Any]:
+    """Everything the report and the demo read; ``recommendation`` is the first engine's (``--engine``,
+    else transformers'), ``by_engine`` each engine's."""
     cfg = plan.cfg
     found = retrieval_rows(result, cfg.length, by_key(result.entries, "yarn+m"))
     return {
@@ -262,7 +286,8 @@ def _evidence(plan, result: RaceResult, diagnosis, confirmed, rec, count: Counte
             "model": cfg.model,
             "length": cfg.length,
             "trained_length": plan.trained,
-            "engine": cfg.engine,
+            "engine": served_by(cfg)[0],
+            "engines": list(served_by(cfg)),
             "objective": cfg.objective,
             "text": cfg.text,
             "second_text": plan.second_text,
@@ -292,7 +317,8 @@ def _evidence(plan, result: RaceResult, diagnosis, confirmed, rec, count: Counte
         ],
         "race": {"status": result.status, "windows": result.windows, "rows": result.rows, "leader": result.leader},
         "confirmation": confirmed,
-        "recommendation": rec,
+        "recommendation": recs[served_by(cfg)[0]],
+        "by_engine": recs,
         "forwards": sum(count.rows.values()),
         "tuning_rows": count.rows.get("tuning", 0),
         "rows_by_stage": count.rows,

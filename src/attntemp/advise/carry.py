@@ -1,0 +1,110 @@
+"""How each engine carries each candidate advise races, and which of them it carries as meant.
+
+:func:`carry` asks the engine's own export (:func:`attntemp.ship.export.export`, whose every route
+is checked against that engine's readings by version, :mod:`attntemp.ship.readings`) for a spec's
+settings. The answer is one of:
+
+- ``nothing``: the spec is the model as it is;
+- ``settings``: the engine's own settings, read by every version as the spec means;
+- ``nearest``: the engine reads the spec's settings otherwise (vLLM and llama.cpp on dynamic NTK or
+  on longrope's short factors, for instance), and carries the nearest spec instead, named in
+  ``spec`` with ``why``; :func:`with_engines` links it to the raced candidate that reads alike
+  (``as``), whose scores are the ones that hold for that engine;
+- ``bake``: a checkpoint with the temperature in its weights (``spec``: the equivalent spec baked);
+- ``remote code``: a checkpoint whose remote code applies a position schedule (transformers, Llama);
+- ``not carried``, with the reason.
+
+A candidate an engine carries only as its nearest is not recommended for that engine under its own
+name: its scores are not what the engine computes (:func:`carries`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..ops.spec import TemperatureSpec
+from ..ship.engines import ENGINES
+from ..ship.engines.base import resolve_rope
+from ..ship.export import export
+from ..ship.readings import differs, lengths, meant
+from ..ship.readings.of_transformers import TRANSFORMERS
+from .candidates import Candidate, rotary
+
+PROBE_GEOMETRY = (128, 10000.0)  # rotary dim and theta where the model's are not known
+AS_MEANT = ("nothing", "settings", "bake", "remote code")  # the routes that compute what the spec means
+
+
+def carry(spec: TemperatureSpec, engine: str, trained: int, config: dict[str, Any] | None) -> dict[str, Any]:
+    """How ``engine`` carries ``spec`` on the model of ``config`` (its config dict: the settings take
+    its rope_theta and, on Gemma 3, its per-layer-type RoPE): ``{"how": one of the module's routes,
+    "settings" or "command", "spec" (nearest or baked), "why"}``."""
+    if spec.is_identity and not spec.rope:
+        return {"how": "nothing", "settings": "serve the model as it is"}
+    try:
+        result = export(spec, engine, trained_length=trained, config=config)
+    except ValueError as exc:
+        why = str(exc)
+    else:
+        if result.nearest is None:
+            return {"how": "settings", "settings": result.render()}
+        return {"how": "nearest", "settings": result.render(), "spec": result.nearest, "why": result.nearest_why}
+    return _not_settings(spec, engine, config, why)
+
+
+def _not_settings(spec: TemperatureSpec, engine: str, config: dict[str, Any] | None, why: str) -> dict[str, Any]:
+    """The route when the engine's settings cannot hold ``spec``: bake, remote code or not carried."""
+    if not spec.position_dependent:
+        baked = ENGINES[engine].to_bake(spec, config)  # or the equivalent spec the engine carries
+        then = " and serve the baked folder" + (" with its RoPE exported" if spec.rope else "")
+        name = "spec.json" if baked == spec else "carried.json"
+        route = {"how": "bake", "command": f"attntemp bake --spec {name} --out BAKED{then}", "why": why}
+        return route if baked == spec else {**route, "spec": baked.to_dict()}
+    if ENGINES[engine].remote_code and (config or {}).get("model_type") == "llama":
+        return {
+            "how": "remote code",
+            "command": "attntemp bake --spec spec.json --out BAKED (a checkpoint whose remote code applies the "
+            "schedule; load with trust_remote_code=True)",
+            "why": why,
+        }
+    return {"how": "not carried", "why": f"{engine} has no per-position temperature: {why}"}
+
+
+def reads_alike(
+    a: TemperatureSpec, b: TemperatureSpec, trained: int, length: int, geometry: tuple[int, float] | None
+) -> bool:
+    """Whether transformers computes ``a`` and ``b`` alike at every checked request length (half L0
+    to ``length``): the same frequencies and the same total logit multiplier (the spec's m times the
+    rope's own factor squared), with every other field of the specs equal."""
+    da, db = a.to_dict(), b.to_dict()
+    if {k: v for k, v in da.items() if k not in ("rope", "multiplier")} != {
+        k: v for k, v in db.items() if k not in ("rope", "multiplier")
+    }:
+        return False
+    dim, theta = geometry or PROBE_GEOMETRY
+    ha = meant(resolve_rope(a, trained), dim, theta, trained)
+    hb = meant(resolve_rope(b, trained), dim, theta, trained)
+    ratio = b.multiplier / a.multiplier
+    return all(not differs(TRANSFORMERS(ha, n), TRANSFORMERS(hb, n), ratio) for n in lengths(trained, length))
+
+
+def with_engines(cands: list[Candidate], trained: int, length: int, config: dict[str, Any] | None) -> list[Candidate]:
+    """``cands``, each with how every engine carries it on the model of ``config``; a ``nearest``
+    route names (``as``) the raced candidate that reads alike, None where none was raced."""
+    geometry = rotary(config)
+    out = []
+    for c in cands:
+        engines = {e: carry(c.spec, e, trained, config) for e in ENGINES}
+        for route in engines.values():
+            if route["how"] == "nearest":
+                near = TemperatureSpec.from_dict(route["spec"])
+                route["as"] = next(
+                    (o.key for o in cands if o.key != c.key and reads_alike(near, o.spec, trained, length, geometry)),
+                    None,
+                )
+        out.append(Candidate(c.name, c.spec, c.family, c.gated, c.note, engines, c.key))
+    return out
+
+
+def carries(candidate: Candidate, engine: str) -> bool:
+    """Whether ``engine`` computes ``candidate`` as meant (so its scores are the engine's)."""
+    return candidate.engines.get(engine, {}).get("how", "not carried") in AS_MEANT

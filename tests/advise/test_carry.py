@@ -1,0 +1,58 @@
+"""How each engine carries advise's candidates: a setting an engine reads otherwise is carried as
+its nearest spec, linked to the raced candidate that reads alike, and never recommended under the
+candidate's own name (issue 51)."""
+
+import pytest
+
+from attntemp.advise.candidates import by_key, candidates, rotary
+from attntemp.advise.carry import AS_MEANT, carries, reads_alike, with_engines
+from attntemp.hf.loading import load_model
+from attntemp.ops.spec import TemperatureSpec
+
+
+@pytest.fixture(scope="module")
+def raced():
+    model, _ = load_model("tiny")
+    config = model.config.to_dict()
+    return with_engines(candidates(512, 256, rotary(config)), 256, 512, config), config
+
+
+@pytest.mark.parametrize(
+    ("key", "engine", "near"),
+    [
+        ("dynamic", "vllm", "ntk-static"),  # vLLM 0.22+ reads dynamic as no scaling, 0.11-0.21 as static NTK
+        ("dynamic", "llama.cpp", "ntk-static"),  # the converter drops dynamic
+        ("yarn-past-l0", "vllm", "yarn"),  # the long factors at every length: YaRN's frequencies
+        ("yarn-past-l0+m", "llama.cpp", "yarn+m"),  # with YaRN's attention factor: YaRN with its m
+    ],
+)
+def test_a_setting_read_otherwise_is_carried_as_the_nearest_raced_candidate(raced, key, engine, near):
+    cands, _ = raced
+    route = by_key(cands, key).engines[engine]
+    assert route["how"] == "nearest" and route["as"] == near and route["why"]
+    assert not carries(by_key(cands, key), engine) and carries(by_key(cands, near), engine)
+
+
+def test_transformers_computes_every_candidate_as_meant_or_says_why_not(raced):
+    cands, _ = raced
+    for c in cands:
+        route = c.engines["transformers"]
+        assert route["how"] in AS_MEANT or (route["how"] == "not carried" and route["why"]), c.key
+
+
+def test_reads_alike_compares_frequencies_and_the_total_logit_multiplier(raced):
+    cands, config = raced
+    geo = rotary(config)
+    yarn, yarn_m = by_key(cands, "yarn").spec, by_key(cands, "yarn+m").spec
+    assert reads_alike(yarn, yarn, 256, 512, geo)
+    assert not reads_alike(yarn, yarn_m, 256, 512, geo)  # same frequencies, another m
+    assert not reads_alike(yarn, by_key(cands, "yarn-smaller").spec, 256, 512, geo)  # another scale
+    # m on the spec or as YaRN's attention factor on cos and sin (squared on the logits): the same logits
+    factor = by_key(cands, "yarn-past-l0+m").spec
+    f = dict(factor.rope)["attention_factor"]
+    as_m = TemperatureSpec.from_dict(
+        {**factor.to_dict(), "multiplier": f * f, "rope": {**factor.to_dict()["rope"], "attention_factor": 1.0}}
+    )
+    assert f > 1 and reads_alike(factor, as_m, 256, 512, geo)
+    assert not reads_alike(factor, by_key(cands, "yarn-past-l0").spec, 256, 512, geo)
+    assert not reads_alike(by_key(cands, "yarn").spec, by_key(cands, "yarn+logn").spec, 256, 512, geo)  # schedule
