@@ -235,6 +235,11 @@ ISSUE_32 = [  # (id, argv, text the one error line must contain); the cases of i
         "--engine-dir='/nonexistent' is not allowed: no such folder",
     ),
     (
+        "audit-readings-no-engine",
+        ["audit", "--readings", "--engines", "transformers,llama.cpp", "--engine-dir", "{w}"],
+        "none of them can check --readings here",
+    ),
+    (
         "audit-no-engine-runs",
         ["audit", "--config", "{w}/c_plain.json", "--engines", "vllm"],
         "none of them can run here, so nothing was checked",
@@ -719,7 +724,7 @@ CASES = [
     ("audit-positions-text", ["audit", "--config", "{w}/ok.json", "--positions", "a"], "--positions 'a'"),
     ("audit-tolerance", ["audit", "--config", "{w}/ok.json", "--tolerance", "2"], "--tolerance=2.0 is not allowed"),
     ("audit-threads-0", ["audit", "--config", "{w}/ok.json", "--threads", "0"], "--threads=0 is not allowed"),
-    ("audit-config-required", ["audit", "--json"], "the following arguments are required: --config"),
+    ("audit-config-required", ["audit", "--json"], "--config is missing; give a model's config.json or a shipped"),
     ("sweep-key-ngram-0", with_(S, "--tasks", "key_tokens", "--key-ngram", "0"), "--key-ngram=0 is not allowed"),
     ("sweep-key-ngram-huge", with_(S, "--tasks", "key_tokens", "--key-ngram", "100"), "expected an integer in [1, 64]"),
     ("sweep-key-distance-0", with_(S, "--tasks", "key_tokens", "--key-distance", "0"), "--key-distance=0 is not"),

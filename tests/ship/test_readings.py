@@ -97,7 +97,7 @@ def test_vllm_up_to_0_21_reads_dynamic_as_static_ntk_at_every_position():
 def test_vllm_from_0_22_reads_dynamic_as_no_scaling_and_breaks_past_l0(reader):
     under = reader(handed(DYNAMIC), L0)
     assert close(under.inv_freq, plain()) and not under.breaks
-    assert reader(handed(DYNAMIC), L0 + 1).breaks.startswith(f"NaN past position {L0}")
+    assert reader(handed(DYNAMIC), L0 + 1).breaks.startswith(f"undefined past position {L0}")
     # only a max_trained_positions key (NomicBert's) brings the old static alpha back
     trained = reader(handed({**DYNAMIC, "max_trained_positions": L0}, positions=N), 16)
     assert close(trained.inv_freq, ntk(S * S - S + 1))

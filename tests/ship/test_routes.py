@@ -95,7 +95,7 @@ def test_the_old_vllm_route_for_dynamic_is_read_otherwise():
     params = {"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": L0}
     why = departure(ENGINES["vllm"], old, 1.0, params, ExportTarget(THETA, rotary_dim=DIM, positions=L0))
     assert "vllm 0.11-0.21 at n = 64: frequencies off" in why
-    assert f"vllm 0.22-0.29 at n = {L0 + 1}: NaN past position {L0}" in why and "vllm >=0.30" in why
+    assert f"vllm 0.22-0.29 at n = {L0 + 1}: undefined past position {L0}" in why and "vllm >=0.30" in why
 
 
 def test_vllm_dynamic_goes_as_static_ntk_at_an_explicit_theta_with_its_context():
@@ -117,7 +117,9 @@ def test_the_cli_route_for_dynamic_names_the_nearest_spec(tmp_path):
 
 
 def test_without_the_models_geometry_the_nearest_is_refused_saying_what_it_needs():
-    with pytest.raises(ValueError, match=r"not carried: vllm reads these settings otherwise: .*NaN past position 128"):
+    with pytest.raises(
+        ValueError, match=r"not carried: vllm reads these settings otherwise: .*undefined past position 128"
+    ):
         E.export(SPECS["dynamic"], "vllm", trained_length=L0)
     with pytest.raises(ValueError, match=r"needs the model's rope_theta and rotary dim \(pass its config: --config\)"):
         E.export(SPECS["dynamic"], "vllm", trained_length=L0)

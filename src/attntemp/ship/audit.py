@@ -15,7 +15,7 @@ A verdict per engine: ``agrees``, ``differs`` (by how much, from which position)
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from ..ops.geometry import config_dict
 from ..utils import checks
 from ..utils.options import ints, names, option
 from ..utils.tables import markdown_table
+from . import audit_readings
 from .audit_reference import config_reference, inv_lists, per_position
 from .engines import ENGINES
 from .engines import transformers as reference_engine
@@ -38,7 +39,11 @@ MAX_POSITION = 2**31 - 1
 class AuditConfig:
     """``attntemp audit`` and :func:`run_audit`."""
 
-    config: str = option(help="a model's config.json (no weights needed), or a shipped config's name: gpt_oss, ...")
+    config: str | None = option(
+        None,
+        "a model's config.json (no weights needed), or a shipped config's name: gpt_oss, ... "
+        "(needed unless --readings)",
+    )
     engines: tuple[str, ...] = option(
         tuple(ENGINES), f"engines to audit, comma-separated: {', '.join(ENGINES)}", parse=names
     )
@@ -49,8 +54,15 @@ class AuditConfig:
     tolerance: float = option(TOLERANCE, "relative difference above which an engine differs", parse=float)
     engine_dir: str | None = option(None, "llama.cpp build folder (default: PATH, then ~/.cache/attntemp/engines)")
     threads: int | None = option(None, "llama.cpp threads (default: its own)", parse=int)
+    readings: bool = option(
+        False,
+        "check the engine readings (docs/readings.md) in the engines installed here: dynamic, yarn with an "
+        "explicit attention factor and longrope under and past L0 on a head_dim-64 Llama proxy",
+    )
 
     def __post_init__(self) -> None:
+        if self.config is None and not self.readings:
+            raise ValueError("config is missing; give a model's config.json or a shipped config's name, or --readings")
         if not self.engines:
             raise ValueError(f"engines={self.engines!r} is not allowed; expected some of {', '.join(ENGINES)}")
         for i, e in enumerate(self.engines):
@@ -101,10 +113,13 @@ class AuditResult:
     model_type: str
     reference: dict[str, Any]
     engines: dict[str, dict[str, Any]] = field(default_factory=dict)
+    readings: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def differs(self) -> bool:
-        return any(e["verdict"] == "differs" for e in self.engines.values())
+        """An engine differs from the config, or one of its readings was not confirmed in it."""
+        unconfirmed = any(not r["confirmed"] for e in self.readings.values() for r in e.get("rows", ()))
+        return unconfirmed or any(e["verdict"] == "differs" for e in self.engines.values())
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -112,6 +127,7 @@ class AuditResult:
             "model_type": self.model_type,
             "reference": self.reference,
             "engines": self.engines,
+            "readings": self.readings,
         }
 
     def markdown(self) -> str:
@@ -119,7 +135,11 @@ class AuditResult:
         return self.render()
 
     def render(self) -> str:
-        """The reference per group and position, then one line per engine."""
+        """The reference per group and position, then one line per engine; the readings checked."""
+        checked = audit_readings.render(self.readings) if self.readings else ""
+        return (self._render_config() + "\n\n" + checked if self.config else checked).strip()
+
+    def _render_config(self) -> str:
         pos = self.reference["positions"]
         lines = [f"attntemp audit of {self.config} ({self.model_type}); reference from attntemp's own math", ""]
         rows = []
@@ -140,17 +160,42 @@ class AuditResult:
         return "\n".join(lines)
 
 
+def check_readings(engines: tuple[str, ...], engine_dir: str | None) -> dict[str, dict[str, Any]]:
+    """The readings checked in each of ``engines`` installed here (the reference, transformers, is
+    what the predictions run on), each ``cannot run`` with why where it is not."""
+    checks = {name: ENGINES[name].check_readings for name in dict.fromkeys(engines)}
+    return {name: check(engine_dir) for name, check in checks.items() if check is not None}
+
+
 def run_audit(cfg: AuditConfig) -> AuditResult:
-    """Reference, then each engine in ``cfg.engines`` (see the module doc)."""
-    config = load_config(cfg.config)
+    """Reference, then each engine in ``cfg.engines`` (see the module doc); with ``cfg.readings``, the
+    readings checked in each (:mod:`attntemp.ship.audit_readings`)."""
+    readings = check_readings(cfg.engines, cfg.engine_dir) if cfg.readings else {}
+    if readings and all("rows" not in e for e in readings.values()):
+        why = "; ".join(f"{name}: {e['reason']}" for name, e in readings.items())
+        raise ValueError(
+            f"engines={cfg.engines!r}: none of them can check --readings here, so no reading was checked ({why})"
+        )
+    if cfg.config is None:
+        return AuditResult("", "", {}, {}, readings)
+    return replace(_audit_config(cfg, cfg.config), readings=readings)
+
+
+def _audit_config(cfg: AuditConfig, path: str) -> AuditResult:
+    config = load_config(path)
     positions = tuple(sorted(set(cfg.positions or attention_config.default_positions(config))))
     ref = config_reference(config, positions)  # every value checked here, before any model is built
     model_type = config_dict(config)["model_type"]
     with reference_engine.quiet():
-        base = reference_engine.base_entry(config, ref, cfg.config, cfg.tolerance)
+        base = reference_engine.base_entry(config, ref, path, cfg.tolerance)
         run = AuditRun(config, ref, base, cfg.engine_dir, cfg.threads)
         engines = {name: ENGINES[name].audit(run) for name in dict.fromkeys(cfg.engines)}
     if all(e["verdict"] == "cannot run" for e in engines.values()):  # nothing checked is not a pass
         why = "; ".join(f"{name}: {e['reason']}" for name, e in engines.items())
         raise ValueError(f"engines={cfg.engines!r}: none of them can run here, so nothing was checked ({why})")
-    return AuditResult(cfg.config, model_type, ref, engines)
+    return AuditResult(path, model_type, ref, engines)
+
+
+from ..utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
+
+__getattr__ = legacy_getattr(__name__)  # old names that warn: attntemp.utils.deprecation.RENAMED

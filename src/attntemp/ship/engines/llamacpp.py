@@ -60,6 +60,7 @@ from ..comparison import (
     windows,
     work_folder,
 )
+from . import llamacpp_readings
 from .base import (
     GLOBAL,
     Engine,
@@ -397,4 +398,5 @@ ENGINE = Engine(
     reads_gguf_arch=True,
     carried_form=carried_form,
     reads_back=handed_to_llamacpp,
+    check_readings=llamacpp_readings.check_llamacpp_installed,
 )

@@ -72,6 +72,7 @@ from ..comparison import (
     work_folder,
 )
 from ..readings import Handed
+from . import vllm_readings
 from .base import (
     EPS,
     GLOBAL,
@@ -399,4 +400,5 @@ ENGINE = Engine(
     rope_per_layer_type=True,
     verify=verify,
     reads_back=handed_to_vllm,
+    check_readings=lambda engine_dir: vllm_readings.check_vllm_installed(engine_dir, unavailable()),
 )

@@ -42,6 +42,7 @@ __all__ = [
     "differs",
     "lengths",
     "meant",
+    "reader_for",
     "readers_of",
 ]
 
@@ -49,6 +50,32 @@ __all__ = [
 def readers_of(engine: str) -> tuple[Reader, ...]:
     """The readers of ``engine`` (its name in :data:`attntemp.ship.engines.ENGINES`), oldest version first."""
     return tuple(r for r in READERS if r.engine == engine)
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in text.strip().split("+")[0].split(".")[:3] if p.isdigit())
+
+
+def _covers(versions: str, got: tuple[int, ...]) -> bool:
+    """Whether a reader's range ("0.11-0.21", ">=0.30", "0.5.x", "5.x") holds the version ``got``."""
+    if versions.startswith(">="):
+        return got >= _version(versions[2:])
+    if "-" in versions:
+        low, high = (_version(v) for v in versions.split("-", 1))
+        return low <= got[: len(low)] and got[: len(high)] <= high
+    stem = _version(versions.removesuffix(".x"))
+    return bool(stem) and got[: len(stem)] == stem
+
+
+def reader_for(engine: str, version: str) -> Reader:
+    """The reader of ``engine`` whose version range holds ``version`` (e.g. ``reader_for("vllm", "0.32.0")``);
+    a ValueError naming the ranges read where none does."""
+    got = _version(version)
+    found = [r for r in readers_of(engine) if got and _covers(r.versions, got)]
+    if not found:
+        ranges = ", ".join(r.versions for r in readers_of(engine)) or "none"
+        raise ValueError(f"version={version!r} of {engine} has no reading; read: {ranges}")
+    return found[-1]
 
 
 def meant(params: Mapping[str, Any], dim: int, rope_theta: float, l0: int) -> Handed:

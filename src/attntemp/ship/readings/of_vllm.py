@@ -83,8 +83,9 @@ LONGROPE_KEYS = COMMON_KEYS | {
     "long_mscale",
 }
 PAST_CACHE = (
-    "NaN past position {rows}: positions >= {rows} index past the cos/sin cache of {rows} rows "
-    "(NaN on 0.32.0's CPU build, issue 51; an IndexError or device assert per vLLM PR #55910)"
+    "undefined past position {rows}: positions >= {rows} index past the cos/sin cache of {rows} rows "
+    "(NaN in issue 51's run on 0.32.0's CPU build, finite garbage in `attntemp audit --readings`; an IndexError "
+    "or device assert per vLLM PR #55910)"
 )
 NO_LENGTH_FACTOR = {"longrope", "llama3"}  # _get_and_verify_max_len: no factor on the derived length
 
