@@ -19,6 +19,7 @@ import sys
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from .utils import deprecation
 from .utils.version import VERSION
 
 # The folders of the package, bottom to top: a module imports only from its own folder and those
@@ -105,6 +106,22 @@ MOVED = {
 }
 
 
+# Where an old module's names went to more than one place, the warning says so.
+MOVED_NOTES = {
+    "engines": "attntemp.ship.export (export) and attntemp.ship.engines.<engine> (each engine's factors)",
+    "tiny_eval": (
+        "attntemp.evaluate.lm (scoring), attntemp.evaluate.corpus (windows), attntemp.evaluate.tasks (passkeys)"
+    ),
+}
+
+
+def _moved(short: str) -> ModuleType:
+    """The module an old flat name now is, with a DeprecationWarning naming where it went."""
+    new = MOVED_NOTES.get(short, f"{__name__}.{MOVED[short]}")
+    deprecation.warn(f"{__name__}.{short}", new, stacklevel=4)
+    return importlib.import_module(f"{__name__}.{MOVED[short]}")
+
+
 class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """``import attntemp.rope`` gives the module ``attntemp.ops.rope`` itself (one module object)."""
 
@@ -113,7 +130,7 @@ class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return importlib.util.spec_from_loader(fullname, self) if short in MOVED and short != fullname else None
 
     def create_module(self, spec) -> ModuleType:
-        module = importlib.import_module(f"{__name__}.{MOVED[spec.name.removeprefix(__name__ + '.')]}")
+        module = _moved(spec.name.removeprefix(__name__ + "."))
         self.specs = {**getattr(self, "specs", {}), module.__name__: module.__spec__}
         return module
 
@@ -135,7 +152,7 @@ def __getattr__(name: str) -> Any:
         globals()[name] = value  # later lookups skip this function
         return value
     if name in MOVED:
-        return importlib.import_module(f"{__name__}.{MOVED[name]}")
+        return _moved(name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -195,3 +195,8 @@ def _check_length(cfg: AdviseConfig, trained: int) -> int | None:
 def served_by(cfg: AdviseConfig) -> tuple[str, ...]:
     """The engines advise recommends for: ``--engine``, else every engine (transformers first)."""
     return (cfg.engine,) if cfg.engine else (REFERENCE_ENGINE, *(e for e in ENGINES if e != REFERENCE_ENGINE))
+
+
+from ..utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
+
+__getattr__ = legacy_getattr(__name__)  # old names that warn: attntemp.utils.deprecation.RENAMED

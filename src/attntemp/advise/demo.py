@@ -252,3 +252,8 @@ def run_demo(cfg: DemoConfig) -> DemoResult:
         text = "\n".join(extra) + "\n"
         write_advice(result, out, text)
     return DemoResult(result, text, out / "report.html")
+
+
+from ..utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
+
+__getattr__ = legacy_getattr(__name__)  # old names that warn: attntemp.utils.deprecation.RENAMED

@@ -343,3 +343,8 @@ def write_advice(result: AdviseResult, out: Path, extra: str = "") -> AdviseResu
 
 
 __all__ = ["BASELINE", "AdviseConfig", "AdviseResult", "run_advise"]
+
+
+from ..utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
+
+__getattr__ = legacy_getattr(__name__)  # old names that warn: attntemp.utils.deprecation.RENAMED

@@ -1,0 +1,79 @@
+"""Old public names kept as aliases that warn (the model: lm-evaluation-harness's ``LEGACY_EXPORTS``).
+
+A name renamed or moved stays importable from where it was for one minor release: reading it
+gives the new object and a ``DeprecationWarning`` naming the new place and the release that removes
+it (:data:`REMOVAL`). Each module that lost names sets ``__getattr__ = legacy_getattr(__name__)``;
+the names are listed here, in one table (:data:`RENAMED`), and in CHANGELOG.md.
+"""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+REMOVAL = "0.3.0"  # the release that removes every alias below
+
+# module (under attntemp.) -> {old name: "new name" in the same module, or "module:new name"}
+RENAMED: dict[str, dict[str, str]] = {
+    "advise.config": {"OBJECTIVES": "RACE_OBJECTIVES", "RESULTS": "ADVISE_RESULTS", "OUTPUTS": "ADVISE_OUTPUTS"},
+    "advise.demo": {"BAKED": "BAKED_DIR", "OUTPUTS": "DEMO_OUTPUTS"},
+    "advise.diagnose": {"attention_stats": "window_attention_stats"},
+    "advise.report": {"temperature_table": "temperature_lines", "markdown": "advice_markdown"},
+    "advise.run": {"write": "write_advice"},
+    "analysis.generate": {"RESULTS": "GENERATE_RESULTS"},
+    "analysis.run": {"RESULTS": "MEASURE_RESULTS"},
+    "evaluate.harness": {"OUTPUTS": "EVAL_OUTPUTS", "check_out": "check_eval_out", "write": "write_eval"},
+    "evaluate.harness_table": {"markdown": "paired_table"},
+    "evaluate.limits": {"check_memory": "check_length_memory"},
+    "evaluate.score": {"SCHEMA": "SCORES_SCHEMA"},
+    "evaluate.store": {"SCHEMA": "SWEEP_SCHEMA", "groups": "multiplier_groups"},
+    "evaluate.task_base": {"register": "register_task"},
+    "hf.flex_check": {"TOLERANCE": "FLEX_TOLERANCE"},
+    "hf.learnable": {"SCHEDULES": "LEARNED_SCHEDULES"},
+    "hf.proxy": {"PROBE": "AUDIT_PROBE", "probing": "probing_proxy", "measure": "measure_proxy"},
+    "hf.rope_factors": {"install": "install_factors"},
+    "hf.shipped": {"assemble": "assemble_gguf"},
+    "hf.source": {"NAMES": "MODEL_NAMES"},
+    "logits.calibrate": {"RESULTS": "CALIBRATION_RESULTS"},
+    "ops.geometry": {"FIELDS": "CONFIG_FIELDS"},
+    "ops.schedules": {"constant": "Constant", "yarn": "Yarn", "yarn_sqrt": "YarnSqrt", "logn": "LogN",
+                      "sqrt_logn": "SqrtLogN", "gated_constant": "GatedConstant", "llama4": "Llama4",
+                      "log_length": "LogLength", "ssmax": "SSMax"},
+    "report.build": {"OUTPUTS": "REPORT_OUTPUTS"},
+    "ship.audit": {"reference": "ship.audit_reference:config_reference"},
+    "ship.bake": {"FORMAT": "BAKED_FORMAT"},
+    "ship.schedule_export": {"split": "split_schedule"},
+    "ship.verify": {"Reference": "ship.comparison:EngineReference", "reference": "ship.comparison:engine_reference"},
+    "tune.evidence": {"BASELINE": "M_ONE", "candidates": "evidence_specs", "check_lengths": "pick_check_lengths"},
+    "tune.resume": {"RESULTS": "TUNE_RESULTS", "CHECKPOINT": "CHECKPOINT_FILE", "OUTPUTS": "TUNE_OUTPUTS"},
+    "utils.resources": {"check_threads": "check_cpu_threads"},
+}  # fmt: skip
+PACKAGE = "attntemp"
+
+
+def alias_target(module: str, old: str) -> tuple[str, str]:
+    """``(full module name, new name)`` of ``old`` in ``module`` (under ``attntemp.``)."""
+    where, _, new = RENAMED[module][old].rpartition(":")
+    return f"{PACKAGE}.{where or module}", new
+
+
+def warn(old: str, new: str, stacklevel: int = 3) -> None:
+    """The one warning every alias gives."""
+    warnings.warn(f"{old} is deprecated; use {new} (removed in {REMOVAL})", DeprecationWarning, stacklevel=stacklevel)
+
+
+def legacy_getattr(module_name: str) -> Callable[[str], Any]:
+    """The module ``__getattr__`` that serves ``module_name``'s renamed names with a warning."""
+    module = module_name.removeprefix(f"{PACKAGE}.")
+    names = RENAMED.get(module, {})
+
+    def __getattr__(name: str) -> Any:
+        if name not in names:
+            raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
+        where, new = alias_target(module, name)
+        warn(f"{module_name}.{name}", f"{where}.{new}")
+        return getattr(importlib.import_module(where), new)
+
+    return __getattr__
