@@ -22,7 +22,7 @@ import pytest
 from attntemp.assets import tiny_path
 from attntemp.cli import main
 from attntemp.evaluate.sweep import LOCK_FILE, Store
-from attntemp.utils.outputs import exclusive
+from attntemp.utils.outputs import LOCK_NAME, exclusive
 
 SPECS = {
     "s_layers": {"layers": 1.1},
@@ -120,6 +120,8 @@ def ws(tmp_path_factory):
     store.check_settings({"model": "tiny", "text": "stdlib", "n_docs": 4, "trials": 50, "seed": 0})
     store.close()
     (w / "locked").mkdir()
+    for lock in (LOCK_FILE, LOCK_NAME):  # the lock files a running writer holds there
+        (w / "locked" / lock).touch()
     # broken checkpoints
     trunc = _tiny_copy(w / "trunc")
     os.truncate(trunc / "model.safetensors", 100_000)
@@ -418,6 +420,8 @@ CASES = [
         "holds points made with --text='stdlib'",
     ),
     ("sweep-out-locked", with_(S, "--out", "{w}/locked"), "is in use by another sweep"),
+    ("advise-out-locked", with_(A, "--out", "{w}/locked"), "--out='{w}/locked' is in use by another advise (pid"),
+    ("demo-out-locked", with_(D, "--out", "{w}/locked"), "--out='{w}/locked' is in use by another demo (pid"),
     ("tune-out-file", with_(T, "--out", "{w}/afile"), "--out='{w}/afile' exists and is a file"),
     ("tune-out-proc", with_(T, "--out", "/proc/attntemp-out"), "is not writable"),
     ("bake-out-file", with_(B, "--out", "{w}/afile"), "--out='{w}/afile' exists and is a file"),
@@ -792,8 +796,9 @@ def test_hostile_input_is_one_line_naming_the_flag_and_exit_2(ws, name, argv, ex
     before = listing(ws)
     if name == "audit-no-engine-runs":  # the same on a machine with vLLM installed (scripts/build_vllm_cpu.sh)
         monkeypatch.setattr("attntemp.ship.engines.vllm.unavailable", lambda: "vLLM is not installed (this test)")
-    if name == "sweep-out-locked":  # another sweep is running there
-        with exclusive(ws / "locked" / LOCK_FILE, "sweep"):  # run_sweep opens it again: the lock conflicts
+    if name.endswith("-out-locked"):  # another run of the command is writing there
+        lock = LOCK_FILE if argv[0] == "sweep" else LOCK_NAME
+        with exclusive(ws / "locked" / lock, argv[0]):  # the command opens it again: the lock conflicts
             code, err = run_main(argv, capsys)
     else:
         code, err = run_main(argv, capsys)

@@ -72,7 +72,7 @@ def run_advise(cfg: AdviseConfig, model: Any = None, tok: Any = None) -> AdviseR
     plan = preflight_advise(cfg, model, tok)
     if cfg.status:
         return advise_status(plan, model if model is not None else load_model(cfg.model, **cfg.load_args())[0])
-    with outputs.output_folder(cfg.out, replace=cfg.own_outputs() if cfg.overwrite else ()) as out:
+    with outputs.output_folder(cfg.out, replace=cfg.own_outputs() if cfg.overwrite else (), writer="advise") as out:
         if model is None:
             model, _ = load_model(cfg.model, **cfg.load_args())
         return write_advice(advise(plan, model, out), out)

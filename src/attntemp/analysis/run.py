@@ -98,7 +98,9 @@ def run_measure(cfg: MeasureConfig) -> MeasureResult:
     ids = heldout_windows(tok, cfg.length, n=cfg.n_docs, docs=plan.docs, n_name="n_docs")
     stats = measure(model, ids, plan.spec, opts=StatOptions(cfg.sink_tokens, cfg.recent_tokens, cfg.buckets))
     stats.meta.update(model=cfg.model, text=cfg.text)
-    with outputs.output_folder(cfg.out, replace=MEASURE_RESULTS if cfg.overwrite else ()) as out:  # none left empty
+    with outputs.output_folder(
+        cfg.out, replace=MEASURE_RESULTS if cfg.overwrite else (), writer="measure"
+    ) as out:  # none left empty
         stats.save(out / "stats.json")
         pngs = plots.save_all(stats, out)
         table = summary_table(stats)

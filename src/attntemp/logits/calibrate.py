@@ -177,7 +177,9 @@ def run_calibration(cfg: CalibrateConfig) -> CalibrateResult:
         "before": before.as_dict(),
         "after": after.as_dict(),
     }
-    with outputs.output_folder(cfg.out, replace=CALIBRATION_RESULTS if cfg.overwrite else ()) as out:  # none left empty
+    with outputs.output_folder(
+        cfg.out, replace=CALIBRATION_RESULTS if cfg.overwrite else (), writer="calibrate"
+    ) as out:  # none left empty
         reliability_diagram(p_before, y, out / "reliability.png", cfg.bins, title="Temperature scaling", after=p_after)
         (out / "calibration.json").write_text(json.dumps(report, indent=2) + "\n")
     return CalibrateResult(report, metrics_table(fit, before, after), cfg.out)

@@ -15,7 +15,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -24,6 +24,9 @@ try:  # POSIX; elsewhere a run takes no lock
     import fcntl
 except ImportError:  # pragma: no cover
     fcntl = None  # type: ignore[assignment]
+
+
+LOCK_NAME = ".attntemp.lock"  # one writer per output folder (sweep keeps its own .sweep.lock)
 
 
 def nearest_existing(path: Path) -> Path:
@@ -118,7 +121,7 @@ def check_out(
         raise ValueError(f"{name}={str(out)!r} exists and is a file; expected a folder (new, or one to write into)")
     own = results if isinstance(results, Outputs) else Outputs(tuple(results))
     if out.is_dir() and not overwrite:
-        found = sorted(p.name for p in out.iterdir()) if any_content else own.present(out)
+        found = sorted(p.name for p in out.iterdir() if p.name != LOCK_NAME) if any_content else own.present(out)
         if found:
             raise ValueError(
                 f"{name}={str(out)!r} already holds results ({shown(found)}); pass overwrite=True to replace them, "
@@ -183,12 +186,17 @@ def move_in(staged: Path, out: Path) -> None:
 
 @contextmanager
 def output_folder(
-    path: str | os.PathLike[str], scratch: Iterable[str] = (), replace: Iterable[str] | Outputs = ()
+    path: str | os.PathLike[str],
+    scratch: Iterable[str] = (),
+    replace: Iterable[str] | Outputs = (),
+    writer: str | None = None,
 ) -> Iterator[Path]:
     """Create ``path`` (and missing parents) for a run, after removing the command's own earlier
     outputs ``replace`` (pass them with ``overwrite``, see :func:`clear`); if the run fails, remove
     the folders it created that are still empty (after the ``scratch`` files in ``path``, e.g. a
-    lock file), so a failed run leaves no empty ``out`` behind."""
+    lock file), so a failed run leaves no empty ``out`` behind. ``writer`` (the command's name): hold
+    :data:`LOCK_NAME` in ``path`` for the run, taken before anything is removed, so a second writer
+    is refused naming the first's pid and never clears or mixes the first's files."""
     out = Path(path)
     made = []
     p = out.absolute()
@@ -196,9 +204,11 @@ def output_folder(
         made.append(p)
         p = p.parent
     out.mkdir(parents=True, exist_ok=True)
-    clear(out, replace)
+    scratch = (*scratch, *((LOCK_NAME,) if writer else ()))
     try:
-        yield out
+        with exclusive(out / LOCK_NAME, writer) if writer else nullcontext():
+            clear(out, replace)
+            yield out
     except BaseException:
         if made:
             for name in scratch:
