@@ -19,6 +19,7 @@ import torch
 
 from ..analysis.measure import AttentionStats, measure
 from ..evaluate.corpus import heldout_windows
+from ..evaluate.score import score_key
 from ..evaluate.task_base import EvalContext, get_task
 from ..ops.spec import TemperatureSpec
 from .race import objective_label
@@ -31,17 +32,41 @@ def describe(task: str, metrics: dict[str, Any]) -> dict[str, str]:
 
 
 def window_attention_stats(
-    model: Any, tok: Any, ctx: EvalContext, length: int, folder: Path, progress: bool
+    model: Any, tok: Any, ctx: EvalContext, length: int, folder: Path, model_id: str, progress: bool = False
 ) -> AttentionStats:
-    """One window's attention statistics at ``length`` (no change), kept in ``folder`` for a rerun."""
+    """One window's attention statistics at ``length`` (no change), kept in ``folder`` for a rerun
+    under the key of what made them (the weights ``model_id``, the windows of ``ctx``, the length:
+    the scores' own key, :func:`attntemp.evaluate.score.score_key`): a file made by another model,
+    text or length is measured again and replaced, never read as this run's."""
     path = folder / f"attention_{length}.json"
-    if path.is_file():
-        return AttentionStats.load(path)
+    key = score_key(TemperatureSpec(), "attention", length, ctx, model_id)
+    cached = _cached(path, key)
+    if cached is not None:
+        return cached
     ids = heldout_windows(tok, length, n=1, docs=ctx.docs)  # [1, L]
     with torch.no_grad():
         stats = measure(model, ids.to(model.device), TemperatureSpec(), progress=progress)
-    stats.save(path)
+    stats.meta["key"] = key
+    tmp = path.with_name(path.name + ".tmp")
+    stats.save(tmp)
+    tmp.replace(path)  # whole or absent
     return stats
+
+
+def _cached(path: Path, key: str) -> AttentionStats | None:
+    """The statistics in ``path`` when they carry ``key``; None when absent or made by another run;
+    a file that is not attention statistics is named in one line (advise does not remove it)."""
+    if not path.is_file():
+        return None
+    try:
+        stats = AttentionStats.load(path)
+    except (ValueError, KeyError, TypeError, OSError) as exc:
+        why = f"{type(exc).__name__}: {str(exc)[:80]}"
+        raise ValueError(
+            f"out={str(path.parent)!r} holds {path.name}, which is not advise's attention statistics ({why}); "
+            "move it away, or use another folder"
+        ) from None
+    return stats if stats.meta.get("key") == key else None
 
 
 def head_shift(long: AttentionStats, short: AttentionStats, trained: int) -> dict[str, Any]:

@@ -141,7 +141,7 @@ def advise(plan: AdvisePlan, model: Any, out: Path) -> AdviseResult:
     cfg, t0, tok = plan.cfg, time.perf_counter(), plan.tok
     s = setup(plan, model, ScoreStore(out / STORE))
     _say(cfg, f"diagnosing without a RoPE change at {plan.trained} and {cfg.length} tokens")
-    diagnosis = _diagnose(plan, model, tok, s.tctx, s.scorer, out)
+    diagnosis = _diagnose(plan, model, tok, s, out)
     _say(cfg, f"racing {len(s.candidates)} candidates")
     result = race(s.candidates, s.scorer, s.settings, _progress(cfg))
     _say(cfg, f"race {result.status}; confirming on the evaluation pool")
@@ -220,10 +220,10 @@ def _tuned(plan: AdvisePlan, model, tok, tctx: EvalContext, store, model_id: str
     return tuned_yarn(cfg.length, plan.trained, float(found["multiplier"]))
 
 
-def _diagnose(plan: AdvisePlan, model, tok, tctx: EvalContext, on_pool, out: Path) -> dict[str, Any]:
+def _diagnose(plan: AdvisePlan, model, tok, s: Setup, out: Path) -> dict[str, Any]:
     """No change at L0 and N on the race's first windows (the race reads the same scores), and
     the attention statistics per head."""
-    cfg = plan.cfg
+    cfg, on_pool = plan.cfg, s.scorer
     blocks = [(a, min(a + cfg.block, cfg.race_windows)) for a in range(0, cfg.min_windows, cfg.block)]
     tasks = [cfg.objective] + (["needles"] if plan.needles and cfg.objective != "needles" else [])
     at: dict[int, dict[str, dict[str, Any]]] = {}
@@ -236,8 +236,8 @@ def _diagnose(plan: AdvisePlan, model, tok, tctx: EvalContext, on_pool, out: Pat
                 at[n][task] = {"error": str(exc)}
                 continue
             at[n][task] = diagnose.describe(task, merged(task, parts))
-    short = diagnose.window_attention_stats(model, tok, tctx, min(plan.trained, cfg.length), out, False)
-    long = diagnose.window_attention_stats(model, tok, tctx, cfg.length, out, False)
+    short = diagnose.window_attention_stats(model, tok, s.tctx, min(plan.trained, cfg.length), out, s.model_id)
+    long = diagnose.window_attention_stats(model, tok, s.tctx, cfg.length, out, s.model_id)
     heads = diagnose.head_shift(long, short, plan.trained)
     text = diagnose.summary(min(plan.trained, cfg.length), cfg.length, cfg.objective, at, heads)
     return {"scores": {str(n): v for n, v in at.items()}, "heads": heads, "summary": text}
