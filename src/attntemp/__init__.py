@@ -60,9 +60,17 @@ EXPORTS = {
     "bake": "ship.bake",
     "save_baked": "ship.bake",
     "export": "ship.export",
+    "AdviseConfig": "advise.config",
+    "run_advise": "advise.run",
+    "TuneConfig": "tune.config",
+    "run_tune": "tune.runner",
 }
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ imports these
+    from .advise.config import AdviseConfig
+    from .advise.run import run_advise
+    from .tune.config import TuneConfig
+    from .tune.runner import run_tune
     from .analysis.measure import AttentionStats, measure
     from .analysis.monitor import monitor
     from .hf.learnable import learnable
@@ -161,8 +169,10 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "AdviseConfig",
     "AttentionStats",
     "TemperatureSpec",
+    "TuneConfig",
     "__version__",
     "apply",
     "bake",
@@ -177,6 +187,8 @@ __all__ = [
     "patch",
     "restore",
     "restore_rope",
+    "run_advise",
+    "run_tune",
     "save_baked",
     "tempered_softmax",
 ]

@@ -131,3 +131,20 @@ def test_gated_constant_is_one_up_to_the_trained_length_then_the_constant():
     assert spec.multipliers(0, 2, n - 1, n)[:, 2:].tolist() == [[1.0, 1.25, 1.25]] * 2  # [H, Lq], exact
     with pytest.raises(ValueError, match="multiplier=0"):
         TemperatureSpec(schedule="gated_constant", schedule_params={"trained_len": 8192, "multiplier": 0})
+
+
+def test_the_concepts_page_lists_every_schedule_as_the_registry_builds_it():
+    """docs/concepts.md's schedule table is the registry: each name, its class and its defaults."""
+    import inspect
+    import re
+    from pathlib import Path
+
+    from attntemp.ops.schedules import SCHEDULES
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "concepts.md").read_text()
+    rows = dict(re.findall(r"^\| `(\w+)` \| `(\w+\([^`]*\))` \|$", page, re.M))
+    want = {}
+    for name, cls in SCHEDULES.items():
+        args = ", ".join(f"{p.name}={p.default!r}" for p in inspect.signature(cls).parameters.values())
+        want[name] = f"{cls.__name__}({args})"
+    assert rows == want
