@@ -69,8 +69,6 @@ EXPORTS = {
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ imports these
     from .advise.config import AdviseConfig
     from .advise.run import run_advise
-    from .tune.config import TuneConfig
-    from .tune.runner import run_tune
     from .analysis.measure import AttentionStats, measure
     from .analysis.monitor import monitor
     from .hf.learnable import learnable
@@ -81,6 +79,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
     from .ops.spec import TemperatureSpec
     from .ship.bake import bake, save_baked
     from .ship.export import export
+    from .tune.config import TuneConfig
+    from .tune.runner import run_tune
 
 __version__ = VERSION
 
