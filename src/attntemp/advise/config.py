@@ -10,11 +10,12 @@ from typing import Any
 
 from ..evaluate import corpus, limits, needles
 from ..evaluate.corpus import HELDOUT_FOR_STDLIB
-from ..evaluate.task_base import NEEDLES_PER_FORWARD, EvalOptions
+from ..evaluate.store import SweepConfig
+from ..evaluate.task_base import NEEDLES_PER_FORWARD, EvalOptions, eval_context, tuning_context
 from ..hf import preflight
 from ..ship.engines import ENGINES
 from ..utils import checks, outputs
-from ..utils.options import option
+from ..utils.options import option, reuse
 
 REFERENCE_ENGINE = "transformers"  # the engine whose reading defines what a spec means
 
@@ -23,6 +24,7 @@ ADVISE_RESULTS = ("evidence.json", "report.md", "report.html", "tradeoff.png", "
 # advise's own files (replaced with --overwrite); scores.db and attention_<L>.json are resumed, never replaced
 ADVISE_OUTPUTS = outputs.Outputs(ADVISE_RESULTS)
 STORE = "scores.db"  # every scored (spec, task, length, windows): a rerun resumes from it
+SPARE = 2  # windows of the tuning pool past the race's own, where YaRN's m is searched
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,6 +81,8 @@ class AdviseConfig(EvalOptions):
     tune_m: bool = option(True, "no candidate with YaRN's global m tuned first", flag="--no-tune", invert=True)
     out: str = option("attntemp-advise", "output folder (scores.db: a rerun resumes from it)")
     overwrite: bool = option(False, "replace an earlier run's results in --out (its scores.db is kept and reused)")
+    workers: int = reuse(SweepConfig, "workers")
+    ray_address: str | None = reuse(SweepConfig, "ray_address")
     status: bool = option(
         False, "where a run with these flags stands, read from --out's scores.db alone: no forward, nothing written"
     )
@@ -86,6 +90,7 @@ class AdviseConfig(EvalOptions):
     def __post_init__(self) -> None:
         super().__post_init__()
         checks.positive_int("length", self.length)
+        checks.positive_int("workers", self.workers)
         if self.engine is not None:
             checks.choice("engine", self.engine, ENGINES)
         checks.choice("objective", self.objective, RACE_OBJECTIVES)
@@ -105,6 +110,11 @@ class AdviseConfig(EvalOptions):
             checks.positive_int(name, getattr(self, name))
         if self.race_windows < 2:
             raise ValueError(f"race_windows={self.race_windows} is not allowed; a paired interval needs at least 2")
+        if self.min_windows > self.race_windows:
+            raise ValueError(
+                f"min_windows={self.min_windows} is not allowed; expected at most race_windows={self.race_windows}: "
+                "no candidate could leave the race before its windows run out"
+            )
         if self.check_length is not None and self.check_length != 0:
             checks.positive_int("check_length", self.check_length)
         if self.status and not (Path(self.out) / STORE).is_file():
@@ -112,6 +122,11 @@ class AdviseConfig(EvalOptions):
         if self.heldout_text == "":
             raise ValueError(
                 "heldout_text='' is not allowed; expected a text (stdlib, gutenberg:<book>, ...) or 'none'"
+            )
+        if corpus.same_source(self.second_text(), self.text):
+            raise ValueError(
+                f"heldout_text={self.heldout_text!r} is --text itself, whose windows the race and the confirmation "
+                "score; give another text (or 'none')"
             )
 
     def own_outputs(self) -> outputs.Outputs:
@@ -137,7 +152,7 @@ class AdvisePlan:
     needles: int  # needles per forward that fit the shortest length they are scored at (0: none fit)
     second_text: str | None
     tok: Any
-    spare: int = 2  # windows past the race's own that the tuned m is searched on
+    spare: int = SPARE  # windows past the race's own that the tuned m is searched on
     config: dict[str, Any] | None = None  # the model's config, read once: the engines' settings fill from it
 
     @property
@@ -160,7 +175,8 @@ def fitting_needles(tok: Any, length: int, wanted: int) -> int:
 
 def preflight_advise(cfg: AdviseConfig, model: Any = None, tok: Any = None) -> AdvisePlan:
     """Everything checked before the model loads (each refusal names its flag): ``out``, the texts,
-    the trained length, every length long enough for its tasks and within memory."""
+    the trained length, every length long enough for its tasks and within memory, the windows the
+    text must hold."""
     if not cfg.status:  # --status writes nothing: a finished run's folder is what it reads
         outputs.check_out(cfg.out, cfg.own_outputs(), overwrite=cfg.overwrite)
     config = model.config.to_dict() if model is not None else preflight.source_config(cfg.model)
@@ -171,16 +187,43 @@ def preflight_advise(cfg: AdviseConfig, model: Any = None, tok: Any = None) -> A
     trained = preflight.source_trained_length(config) or cfg.length
     check = _check_length(cfg, trained)
     limits.check_lengths("length", [cfg.length], [cfg.objective], tok, indexed=False, opts=cfg, trained=trained)
-    text = config and preflight.text_part(config)
-    rows = max(cfg.batch_size, 1)
-    limits.check_length_memory("length", [cfg.length], text, rows, indexed=False)
-    if check:
-        limits.check_length_memory("check_length", [check], text, rows, indexed=False)
+    _check_memory(cfg, config and preflight.text_part(config), check)
     limits.check_evaluator(cfg, tok)
+    _check_windows(cfg, tok, trained)
     k = fitting_needles(tok, min(trained, cfg.length), cfg.needles_per_forward or NEEDLES_PER_FORWARD)
     model_type = (config or {}).get("model_type")
     lengths = short_lengths(cfg.length, trained)
     return AdvisePlan(cfg, trained, model_type, lengths, check, k, cfg.second_text(), tok, config=config or None)
+
+
+def _check_memory(cfg: AdviseConfig, text: dict[str, Any] | None, check: int | None) -> None:
+    """One row at each length, then ``batch_size`` rows at the longest, and the passkey prompts the
+    confirmation answers, within memory (each refusal naming the flag that sets the size)."""
+    limits.check_length_memory("length", [cfg.length], text, 1, indexed=False)
+    if check:
+        limits.check_length_memory("check_length", [check], text, 1, indexed=False)
+    preflight.check_forward("batch_size", cfg.batch_size, text, cfg.batch_size, max(cfg.length, check or 0))
+    name, prompts = ("retrieval_prompts", cfg.retrieval_prompts) if cfg.retrieval_prompts else ("trials", cfg.trials)
+    preflight.check_prompts(name, prompts, prompts, cfg.length)
+
+
+def _check_windows(cfg: AdviseConfig, tok: Any, trained: int) -> None:
+    """The text holds the windows the run scores at ``length``: the race's (``race_windows`` and the
+    spare ones) in its tuning pool, the confirmation's (``n_docs``) in its evaluation pool."""
+    ctx = eval_context(cfg, trained, tuning=True)
+    pools = (
+        ("race_windows", cfg.race_windows, cfg.race_windows + SPARE, tuning_context(ctx).docs, "tuning",
+         f" ({cfg.race_windows} raced and {SPARE} spare ones, where YaRN's m is searched)"),
+        ("n_docs", cfg.n_docs, cfg.n_docs, ctx.docs, "evaluation", " (the confirmation's)"),
+    )  # fmt: skip
+    for name, value, need, docs, pool, why in pools:
+        got = corpus.windows_held(tok, cfg.length, need, docs)
+        if got < need:
+            raise ValueError(
+                f"{name}={value} is not allowed: the run needs {need} windows of {cfg.length} tokens{why} from the "
+                f"{pool} pool of text={cfg.text!r}, which gives {got}; give a longer text, or ask for fewer windows "
+                "or a shorter length"
+            )
 
 
 def _check_length(cfg: AdviseConfig, trained: int) -> int | None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ..evaluate import distributed
 from ..evaluate.corpus import load_text
 from ..evaluate.score import Kept, NotStored, ScoreStore, merged, model_identity, reporting, score_many
 from ..evaluate.task_base import EvalContext, eval_context, tuning_context
@@ -72,10 +73,13 @@ def run_advise(cfg: AdviseConfig, model: Any = None, tok: Any = None) -> AdviseR
     plan = preflight_advise(cfg, model, tok)
     if cfg.status:
         return advise_status(plan, model if model is not None else load_model(cfg.model, **cfg.load_args())[0])
+    if cfg.workers > 1 or cfg.ray_address is not None:
+        distributed.preflight_ray(cfg)  # workers within the CPUs, the address answering: before any work
     with outputs.output_folder(cfg.out, replace=cfg.own_outputs() if cfg.overwrite else (), writer="advise") as out:
         if model is None:
             model, _ = load_model(cfg.model, **cfg.load_args())
-        return write_advice(advise(plan, model, out), out)
+        with distributed.scoring_on_ray(cfg):  # --workers/--ray-address: the forwards on Ray workers
+            return write_advice(advise(plan, model, out), out)
 
 
 def _say(cfg: AdviseConfig, text: str) -> None:

@@ -1,4 +1,5 @@
-"""Sweeps on Ray: the points of a sweep spread over workers, one model per worker.
+"""Sweeps and advise on Ray: the points of a sweep, or the forwards of advise's race and
+confirmation, spread over workers, one model per worker.
 
 ``run_sweep`` comes here when ``workers > 1`` or ``ray_address`` is given. Each worker is a Ray
 actor (:class:`SweepWorker`) that loads the model once and evaluates one group of points at a time:
@@ -10,7 +11,13 @@ with their per-window values; the driver alone writes the SQLite store, one tran
 point, so ``kill -9`` of the driver or of a worker loses no finished point and a rerun resumes
 (a killed worker is restarted by Ray and its group run again).
 
-Ray is imported only when a sweep asks for it (``pip install 'attntemp[ray]'``).
+advise's forwards go through :class:`RayPool`: :func:`attntemp.evaluate.score.score_many` hands it
+its jobs (a base spec and the multipliers batched on it, on one task, length and block of windows),
+the workers (:class:`ScoreWorker`) run them exactly as the driver would (:func:`~.score.run_job`),
+and the driver writes each result to the one ``scores.db`` as it arrives; a killed worker is
+restarted and its job run again, so the scores, and the decision, are a serial run's.
+
+Ray is imported only when a sweep or advise asks for it (``pip install 'attntemp[ray]'``).
 """
 
 from __future__ import annotations
@@ -18,7 +25,8 @@ from __future__ import annotations
 import os
 import socket
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +34,11 @@ from tqdm.auto import tqdm
 
 from ..hf import introspect
 from ..hf.loading import load_model
+from ..ops.spec import TemperatureSpec
 from ..utils import resources as machine
+from .score import Job, run_job, scoring_on
 from .store import Store, SweepConfig, evaluate_group, point_groups
+from .task_base import EvalContext
 from .tasks import eval_context
 
 INSTALL = "pip install 'attntemp[ray]'"
@@ -36,7 +47,7 @@ CONNECT_TIMEOUT = 5.0  # seconds to reach --ray-address before giving up (Ray it
 NAMED_ADDRESSES = ("auto", "local")  # Ray finds these itself (RAY_ADDRESS, the local session)
 
 
-def preflight_ray(cfg: SweepConfig) -> None:
+def preflight_ray(cfg: Any) -> None:
     """Before the store opens or Ray starts: a local Ray's workers within this machine's CPUs (one
     model each), and ``ray_address`` not empty and answering a TCP connection within
     :data:`CONNECT_TIMEOUT` seconds (``auto`` and ``local`` are Ray's to find)."""
@@ -67,13 +78,13 @@ def _reachable(address: str) -> None:
         ) from None
 
 
-def import_ray(cfg: SweepConfig) -> Any:
+def import_ray(cfg: Any, what: str = "the sweep") -> Any:
     """The ``ray`` module, or a one-line error naming the flag and the install command."""
     try:
         import ray
     except ImportError:
         flag = f"--ray-address {cfg.ray_address}" if cfg.ray_address else f"--workers {cfg.workers}"
-        raise ValueError(f"{flag} runs the sweep on Ray, which is not installed here: {INSTALL}") from None
+        raise ValueError(f"{flag} runs {what} on Ray, which is not installed here: {INSTALL}") from None
     return ray
 
 
@@ -97,7 +108,7 @@ class SweepWorker:
         return evaluate_group(self.model, self.tok, self.ctx, length, rope, task, group)
 
 
-def connect(ray: Any, cfg: SweepConfig) -> bool:
+def connect(ray: Any, cfg: Any) -> bool:
     """Join ``cfg.ray_address``, or start a local Ray with this machine's CPUs (and GPUs); True
     when this call started it (and its shutdown is ours)."""
     if ray.is_initialized():
@@ -110,7 +121,7 @@ def connect(ray: Any, cfg: SweepConfig) -> bool:
     return True
 
 
-def resources(cfg: SweepConfig, cluster: dict[str, float]) -> dict[str, float]:
+def resources(cfg: Any, cluster: dict[str, float]) -> dict[str, float]:
     """Each worker's Ray resources: one GPU where the cluster has GPUs and the device allows, else
     an equal share of the CPUs. Raises when the cluster has fewer GPUs than workers."""
     gpus = int(cluster.get("GPU", 0))
@@ -174,3 +185,69 @@ def run_distributed(cfg: SweepConfig) -> Store:
         if started:
             ray.shutdown()
     return store
+
+
+# ----------------------------------------------------------------------------- advise's forwards
+class ScoreWorker:
+    """A Ray actor's state for advise: the model loaded once; jobs of :func:`score_many` run on demand."""
+
+    def __init__(self, model: str, load_args: dict[str, Any]) -> None:
+        self.model, self.tok = load_model(model, **load_args)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def run(self, task: str, length: int, ctx: EvalContext, base: dict, multipliers: list) -> tuple[list, float]:
+        """One job's metrics per multiplier and its seconds per spec (:func:`~.score.run_job`)."""
+        return run_job(self.model, self.tok, task, length, ctx, (TemperatureSpec.from_dict(base), multipliers))
+
+
+class RayPool:
+    """``cfg.workers`` :class:`ScoreWorker` actors (``cfg``: a config with the model options and
+    ``workers``/``ray_address``), each job sent to an idle one; :meth:`close` ends them (and a local
+    Ray this pool started)."""
+
+    def __init__(self, cfg: Any) -> None:
+        self.ray = import_ray(cfg, "advise")
+        self.started = connect(self.ray, cfg)
+        res = resources(cfg, self.ray.cluster_resources())
+        device = "cuda" if res["num_gpus"] > 0 and cfg.device.startswith("cuda") else cfg.device
+        args = cfg.load_args(device=device, threads=cfg.threads or int(res["num_cpus"]))
+        actor = self.ray.remote(ScoreWorker).options(max_restarts=RETRIES, max_task_retries=RETRIES, **res)
+        self.workers = [actor.remote(cfg.model, args) for _ in range(cfg.workers)]
+
+    def map(self, task: str, length: int, ctx: EvalContext, jobs: Sequence[Job]):
+        """``(job index, metrics, seconds)`` of each job as it ends, every worker kept busy."""
+        ctx_ref = self.ray.put(ctx)  # the windows' documents sent once, not once per job
+        queue, idle = deque(enumerate(jobs)), list(self.workers)
+        running: dict[Any, tuple[Any, int]] = {}  # Ray future -> (worker, job index)
+        while queue or running:
+            while idle and queue:
+                worker, (j, (base, ms)) = idle.pop(), queue.popleft()
+                running[worker.run.remote(task, length, ctx_ref, base.to_dict(), list(ms))] = (worker, j)
+            ready, _ = self.ray.wait(list(running), num_returns=1)
+            worker, j = running.pop(ready[0])
+            results, seconds = self.ray.get(ready[0])
+            idle.append(worker)
+            yield j, results, seconds
+
+    def close(self) -> None:
+        for w in self.workers:
+            self.ray.kill(w)
+        if self.started:
+            self.ray.shutdown()
+
+
+@contextmanager
+def scoring_on_ray(cfg: Any) -> Iterator[None]:
+    """advise's forwards on Ray within this block where ``cfg.workers > 1`` or ``cfg.ray_address``
+    is given (else here); the workers and a local Ray it started are ended on the way out."""
+    if cfg.workers <= 1 and cfg.ray_address is None:
+        yield
+        return
+    pool = RayPool(cfg)
+    try:
+        with scoring_on(pool):
+            yield
+    finally:
+        pool.close()

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -178,6 +178,47 @@ def reporting(say: Callable[[str], None] | None) -> Iterator[None]:
         _PROGRESS.reset(token)
 
 
+Job = tuple[TemperatureSpec, list[float]]  # a base spec and the global multipliers batched on it
+
+
+def run_job(model: Any, tok: Any, task: str, length: int, ctx: EvalContext, job: Job) -> tuple[list[dict], float]:
+    """One batched forward set: ``job``'s base patched on, its multipliers as batch rows; the
+    metrics per multiplier and the seconds per spec."""
+    base, multipliers = job
+    t0 = time.perf_counter()
+    with patch(model, base):
+        results = get_task(task).evaluate(model, tok, length, multipliers, ctx)
+    return results, (time.perf_counter() - t0) / len(multipliers)
+
+
+class Pool(Protocol):
+    """Where :func:`score_many` runs its jobs when not in this process (Ray workers:
+    :class:`attntemp.evaluate.distributed.RayPool`): ``(job index, metrics, seconds)`` as each ends."""
+
+    def map(
+        self, task: str, length: int, ctx: EvalContext, jobs: Sequence[Job]
+    ) -> Iterator[tuple[int, list[dict], float]]: ...
+
+
+_POOL: ContextVar[Pool | None] = ContextVar("attntemp_score_pool", default=None)
+
+
+@contextlib.contextmanager
+def scoring_on(pool: Pool | None) -> Iterator[None]:
+    """Within this block :func:`score_many` runs its forwards on ``pool`` (None: here), writing each
+    result to the store as it arrives; what was set before is put back on the way out."""
+    token = _POOL.set(pool)
+    try:
+        yield
+    finally:
+        _POOL.reset(token)
+
+
+def _run_here(model: Any, tok: Any, task: str, length: int, ctx: EvalContext, jobs: Sequence[Job]):
+    for j, job in enumerate(jobs):
+        yield (j, *run_job(model, tok, task, length, ctx, job))
+
+
 def base_of(spec: TemperatureSpec) -> TemperatureSpec:
     """``spec`` with its global multiplier 1: specs with one base run as one batched forward."""
     return spec if spec.multiplier == 1.0 else TemperatureSpec.from_dict({**spec.to_dict(), "multiplier": 1.0})
@@ -210,22 +251,25 @@ def score_many(
         missing = sum(len(v) for v in by_base.values())
         raise NotStored(f"{missing} of {len(specs)} specs not yet scored on {task} at {length} in {str(store.path)!r}")
     per = max(1, ctx.batch_size // _rows_per_spec(ctx))
-    the_task = get_task(task) if by_base else None
-    done, todo = 0, sum(len(v) for v in by_base.values())
-    for base, idx in by_base.items():
-        for chunk in (idx[a : a + per] for a in range(0, len(idx), per)):
-            t0 = time.perf_counter()
-            assert the_task is not None
-            with patch(model, base):
-                results = the_task.evaluate(model, tok, length, [specs[i].multiplier for i in chunk], ctx)
-            seconds = (time.perf_counter() - t0) / len(chunk)
-            for i, metrics in zip(chunk, results, strict=True):
-                if store is not None:
-                    store.put(keys[i], task, length, specs[i], metrics, seconds)
-                out[i] = Result(specs[i], task, length, metrics, keys[i], seconds, False, the_task.windows_of(metrics))
-            done += len(chunk)
-            if (say := _PROGRESS.get()) is not None:
-                say(f"{task} at {length}: {done} of {todo} specs scored ({seconds:.0f} s a spec)")
+    chunks = [idx[a : a + per] for idx in by_base.values() for a in range(0, len(idx), per)]
+    jobs = [(base_of(specs[c[0]]), [specs[i].multiplier for i in c]) for c in chunks]
+    pool = _POOL.get()
+    ran = (
+        pool.map(task, length, ctx, jobs)
+        if pool is not None and jobs
+        else _run_here(model, tok, task, length, ctx, jobs)
+    )
+    done, todo = 0, sum(len(c) for c in chunks)
+    for j, results, seconds in ran:  # each written as it arrives: a killed run loses no finished job
+        for i, metrics in zip(chunks[j], results, strict=True):
+            if store is not None:
+                store.put(keys[i], task, length, specs[i], metrics, seconds)
+            out[i] = Result(
+                specs[i], task, length, metrics, keys[i], seconds, False, get_task(task).windows_of(metrics)
+            )
+        done += len(chunks[j])
+        if (say := _PROGRESS.get()) is not None:
+            say(f"{task} at {length}: {done} of {todo} specs scored ({seconds:.0f} s a spec)")
     for i, key in enumerate(keys):  # a spec given twice: scored once
         if i not in out:
             first = next(j for j in out if keys[j] == key)
