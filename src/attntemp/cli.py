@@ -17,11 +17,14 @@ code 130; see ``docs/errors.md``.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import re
+import shutil
 import sys
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
 
 from . import cli_flags
 from .utils.errors import ExternalToolError
@@ -96,6 +99,26 @@ def _bad_input(exc: BaseException) -> bool:
     sqlite3 = sys.modules.get("sqlite3")
     db_error = sqlite3 is not None and isinstance(exc, sqlite3.Error)
     return db_error or isinstance(exc, (ValueError, OSError, KeyError, MemoryError))
+
+
+DISK_FULL = ("No space left on device", "database or disk is full")  # OSError 28, safetensors, SQLite
+
+
+def _disk_full(exc: BaseException, args: argparse.Namespace) -> str | None:
+    """The one line for a full disk, whoever raised it (an OSError with errno 28, safetensors'
+    ``SafetensorError``, SQLite's "database or disk is full"): the file (or ``--out``), the space
+    left there, and that a rerun resumes. None for any other error."""
+    if not (getattr(exc, "errno", None) == errno.ENOSPC or any(s in str(exc) for s in DISK_FULL)):
+        return None
+    target = getattr(exc, "filename", None) or getattr(args, "out", None) or "."
+    where = Path(str(target)).expanduser().absolute()
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    free = shutil.disk_usage(where).free / 2**20
+    return (
+        f"no space left on the device writing {str(target)!r} ({free:.0f} MiB free there): free some space, "
+        "then rerun the same command (what was finished is kept; a rerun resumes)"
+    )
 
 
 def _end_progress_bars() -> None:
@@ -222,6 +245,10 @@ def _run(argv: list[str], parsed: list[argparse.Namespace]) -> int:
         print(f"attntemp {args.command}: failed: {' '.join(str(exc).split())}", file=sys.stderr)
         return 1
     except Exception as exc:
+        if (full := _disk_full(exc, args)) is not None:
+            _end_progress_bars()
+            print(f"attntemp {args.command}: error: {full}", file=sys.stderr)
+            return 2
         if not _bad_input(exc):
             raise  # a bug: the traceback is what a report needs
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc

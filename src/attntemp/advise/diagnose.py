@@ -48,8 +48,11 @@ def window_attention_stats(
         stats = measure(model, ids.to(model.device), TemperatureSpec(), progress=progress)
     stats.meta["key"] = key
     tmp = path.with_name(path.name + ".tmp")
-    stats.save(tmp)
-    tmp.replace(path)  # whole or absent
+    try:
+        stats.save(tmp)
+        tmp.replace(path)  # whole or absent
+    finally:
+        tmp.unlink(missing_ok=True)  # a full disk leaves no half-written file
     return stats
 
 
