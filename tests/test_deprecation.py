@@ -13,7 +13,7 @@ import attntemp
 from attntemp.utils.deprecation import REMOVAL, RENAMED, alias_target
 
 ALIASES = [(module, old) for module, names in RENAMED.items() for old in names]
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize(("module", "old"), ALIASES)
@@ -62,3 +62,17 @@ def test_one_version_source():
     project = py.split("[project]", 1)[1].split("\n[", 1)[0]  # the [project] table alone
     assert not re.search(r"^version\s*=", project, re.M)
     assert importlib.metadata.version("attntemp") == attntemp.__version__
+
+
+def test_utils_imports_without_torch():
+    """The bottom layer is torch-free (issue 53): its tensor checks live in ops.tensor_checks."""
+    import subprocess
+    import sys
+
+    code = (
+        "import importlib, pkgutil, sys, attntemp.utils as u\n"
+        "for m in pkgutil.iter_modules(u.__path__): importlib.import_module('attntemp.utils.' + m.name)\n"
+        "print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from ..ops import tensor_checks
 from ..ops.intervals import wilson
 from ..ops.search import golden_section
 from ..utils import checks
@@ -45,7 +46,7 @@ def flatten_labelled(
             f"labels shape {tuple(labels.shape)} does not match {name} shape "
             f"{tuple(scores.shape)}; expected labels of shape {tuple(scores.shape[:-1])}"
         )
-    checks.finite_tensor(name, scores)
+    tensor_checks.finite_tensor(name, scores)
     if bool(torch.isposinf(scores).any()):
         raise ValueError(f"{name} holds +inf; expected finite values (-inf marks a masked entry)")
     c = scores.shape[-1]

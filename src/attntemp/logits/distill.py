@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..ops import tensor_checks
 from ..utils import checks
 
 
@@ -25,7 +26,7 @@ def _check_logits(student: torch.Tensor, teacher: torch.Tensor) -> None:
         if not torch.is_tensor(x) or not x.is_floating_point() or x.dim() < 2 or x.numel() == 0:
             got = tuple(x.shape) if torch.is_tensor(x) else type(x).__name__
             raise ValueError(f"{name} must be a non-empty float tensor [N, V] or [B, L, V], got {got}")
-        checks.finite_tensor(name, x)
+        tensor_checks.finite_tensor(name, x)
     if student.shape != teacher.shape:
         raise ValueError(
             f"student_logits shape {tuple(student.shape)} does not match "

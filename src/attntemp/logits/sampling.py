@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 from transformers import LogitsProcessor
 
+from ..ops import tensor_checks
 from ..utils import checks
 
 
@@ -91,7 +92,7 @@ class TemperatureTopKTopP(LogitsProcessor):
         if not torch.is_tensor(scores) or not scores.is_floating_point() or scores.dim() != 2:
             got = tuple(scores.shape) if torch.is_tensor(scores) else type(scores).__name__
             raise ValueError(f"scores must be a float tensor [B, V], got {got}")
-        checks.finite_tensor("scores", scores)
+        tensor_checks.finite_tensor("scores", scores)
         if self.temperature == 0:
             return greedy_filter(scores, self.filter_value)  # [B, V]
         out = scores / self.temperature  # [B, V]

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from ..utils import checks
+from . import tensor_checks
 
 MultiplierLike = float | torch.Tensor | None
 
@@ -31,7 +32,7 @@ def as_multiplier(multiplier: MultiplierLike, shape: tuple[int, int, int]) -> to
     if not torch.is_tensor(multiplier):
         m = checks.positive("multiplier", multiplier)
         return None if m == 1.0 else torch.tensor(m)
-    checks.positive_tensor("multiplier", multiplier)
+    tensor_checks.positive_tensor("multiplier", multiplier)
     try:
         out = torch.broadcast_shapes(multiplier.shape, shape)
     except RuntimeError:

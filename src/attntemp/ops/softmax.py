@@ -25,6 +25,7 @@ import numbers
 import torch
 
 from ..utils import checks
+from . import tensor_checks
 
 Number = float | int
 TempLike = Number | torch.Tensor
@@ -54,7 +55,7 @@ def _temperature(temperature: TempLike, like: torch.Tensor) -> torch.Tensor:
     if torch.is_tensor(temperature):
         if temperature.dtype == torch.bool:
             raise ValueError("temperature is a boolean tensor; expected numbers in [1e-06, 1e+06]")
-        t = checks.positive_tensor("temperature", temperature.to(device=like.device, dtype=torch.float64))
+        t = tensor_checks.positive_tensor("temperature", temperature.to(device=like.device, dtype=torch.float64))
         try:
             fits = torch.broadcast_shapes(t.shape, like.shape) == like.shape
         except RuntimeError:

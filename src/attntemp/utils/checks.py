@@ -7,8 +7,6 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-import torch
-
 
 def _not_bool(name: str, value: Any, allowed: str) -> None:
     """Raise for ``True``/``False`` where a number is expected (Python counts them as 1 and 0)."""
@@ -57,24 +55,6 @@ def positive_int(name: str, value: Any) -> int:
     return int(value)
 
 
-def positive_tensor(name: str, value: torch.Tensor) -> torch.Tensor:
-    """Raise unless every entry of ``value`` is finite and > 0."""
-    if not torch.is_tensor(value):
-        raise ValueError(f"{name} must be a tensor or a number, got {type(value).__name__}")
-    bad = ~torch.isfinite(value) | (value <= 0)
-    if bool(bad.any()):
-        first = value[bad].flatten()[0].item()
-        raise ValueError(f"{name} has a value {first!r} at {int(bad.sum())} place(s); expected finite numbers > 0")
-    return value
-
-
-def finite_tensor(name: str, value: torch.Tensor) -> torch.Tensor:
-    """Raise if ``value`` holds NaN (inf is allowed: -inf is a masked logit)."""
-    if bool(torch.isnan(value).any()):
-        raise ValueError(f"{name} holds NaN at {int(torch.isnan(value).sum())} place(s)")
-    return value
-
-
 def choice(name: str, value: str, allowed: Iterable[str]) -> str:
     """Return ``value`` if it is one of ``allowed``, else raise with a 'did you mean'."""
     allowed = list(allowed)
@@ -90,3 +70,8 @@ def at_most(name: str, value: Any, high: float, why: str) -> Any:
     if value > high:
         raise ValueError(f"{name}={value!r} is not allowed; expected at most {high:g}: {why}")
     return value
+
+
+from .deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
+
+__getattr__ = legacy_getattr(__name__)  # old names that warn: attntemp.utils.deprecation.RENAMED

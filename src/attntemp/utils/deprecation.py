@@ -49,6 +49,8 @@ RENAMED: dict[str, dict[str, str]] = {
     "tune.evidence": {"BASELINE": "M_ONE", "candidates": "evidence_specs", "check_lengths": "pick_check_lengths"},
     "tune.resume": {"RESULTS": "TUNE_RESULTS", "CHECKPOINT": "CHECKPOINT_FILE", "OUTPUTS": "TUNE_OUTPUTS"},
     "utils.resources": {"check_threads": "check_cpu_threads"},
+    "utils.checks": {"positive_tensor": "ops.tensor_checks:positive_tensor",
+                     "finite_tensor": "ops.tensor_checks:finite_tensor"},
 }  # fmt: skip
 PACKAGE = "attntemp"
 
