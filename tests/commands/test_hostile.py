@@ -44,6 +44,20 @@ SPECS = {
     "s_nan": {"multiplier": float("nan")},
     "s_format": {"format": "attntemp.BakedCheckpoint/1", "multiplier": 1.0},
     "ok": {"multiplier": 1.2},
+    # issue 54: what transformers refuses at load, or a size no engine means
+    "s_llama3_bare": {"rope": {"rope_type": "llama3", "factor": 4.0, "original_max_position_embeddings": 256}},
+    "s_yarn_huge": {"rope": {"rope_type": "yarn", "factor": 1e9, "original_max_position_embeddings": 256}},
+    "s_m_tiny": {"multiplier": 1e-5},
+    "s_m_huge": {"multiplier": 1e5},
+    "s_longrope_3": {
+        "rope": {
+            "rope_type": "longrope",
+            "factor": 4.0,
+            "original_max_position_embeddings": 256,
+            "short_factor": [1.0] * 3,
+            "long_factor": [2.0] * 3,
+        }
+    },
     # model configs for `attntemp audit`
     "c_unknown_arch": {
         "model_type": "qwen33",
@@ -371,6 +385,47 @@ ISSUE_32 = [  # (id, argv, text the one error line must contain); the cases of i
         "--prompt-file='{w}/empty' is not allowed: a folder, not a file",
     ),
     ("audit-config-empty", ["audit", "--config", ""], "--config='' is empty"),
+]
+EX = ["export", "--engine", "vllm", "--spec"]
+ISSUE_54 = [  # (id, argv, text the one error line must contain); sizes and relations up front, export and bake
+    ("demo-trials-huge", with_(D, "--trials", "1000000000"), "--trials=1000000000 is not allowed: 1000000000 prompt"),
+    ("demo-docs-over-text", with_(D, "--docs", "100000"), "--docs=100000 is not allowed: the run needs 100000 windows"),
+    (
+        "advise-race-windows-over-text",
+        with_(A, "--race-windows", "100000"),
+        "--race-windows=100000 is not allowed: the run needs 100002 windows of 512 tokens (100000 raced and 2 spare",
+    ),
+    (
+        "advise-batch-size-memory",
+        with_(A, "--batch-size", "1000000000"),
+        "--batch-size=1000000000 is not allowed: a forward of 1000000000 row(s)",
+    ),
+    (
+        "advise-min-windows-over-race",
+        with_(A, "--min-windows", "20", "--race-windows", "2"),
+        "--min-windows=20 is not allowed; expected at most --race-windows=2",
+    ),
+    (
+        "advise-heldout-same",
+        with_(A, "--text", "{w}/one.txt", "--heldout-text", "{w}/sub/../one.txt"),
+        "--heldout-text='{w}/sub/../one.txt' is --text itself",
+    ),
+    ("demo-heldout-same", with_(D, "--heldout-text", "stdlib"), "--heldout-text='stdlib' is --text itself"),
+    ("bake-out-tilde", ["bake", "--spec", "{w}/ok.json", "--out=~/full"], "--out='{w}/full' already holds results"),
+    ("export-llama3-no-freq", [*EX, "{w}/s_llama3_bare.json"], "rope has no 'low_freq_factor' for 'llama3'"),
+    (
+        "export-yarn-factor-huge",
+        [*EX, "{w}/s_yarn_huge.json"],
+        "rope.factor=1000000000.0 is not allowed; expected a number in [1, 10000]",
+    ),
+    ("bake-m-tiny", with_(B, "--spec", "{w}/s_m_tiny.json"), "multiplier=1e-05 is not allowed; expected a number in"),
+    ("bake-m-huge", with_(B, "--spec", "{w}/s_m_huge.json"), "multiplier=100000.0 is not allowed; expected a number"),
+    (
+        "export-longrope-pairs",
+        [*EX, "{w}/s_longrope_3.json", "--config", "{w}/c_plain.json"],
+        "--spec='{w}/s_longrope_3.json': rope.short_factor has 3 values; expected 16, one per frequency pair",
+    ),
+    ("bake-longrope-pairs", with_(B, "--spec", "{w}/s_longrope_3.json"), "rope.short_factor has 3 values; expected 8"),
 ]
 
 # (id, argv, text the one error line must contain); {w} is the workspace
@@ -764,6 +819,7 @@ CASES = [
         "--length=400 is too short for needles with --needles-per-forward=60",
     ),
     *ISSUE_32,
+    *ISSUE_54,
 ]
 
 PROGRESS = ("%|", "it/s]", "s/it]")
@@ -794,6 +850,8 @@ def test_hostile_input_is_one_line_naming_the_flag_and_exit_2(ws, name, argv, ex
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     argv = [a.replace("{w}", str(ws)) for a in argv]
     before = listing(ws)
+    if any("~" in a for a in argv):  # a ~ no shell expanded (--out=~/x): the workspace is home
+        monkeypatch.setenv("HOME", str(ws))
     if name == "audit-no-engine-runs":  # the same on a machine with vLLM installed (scripts/build_vllm_cpu.sh)
         monkeypatch.setattr("attntemp.ship.engines.vllm.unavailable", lambda: "vLLM is not installed (this test)")
     if name.endswith("-out-locked"):  # another run of the command is writing there

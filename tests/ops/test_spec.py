@@ -57,11 +57,35 @@ def test_yarn_builder_moves_the_factor_to_the_logits():
         (dict(schedule="yarnn"), "Did you mean 'yarn'"),
         (dict(schedule="logn", schedule_params={"bogus": 1}), "schedule_params"),
         (dict(rope={"rope_type": "lineer"}), "Did you mean 'linear'"),
+        # issue 54: m outside [1e-3, 1e3], a factor past the audit's cap, what transformers refuses at load
+        (dict(multiplier=1e5), r"multiplier=100000.0 is not allowed; expected a number in \[0.001, 1000\]"),
+        (dict(heads=((1.0, 1e-5),)), r"heads\[0\]\[1\]=1e-05 is not allowed"),
+        (dict(rope={"rope_type": "yarn", "factor": 1e9}), r"rope.factor=1000000000.0 is not allowed; .* \[1, 10000\]"),
+        (dict(rope={"rope_type": "llama3", "factor": 4.0}), "rope has no 'low_freq_factor' for 'llama3'"),
+        (
+            dict(rope={"rope_type": "longrope", "factor": 4.0, "short_factor": [1.0], "long_factor": [1.0, 2.0]}),
+            "rope.short_factor has 1 values and rope.long_factor 2",
+        ),
+        (
+            dict(rope={"rope_type": "longrope", "factor": 4.0, "short_factor": [], "long_factor": []}),
+            r"rope\.short_factor=\(\) is not allowed",
+        ),
     ],
 )
 def test_bad_specs(kw, match):
     with pytest.raises(ValueError, match=match):
         TemperatureSpec(**kw)
+
+
+def test_a_longropes_factor_lists_hold_one_value_per_frequency_pair_of_the_model():
+    spec = TemperatureSpec(
+        rope={"rope_type": "longrope", "factor": 4.0, "short_factor": [1.0] * 3, "long_factor": [2.0] * 3}
+    )
+    spec.check_rotary(6)
+    spec.check_rotary(None)  # the model's dimension not known: nothing to check
+    TemperatureSpec(multiplier=1.2).check_rotary(64)
+    with pytest.raises(ValueError, match=r"rope\.short_factor has 3 values; expected 32, one per frequency pair"):
+        spec.check_rotary(64)
 
 
 def test_check_model_and_bad_json(tmp_path):

@@ -208,8 +208,13 @@ def _check_memory(cfg: AdviseConfig, text: dict[str, Any] | None, check: int | N
 
 
 def _check_windows(cfg: AdviseConfig, tok: Any, trained: int) -> None:
-    """The text holds the windows the run scores at ``length``: the race's (``race_windows`` and the
-    spare ones) in its tuning pool, the confirmation's (``n_docs``) in its evaluation pool."""
+    """The text holds the windows the run scores: the race's (``race_windows`` and the spare ones) in
+    its tuning pool, the confirmation's (``n_docs``) in its evaluation pool, at ``length`` (needles:
+    on a haystack, so at the longest length below L0 where the cost is measured: it gives fewest)."""
+    shorts = short_lengths(cfg.length, trained)
+    n = cfg.length if cfg.objective != "needles" else max(shorts, default=None)
+    if n is None:
+        return
     ctx = eval_context(cfg, trained, tuning=True)
     pools = (
         ("race_windows", cfg.race_windows, cfg.race_windows + SPARE, tuning_context(ctx).docs, "tuning",
@@ -217,10 +222,10 @@ def _check_windows(cfg: AdviseConfig, tok: Any, trained: int) -> None:
         ("n_docs", cfg.n_docs, cfg.n_docs, ctx.docs, "evaluation", " (the confirmation's)"),
     )  # fmt: skip
     for name, value, need, docs, pool, why in pools:
-        got = corpus.windows_held(tok, cfg.length, need, docs)
+        got = corpus.windows_held(tok, n, need, docs)
         if got < need:
             raise ValueError(
-                f"{name}={value} is not allowed: the run needs {need} windows of {cfg.length} tokens{why} from the "
+                f"{name}={value} is not allowed: the run needs {need} windows of {n} tokens{why} from the "
                 f"{pool} pool of text={cfg.text!r}, which gives {got}; give a longer text, or ask for fewer windows "
                 "or a shorter length"
             )

@@ -389,11 +389,7 @@ def heldout_windows(
     docs = load_text("stdlib") if docs is None else docs
     need = min_tokens or length
     ids = _long_documents(docs, tokenizer, need, n)  # token ids of up to n documents
-    rows = [d[:length] for d in ids]
-    k = 1
-    while len(rows) < n and any(len(d) >= (k + 1) * length for d in ids):
-        rows += [d[k * length : (k + 1) * length] for d in ids if len(d) >= (k + 1) * length][: n - len(rows)]
-        k += 1
+    rows = _cut(ids, length, n)
     if len(rows) < n:
         total = sum(len(d) for d in ids)
         raise ValueError(
@@ -402,6 +398,24 @@ def heldout_windows(
             f"{n * length} tokens: give a longer text, or ask for fewer windows or a shorter length"
         )
     return torch.tensor(rows, dtype=torch.long)  # [n, length]
+
+
+def _cut(ids: list[list[int]], length: int, n: int) -> list[list[int]]:
+    """Up to ``n`` windows of ``length`` tokens: each document's start, then its further windows
+    round-robin (every document's second window, then its third, ...)."""
+    rows = [d[:length] for d in ids]
+    k = 1
+    while len(rows) < n and any(len(d) >= (k + 1) * length for d in ids):
+        rows += [d[k * length : (k + 1) * length] for d in ids if len(d) >= (k + 1) * length][: n - len(rows)]
+        k += 1
+    return rows
+
+
+def windows_held(tokenizer: Any, length: int, n: int, docs: Sequence[Document]) -> int:
+    """How many of ``n`` windows of ``length`` tokens ``docs`` give by :func:`heldout_windows`' rule
+    (``n`` when they hold them all): a run checks its text before the model loads."""
+    length, n = checks.positive_int("length", length), checks.positive_int("n", n)
+    return len(_cut(_long_documents(docs, tokenizer, length, n), length, n))
 
 
 _TOKENIZED: dict[tuple[int, int, int, int], tuple[Any, Any, list[list[int]]]] = {}

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..ops.geometry import ModelGeometry, stated_l0
+from ..ops.geometry import ModelGeometry, config_dict, head_dims, stated_l0
 from ..utils import digest, resources
 from . import source
 from .loading import cache_dir, resolve
@@ -39,14 +39,23 @@ def source_config(name: str) -> dict[str, Any] | None:
 
 
 def check_spec(name: str, path: str | None, spec: Any, config: dict[str, Any] | None) -> None:
-    """``spec`` (a TemperatureSpec or None) against the layer and head counts of the model's
-    ``config`` before it loads; a mismatch is one ValueError naming ``name=path``."""
+    """``spec`` (a TemperatureSpec or None) against the layer and head counts and the rotary
+    dimension of the model's ``config`` before it loads; a mismatch is one ValueError naming ``name=path``."""
     if spec is None or config is None:
         return
     try:
         spec.check_model(config.get("num_hidden_layers") or 0, config.get("num_attention_heads") or 0)
+        spec.check_rotary(rotary_dim(config))
     except ValueError as exc:
         raise ValueError(f"{name}={path!r}: {exc}") from None
+
+
+def rotary_dim(cfg: dict[str, Any]) -> int | None:
+    """The rotated part of a head in a config dict; None where the config does not say (or not plainly)."""
+    try:
+        return head_dims(config_dict(cfg))[1]
+    except (ValueError, KeyError, TypeError, AttributeError, ZeroDivisionError):
+        return None
 
 
 def text_part(cfg: dict[str, Any]) -> dict[str, Any]:

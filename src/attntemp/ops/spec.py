@@ -27,6 +27,7 @@ import torch
 from ..utils import checks
 from . import rope as rope_math
 from . import schedules
+from .attention_config import MAX_FACTOR, MULTIPLIERS
 from .geometry import stated_l0
 from .rope import EXTENSIONS
 
@@ -65,13 +66,18 @@ def _deep_list(v: Any) -> Any:
 Params = Mapping[str, Any] | Sequence[tuple[str, Any]] | None
 
 
-def _number(name: str, value: Any) -> float:
+def _positive(name: str, value: Any) -> float:
     """A finite number > 0: an int or float (a tensor scalar too), never a string or a boolean."""
     if torch.is_tensor(value) and value.numel() == 1:
         value = value.item()
     if isinstance(value, (str, bytes)) or value is None:
         raise ValueError(f"{name}={value!r} is not allowed; expected a finite number > 0")
     return checks.positive(name, value)
+
+
+def _number(name: str, value: Any) -> float:
+    """A multiplier m: a finite number in :data:`MULTIPLIERS` (outside, attention is uniform or one-hot)."""
+    return checks.within(name, _positive(name, value), *MULTIPLIERS, why=": outside it attention is uniform or one-hot")
 
 
 def _row(name: str, values: Any) -> tuple[float, ...]:
@@ -106,6 +112,9 @@ def _layer_types(types: Any) -> tuple[str, ...] | None:
 
 # RoPE keys every extension takes; the rest come from each rope function's own parameters.
 _ROPE_COMMON = {"rope_type", "factor", "original_max_position_embeddings"}
+# keys a type needs besides those: transformers refuses the config at load without them
+_ROPE_REQUIRED = {"llama3": ("low_freq_factor", "high_freq_factor"), "longrope": ("short_factor", "long_factor")}
+PAIR_LISTS = ("short_factor", "long_factor")  # longrope: one factor per frequency pair (rotary_dim / 2) each
 
 
 def _rope_keys(rope_type: str) -> set[str]:
@@ -116,26 +125,62 @@ def _rope_keys(rope_type: str) -> set[str]:
     return params | _ROPE_COMMON
 
 
-def _check_rope(rope: dict[str, Any]) -> None:
-    """``rope_type`` one of EXTENSIONS, ``factor`` a number >= 1, known keys only, and (except
-    longrope, whose per-frequency lists need the model's dimension) the values checked by
-    computing the frequencies for a 64-dim RoPE."""
+def _check_rope_keys(rope: dict[str, Any]) -> str:
+    """The rope's type, after its keys: a known ``rope_type``, a ``factor``, the keys the type needs
+    and no others."""
     kind = checks.choice("rope.rope_type", rope.get("rope_type", ""), EXTENSIONS)
     if "factor" not in rope:
         raise ValueError(f"rope has no 'factor' (the scale s >= 1 of {kind!r}); got keys {sorted(rope)}")
-    factor = checks.at_least("rope.factor", rope["factor"], 1.0)
     unknown = sorted(set(rope) - _rope_keys(kind))
     if unknown:
         raise ValueError(f"rope has unknown key(s) {unknown} for {kind!r}; allowed: {sorted(_rope_keys(kind))}")
+    needed = _ROPE_REQUIRED.get(kind, ())
+    missing = [k for k in needed if k not in rope]
+    if missing:
+        raise ValueError(
+            f"rope has no {missing[0]!r} for {kind!r} (transformers refuses a {kind} rope without "
+            f"{' and '.join(needed)}); got keys {sorted(rope)}"
+        )
+    return kind
+
+
+def _check_pair_lists(rope: dict[str, Any]) -> int:
+    """longrope's factor lists: numbers > 0, as many in each; returns that count (rotary_dim / 2)."""
+    sizes = []
+    for key in PAIR_LISTS:
+        values = rope[key]
+        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
+            raise ValueError(
+                f"rope.{key}={values!r} is not allowed; expected a list of numbers > 0, one per frequency pair "
+                "(rotary_dim / 2)"
+            )
+        sizes.append(len([_positive(f"rope.{key}[{i}]", v) for i, v in enumerate(values)]))
+    if sizes[0] != sizes[1]:
+        raise ValueError(
+            f"rope.short_factor has {sizes[0]} values and rope.long_factor {sizes[1]}; expected the same count in "
+            "each, one per frequency pair (rotary_dim / 2)"
+        )
+    return sizes[0]
+
+
+def _check_rope(rope: dict[str, Any]) -> None:
+    """``rope_type`` one of EXTENSIONS with the keys it needs and no others, ``factor`` a number in
+    [1, :data:`MAX_FACTOR`], and the values checked by computing the frequencies for a 64-dim RoPE
+    (longrope: the dimension its factor lists give)."""
+    kind = _check_rope_keys(rope)
+    factor = checks.within("rope.factor", rope["factor"], 1.0, MAX_FACTOR, " (a context 10,000 times L0 at most)")
     extra = {k: v for k, v in rope.items() if k not in _ROPE_COMMON}
     l0 = 2048 if stated_l0(rope) is None else stated_l0(rope)
+    dim = 2 * _check_pair_lists(rope) if kind == "longrope" else 64
     try:
         if kind in ("linear", "ntk"):
-            rope_math.ROPE_FUNCTIONS[kind](64, 10000.0, factor)
+            rope_math.ROPE_FUNCTIONS[kind](dim, 10000.0, factor)
         elif kind == "dynamic":
-            rope_math.dynamic(64, 10000.0, factor, checks.positive_int("original_max_position_embeddings", l0), **extra)
-        elif kind != "longrope":
-            rope_math.ROPE_FUNCTIONS[kind](64, 10000.0, factor=factor, original_max_position_embeddings=l0, **extra)
+            rope_math.dynamic(
+                dim, 10000.0, factor, checks.positive_int("original_max_position_embeddings", l0), **extra
+            )
+        else:
+            rope_math.ROPE_FUNCTIONS[kind](dim, 10000.0, factor=factor, original_max_position_embeddings=l0, **extra)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"rope ({kind}): {exc}") from None
 
@@ -222,6 +267,19 @@ class TemperatureSpec:
                 if len(row) != num_heads:
                     raise ValueError(f"heads[{i}] has {len(row)} values; the model has {num_heads} heads")
         self._schedule.check_model(num_layers, num_heads)
+
+    def check_rotary(self, rotary_dim: int | None) -> None:
+        """Raise unless a longrope ``rope``'s factor lists hold one value per frequency pair of a model
+        whose rotary dimension is ``rotary_dim`` (None: not known, nothing to check)."""
+        rope = dict(self.rope)
+        if rotary_dim is None or rope.get("rope_type") != "longrope":
+            return
+        for key in PAIR_LISTS:
+            if len(rope[key]) != rotary_dim // 2:
+                raise ValueError(
+                    f"rope.{key} has {len(rope[key])} values; expected {rotary_dim // 2}, one per frequency pair of "
+                    f"the model's rotary dimension {rotary_dim}"
+                )
 
     def targets(self, layer_type: str | None) -> bool:
         """Whether a layer of ``layer_type`` is tempered (every layer when ``layer_types`` is None);

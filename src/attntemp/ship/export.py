@@ -26,7 +26,7 @@ from ..utils import checks
 from ..utils.options import option
 from .audit import load_config
 from .engines import ENGINES, reading_gguf_arch
-from .engines.base import ExportResult, export_target
+from .engines.base import ExportResult, export_target, model_sizes
 from .engines.routes import export_spec
 
 
@@ -50,6 +50,7 @@ def export(
     """
     checks.choice("engine", engine, ENGINES)
     target = export_target(config, rope_theta, gguf_arch)
+    spec.check_rotary(target.rotary_dim)  # a longrope's factor lists against the model's, when known
     return export_spec(spec, ENGINES[engine], trained_length, target)
 
 
@@ -87,6 +88,10 @@ def run_export(cfg: ExportConfig) -> ExportResult:
     """The engine's settings for the spec file ``cfg.spec`` (and the model's ``cfg.config``)."""
     spec = TemperatureSpec.load(cfg.spec)
     config = None if cfg.config is None else load_config(cfg.config)
+    try:  # as export() checks it, named by the spec file
+        spec.check_rotary(model_sizes(config)[0])
+    except ValueError as exc:
+        raise ValueError(f"spec={cfg.spec!r}: {exc}") from None
     return export(
         spec,
         cfg.engine,

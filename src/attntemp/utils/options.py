@@ -5,7 +5,8 @@ builds the config from the parsed flags, so the CLI and the Python API share def
 A field made with :func:`option` becomes ``--field-name`` (or ``flag``); its CLI text goes through
 ``parse`` (default: the field's own type) and any ``ValueError`` is raised again naming the flag.
 A field without a default is a required flag. ``invert=True`` makes a ``True`` boolean a
-``--flag`` that turns it off (``batched`` / ``--sequential``).
+``--flag`` that turns it off (``batched`` / ``--sequential``). A value starting with ``~`` is the
+path it names (``--out=~/x``: the shell expands no ``~`` after ``=``), as ``os.path.expanduser``.
 
 The scripts and benchmarks build their flags the same way: a small config of their own whose shared
 fields are the package's (:func:`reuse`: ``--model``'s help is ``ModelOptions``'s, the default the
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import re
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -138,6 +140,7 @@ def _convert(f: dataclasses.Field, raw: Any) -> Any:
         return not raw
     if not isinstance(raw, str):
         return raw
+    raw = os.path.expanduser(raw) if raw.startswith("~") else raw  # --out=~/x: no shell expanded it
     parse = meta["parse"] or _TYPED.get(str(f.type))
     if parse is None:
         return raw
