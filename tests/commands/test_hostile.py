@@ -243,6 +243,7 @@ ISSUE_32 = [  # (id, argv, text the one error line must contain); the cases of i
     ),
     ("audit-hidden-huge", [*AU, "{w}/c_hidden_huge.json"], "config.hidden_size=1000000000.0 is not allowed; expected"),
     ("audit-layers-huge", [*AU, "{w}/c_layers_huge.json"], "config.num_hidden_layers=1000000000.0 is not allowed"),
+    ("audit-threads-huge", [*AU, "{w}/c_plain.json", "--threads", "100000"], "--threads=100000 is not allowed"),
     ("audit-positions-empty", [*AU, "{w}/c_plain.json", "--positions", ""], "--positions is empty"),
     ("audit-positions-comma", [*AU, "{w}/c_plain.json", "--positions", ","], "--positions is empty"),
     (

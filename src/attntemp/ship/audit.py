@@ -33,6 +33,7 @@ from .engines.base import AuditRun
 
 TOLERANCE = 1e-5  # relative: engines compute cos/sin in float32
 MAX_POSITION = 2**31 - 1
+MAX_THREADS = 1024  # llama.cpp's threads: more is a typo, not a machine
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,8 +78,8 @@ class AuditConfig:
                 raise ValueError(f"positions[{i}]={p!r} is not allowed; expected an integer in [0, {MAX_POSITION}]")
         if checks.positive("tolerance", self.tolerance) >= 1:
             raise ValueError(f"tolerance={self.tolerance!r} is not allowed; expected a number in (0, 1)")
-        if self.threads is not None:
-            checks.positive_int("threads", self.threads)
+        if self.threads is not None and not 1 <= checks.positive_int("threads", self.threads) <= MAX_THREADS:
+            raise ValueError(f"threads={self.threads} is not allowed; expected an integer in [1, {MAX_THREADS}]")
 
 
 def load_config(path: str) -> dict[str, Any]:
