@@ -134,6 +134,9 @@ def ws(tmp_path_factory):
     store.check_settings({"model": "tiny", "text": "stdlib", "n_docs": 4, "trials": 50, "seed": 0})
     store.close()
     (w / "locked").mkdir()
+    (w / "users").mkdir()  # a user's files under advise's own names
+    (w / "users" / "report.md").write_text("# my notes on the model\n")
+    (w / "linked").symlink_to(w / "users")  # the same, through a symlinked --out
     for lock in (LOCK_FILE, LOCK_NAME):  # the lock files a running writer holds there
         (w / "locked" / lock).touch()
     # broken checkpoints
@@ -389,6 +392,16 @@ ISSUE_32 = [  # (id, argv, text the one error line must contain); the cases of i
 ]
 EX = ["export", "--engine", "vllm", "--spec"]
 ISSUE_54 = [  # (id, argv, text the one error line must contain); sizes and relations up front, export and bake
+    (
+        "advise-overwrite-users-file",
+        with_(A, "--out", "{w}/users", "--overwrite"),
+        "holds report.md under this command's own names, not written by it",
+    ),
+    (
+        "advise-overwrite-through-link",
+        with_(A, "--out", "{w}/linked", "--overwrite"),
+        "holds report.md under this command's own names, not written by it",
+    ),
     ("demo-trials-huge", with_(D, "--trials", "1000000000"), "--trials=1000000000 is not allowed: 1000000000 prompt"),
     ("demo-docs-over-text", with_(D, "--docs", "100000"), "--docs=100000 is not allowed: the run needs 100000 windows"),
     (

@@ -64,10 +64,10 @@ def test_report_from_sweep_and_evidence(tmp_path):
     assert "## tuning evidence: x" in text
     # the rule of every writing command: an earlier report is replaced only with overwrite, nothing else
     (tmp_path / "notes.md").write_text("the user's")
-    (tmp_path / "report.md").write_text("an earlier report")
+    (tmp_path / "report.md").write_text("an earlier attntemp report")
     with pytest.raises(ValueError, match=r"already holds results \(needle_heatmap.png, passkey_heatmap.png"):
         build_report(tmp_path)
-    assert (tmp_path / "report.md").read_text() == "an earlier report"
+    assert (tmp_path / "report.md").read_text() == "an earlier attntemp report"
     build_report(tmp_path, overwrite=True)
     assert (tmp_path / "report.md").read_text() == text and (tmp_path / "notes.md").read_text() == "the user's"
 

@@ -170,11 +170,11 @@ def test_held_out_defaults_fit_the_tasks_and_a_rerun_needs_overwrite(tiny, tmp_p
     lengths, notes = held_out_lengths(dataclasses.replace(cfg, check_lengths=(300, 512)), 256, tok)
     assert lengths == (512,) and notes == ["held-out length 300 left out: it is a tuning length, scored there"]
     (tmp_path / "t").mkdir()
-    (tmp_path / "t" / "evidence.md").write_text("an earlier tune's")
+    (tmp_path / "t" / "evidence.md").write_text("an earlier attntemp tune's")
     with pytest.raises(ValueError, match=r"already holds results \(evidence.md\); pass overwrite=True"):
         preflight_tune(cfg, model, tok)
     preflight_tune(dataclasses.replace(cfg, overwrite=True), model, tok)
-    assert (tmp_path / "t" / "evidence.md").read_text() == "an earlier tune's"
+    assert (tmp_path / "t" / "evidence.md").read_text() == "an earlier attntemp tune's"
 
 
 def test_tune_config_validation():

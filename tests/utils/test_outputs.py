@@ -18,7 +18,7 @@ def _tree(root: Path, files: dict[str, str]) -> Path:
 
 
 def test_own_outputs_are_refused_without_overwrite_and_only_they_are_removed_with_it(tmp_path):
-    out = _tree(tmp_path / "o", {"result.json": "old", "run0/a.json": "old", "notes.txt": "the user's",
+    out = _tree(tmp_path / "o", {"result.json": "old, by attntemp", "run0/a.json": "old", "notes.txt": "the user's",
                                  "runs/x.json": "the user's"})  # fmt: skip
     assert OWN.present(out) == ["result.json", "run0/"]
     with pytest.raises(ValueError, match=r"already holds results \(result.json, run0/\); pass overwrite=True"):
@@ -86,3 +86,56 @@ def test_a_left_lock_file_is_not_content_a_command_refuses(tmp_path):
 
     (tmp_path / LOCK_NAME).touch()
     assert check_out(tmp_path, any_content=True) == tmp_path
+
+
+OWN_FILES = ("report.md", "evidence.json")
+
+
+def _write_run(out: Path) -> None:
+    """A run that writes its own files and records them."""
+    with outputs.output_folder(out, own=OWN_FILES):
+        (out / "report.md").write_text("# the run's report\n")
+        (out / "evidence.json").write_text("{}")
+
+
+@pytest.mark.parametrize(
+    ("what", "refused"),
+    [
+        ("the run's own files, unchanged", None),
+        ("report.md edited by the user since", "report.md"),
+        ("a user's file under an own name, no record", "report.md"),
+        ("an older attntemp file with its signature, no record", None),
+        ("a symlink under an own name", "report.md"),
+    ],
+)
+def test_overwrite_replaces_only_what_the_command_wrote(tmp_path, what, refused):
+    out = tmp_path / "out"
+    if "no record" in what:
+        out.mkdir()
+        text = "made by attntemp 0.1.0\n" if "signature" in what else "# my own notes\n"
+        (out / "report.md").write_text(text)
+    else:
+        _write_run(out)
+    if "edited" in what:
+        (out / "report.md").write_text("# my edits\n")
+    if "symlink" in what:
+        (tmp_path / "mine.md").write_text("# mine\n")
+        (out / "report.md").unlink()
+        (out / "report.md").symlink_to(tmp_path / "mine.md")
+    if refused is None:
+        outputs.check_out(out, OWN_FILES, overwrite=True)
+        return
+    with pytest.raises(ValueError, match=rf"holds {refused} under this command's own names, not written by it"):
+        outputs.check_out(out, OWN_FILES, overwrite=True)
+
+
+def test_the_record_is_not_content_and_lists_the_digests(tmp_path):
+    out = tmp_path / "out"
+    _write_run(out)
+    import json
+
+    files = json.loads((out / outputs.RECORD).read_text())["files"]
+    assert sorted(files) == sorted(OWN_FILES) and all(len(v) == 64 for v in files.values())
+    (out / "report.md").unlink()
+    (out / "evidence.json").unlink()
+    assert outputs.check_out(out, any_content=True) == out  # the record and the lock are not a user's files

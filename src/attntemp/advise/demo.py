@@ -241,7 +241,9 @@ def run_demo(cfg: DemoConfig) -> DemoResult:
             corpus.source_files(text, name=flag)
     resolve(cfg.model)  # a bad --model is one line, before any progress is printed
     plan = preflight_advise(cfg)
-    with outputs.output_folder(cfg.out, replace=DEMO_OUTPUTS if cfg.overwrite else (), writer="demo") as out:
+    with outputs.output_folder(
+        cfg.out, replace=DEMO_OUTPUTS if cfg.overwrite else (), writer="demo", own=DEMO_OUTPUTS
+    ) as out:
         _stage(cfg, f"loading {cfg.model}")  # after the lock: a second demo on this --out is refused first
         model, _ = load_model(cfg.model, **cfg.load_args())
         _stage(cfg, f"advising for {cfg.length} tokens (trained to {plan.trained})")

@@ -75,7 +75,9 @@ def run_advise(cfg: AdviseConfig, model: Any = None, tok: Any = None) -> AdviseR
         return advise_status(plan, model if model is not None else load_model(cfg.model, **cfg.load_args())[0])
     if cfg.workers > 1 or cfg.ray_address is not None:
         distributed.preflight_ray(cfg)  # workers within the CPUs, the address answering: before any work
-    with outputs.output_folder(cfg.out, replace=cfg.own_outputs() if cfg.overwrite else (), writer="advise") as out:
+    with outputs.output_folder(
+        cfg.out, replace=cfg.own_outputs() if cfg.overwrite else (), writer="advise", own=cfg.own_outputs()
+    ) as out:
         if model is None:
             model, _ = load_model(cfg.model, **cfg.load_args())
         with distributed.scoring_on_ray(cfg):  # --workers/--ray-address: the forwards on Ray workers

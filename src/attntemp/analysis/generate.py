@@ -279,7 +279,9 @@ def run_generate(cfg: GenerateConfig, stream: bool = True) -> GenerateResult:
         print()
     summary: dict[str, Any] = {"prompt_tokens": int(ids.shape[1]), "new_tokens": int(out.shape[1] - ids.shape[1])}
     summary.update(seconds=round(seconds, 3), text=text)
-    with outputs.output_folder(cfg.out, replace=GENERATE_RESULTS if cfg.overwrite else (), writer="generate") as folder:
+    with outputs.output_folder(
+        cfg.out, replace=GENERATE_RESULTS if cfg.overwrite else (), writer="generate", own=GENERATE_RESULTS
+    ) as folder:
         (folder / "generated.txt").write_text(text)
         summary["out"] = str(folder)
         if mon is not None and ref is not None:

@@ -99,7 +99,7 @@ def run_measure(cfg: MeasureConfig) -> MeasureResult:
     stats = measure(model, ids, plan.spec, opts=StatOptions(cfg.sink_tokens, cfg.recent_tokens, cfg.buckets))
     stats.meta.update(model=cfg.model, text=cfg.text)
     with outputs.output_folder(
-        cfg.out, replace=MEASURE_RESULTS if cfg.overwrite else (), writer="measure"
+        cfg.out, replace=MEASURE_RESULTS if cfg.overwrite else (), writer="measure", own=MEASURE_RESULTS
     ) as out:  # none left empty
         stats.save(out / "stats.json")
         pngs = plots.save_all(stats, out)

@@ -178,7 +178,7 @@ def run_calibration(cfg: CalibrateConfig) -> CalibrateResult:
         "after": after.as_dict(),
     }
     with outputs.output_folder(
-        cfg.out, replace=CALIBRATION_RESULTS if cfg.overwrite else (), writer="calibrate"
+        cfg.out, replace=CALIBRATION_RESULTS if cfg.overwrite else (), writer="calibrate", own=CALIBRATION_RESULTS
     ) as out:  # none left empty
         reliability_diagram(p_before, y, out / "reliability.png", cfg.bins, title="Temperature scaling", after=p_after)
         (out / "calibration.json").write_text(json.dumps(report, indent=2) + "\n")

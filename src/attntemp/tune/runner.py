@@ -129,7 +129,7 @@ def run_tune(cfg: TuneConfig, model=None, tok=None) -> TuneResult:
     limits.say_needles(cfg, plan.cfg, plan.lengths)
     cfg = plan.cfg
     own = TUNE_OUTPUTS if cfg.overwrite else outputs.Outputs(TUNE_RESULTS) if resumable(cfg) else ()
-    with outputs.output_folder(cfg.out, replace=own, writer="tune") as out:
+    with outputs.output_folder(cfg.out, replace=own, writer="tune", own=TUNE_OUTPUTS) as out:
         if model is None:
             model, _ = load_model(cfg.model, **cfg.load_args())
         if plan.trained is None:

@@ -11,6 +11,8 @@ Errors name the field (``out``, ``overwrite``); the command line turns them into
 from __future__ import annotations
 
 import fnmatch
+import hashlib
+import json
 import os
 import shutil
 import tempfile
@@ -27,6 +29,8 @@ except ImportError:  # pragma: no cover
 
 
 LOCK_NAME = ".attntemp.lock"  # one writer per output folder (sweep keeps its own .sweep.lock)
+RECORD = ".attntemp-outputs.json"  # the files a run wrote in its folder, with their digests
+SIGNATURES = (b"attntemp", b"Matplotlib")  # in what attntemp writes before the record existed
 
 
 def nearest_existing(path: Path) -> Path:
@@ -121,11 +125,23 @@ def check_out(
         raise ValueError(f"{name}={str(out)!r} exists and is a file; expected a folder (new, or one to write into)")
     own = results if isinstance(results, Outputs) else Outputs(tuple(results))
     if out.is_dir() and not overwrite:
-        found = sorted(p.name for p in out.iterdir() if p.name != LOCK_NAME) if any_content else own.present(out)
+        found = (
+            sorted(p.name for p in out.iterdir() if p.name not in (LOCK_NAME, RECORD))
+            if any_content
+            else own.present(out)
+        )
         if found:
             raise ValueError(
                 f"{name}={str(out)!r} already holds results ({shown(found)}); pass overwrite=True to replace them, "
                 "or choose another folder"
+            )
+    if out.is_dir() and overwrite:
+        strangers = not_ours(out, own)
+        if strangers:
+            raise ValueError(
+                f"{name}={str(out)!r} holds {shown(strangers)} under this command's own names, not written by it "
+                f"(nor by it as it is now: {RECORD} does not list it, or it changed since); overwrite=True replaces "
+                "only its own files: move that away, or choose another folder"
             )
     foreign = own.foreign(out) if out.is_dir() else []
     if foreign:
@@ -154,6 +170,58 @@ def check_only(name: str, given: str | os.PathLike[str], out: Path, patterns: tu
             f"{where} holds {shown(other)}, not {what}'s; overwrite=True replaces only {what}: "
             "move that away, or choose another folder"
         )
+
+
+def _digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _recorded(out: Path) -> dict[str, str]:
+    try:
+        files = json.loads((out / RECORD).read_text()).get("files", {})
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return files if isinstance(files, dict) else {}
+
+
+def _as_outputs(results: Iterable[str] | Outputs) -> Outputs:
+    return results if isinstance(results, Outputs) else Outputs(tuple(results))
+
+
+def record(out: Path, own: Iterable[str] | Outputs) -> None:
+    """Note the command's own top-level files in ``out`` with their digests (:data:`RECORD`), so a
+    later ``overwrite`` replaces them and nothing a user put there under the same names."""
+    files = {**_recorded(out)}
+    for n in _as_outputs(own).present(out):
+        p = out / n
+        if not n.endswith("/") and p.is_file() and not p.is_symlink():
+            files[n] = _digest(p)
+    tmp = out / (RECORD + ".tmp")
+    tmp.write_text(json.dumps({"files": files}, indent=1, sort_keys=True))
+    tmp.replace(out / RECORD)
+
+
+def not_ours(out: Path, own: Outputs) -> list[str]:
+    """The command's own top-level file names in ``out`` that it did not write: not in the record
+    with the same digest, and (for a folder from before the record) without attntemp's signature in
+    their first 64 KiB. A symlink under an own name is never ours to replace through."""
+    files, strangers = _recorded(out), []
+    for n in own.present(out):
+        p = out / n
+        if n.endswith("/"):
+            continue
+        if p.is_symlink():
+            strangers.append(n)
+        elif n in files:
+            if files[n] != _digest(p):
+                strangers.append(n)
+        elif not any(s in p.read_bytes()[: 1 << 16] for s in SIGNATURES):
+            strangers.append(n)
+    return strangers
 
 
 def clear(out: Path, results: Iterable[str] | Outputs) -> list[str]:
@@ -190,13 +258,15 @@ def output_folder(
     scratch: Iterable[str] = (),
     replace: Iterable[str] | Outputs = (),
     writer: str | None = None,
+    own: Iterable[str] | Outputs | None = None,
 ) -> Iterator[Path]:
     """Create ``path`` (and missing parents) for a run, after removing the command's own earlier
     outputs ``replace`` (pass them with ``overwrite``, see :func:`clear`); if the run fails, remove
     the folders it created that are still empty (after the ``scratch`` files in ``path``, e.g. a
     lock file), so a failed run leaves no empty ``out`` behind. ``writer`` (the command's name): hold
     :data:`LOCK_NAME` in ``path`` for the run, taken before anything is removed, so a second writer
-    is refused naming the first's pid and never clears or mixes the first's files."""
+    is refused naming the first's pid and never clears or mixes the first's files. ``own``: the
+    command's own outputs, recorded with their digests when the run ends well (:func:`record`)."""
     out = Path(path)
     made = []
     p = out.absolute()
@@ -209,6 +279,8 @@ def output_folder(
         with exclusive(out / LOCK_NAME, writer) if writer else nullcontext():
             clear(out, replace)
             yield out
+            if own is not None:
+                record(out, own)
     except BaseException:
         if made:
             for name in scratch:
