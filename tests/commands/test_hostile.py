@@ -169,6 +169,7 @@ def ws(tmp_path_factory):
     (w / "tuned").mkdir()  # an earlier tune's results
     (w / "tuned" / "spec.json").write_text(json.dumps({"multiplier": 1.1}))
     _issue_32(w)
+    _issue_54_models(w)
     return w
 
 
@@ -200,6 +201,63 @@ def _issue_32(w: Path) -> None:
     made = dataclasses.replace(TuneConfig(out="x", length=400, method="gradient", steps=5), needles_per_forward=8)
     torch.save({"meta": {"settings": {k: list(v) if isinstance(v, tuple) else v for k, v in settings(made).items()}}},
                w / "killed" / "checkpoint.pt")  # fmt: skip
+
+
+def _rewrite_header(path: Path, edit) -> None:
+    """``path``'s safetensors header replaced by ``edit(header)`` (padded to 8 bytes), its data kept."""
+    import struct
+
+    data = path.read_bytes()
+    n = struct.unpack("<Q", data[:8])[0]
+    text = json.dumps(edit(json.loads(data[8 : 8 + n]))).encode()
+    text += b" " * (-len(text) % 8)
+    path.write_bytes(struct.pack("<Q", len(text)) + text + data[8 + n :])
+
+
+def _set_offsets(value):
+    def edit(header):
+        entry = header["lm_head.weight"]
+        if value is KeyError:
+            del entry["data_offsets"]
+        else:
+            entry["data_offsets"] = value
+        return header
+
+    return edit
+
+
+def _issue_54_models(w: Path) -> None:
+    """Issue 54 item 4: broken --model folders, each a copy of the tiny model with one thing wrong."""
+    from safetensors.torch import load_file, save_file
+
+    _rewrite_header(_tiny_copy(w / "m_header_list") / "model.safetensors", lambda header: [header])
+    for name, value in (("m_offsets_str", "0,100"), ("m_offsets_null", None), ("m_offsets_missing", KeyError)):
+        _rewrite_header(_tiny_copy(w / name) / "model.safetensors", _set_offsets(value))
+    keys = list(load_file(tiny_path() / "model.safetensors"))
+    for name, shard in (("m_index_ints", 1), ("m_index_escape", "../../../../etc/hostname")):
+        folder = _tiny_copy(w / name)
+        (folder / "model.safetensors").unlink()  # sharded: the index names the files
+        (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": dict.fromkeys(keys, shard)}))
+    config = json.loads((tiny_path() / "config.json").read_text())
+    for name, fields in (
+        ("m_vocab_str", {"vocab_size": "258"}),
+        ("m_intermediate_list", {"intermediate_size": [384]}),
+        ("m_eps_str", {"rms_norm_eps": "1e-6"}),  # a field only transformers' LlamaConfig types
+        ("m_vocab_small", {"vocab_size": 100}),
+        ("m_tokenizer_over", {"vocab_size": 200, "pad_token_id": None, "bos_token_id": None, "eos_token_id": None}),
+    ):
+        (_tiny_copy(w / name) / "config.json").write_text(json.dumps({**config, **fields}))
+    garbage = _tiny_copy(w / "m_garbage_bin")
+    (garbage / "model.safetensors").unlink()
+    (garbage / "pytorch_model.bin").write_bytes(np.random.default_rng(2).bytes(4096))
+    gguf = _tiny_copy(w / "m_gguf_truncated")
+    os.truncate(gguf / "model.safetensors", 100_000)
+    (gguf / "foo.gguf").write_bytes(b"GGUF")
+    for name, value in (("m_nan", float("nan")), ("m_inf", float("inf"))):
+        folder = _tiny_copy(w / name)
+        weights = load_file(folder / "model.safetensors")
+        weights["model.layers.1.mlp.up_proj.weight"][0, 0] = value
+        save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
 
 
 M = ["measure", "--length", "64", "--out", "{w}/m_out"]
@@ -441,6 +499,40 @@ ISSUE_54 = [  # (id, argv, text the one error line must contain); sizes and rela
     ),
     ("bake-longrope-pairs", with_(B, "--spec", "{w}/s_longrope_3.json"), "rope.short_factor has 3 values; expected 8"),
 ]
+
+MODEL_FOLDERS = [  # (id, argv, text the one error line must contain); issue 54 item 4: every --model folder checked
+    ("measure-model-header-list", with_(M, "--model", "{w}/m_header_list"),
+     "m_header_list/model.safetensors: its header is a JSON list; expected an object of tensors"),
+    ("advise-model-offsets-string", with_(A, "--model", "{w}/m_offsets_str"),
+     "model.safetensors: tensor 'lm_head.weight' has data_offsets='0,100'; expected [begin, end], two integers"),
+    ("bake-model-offsets-null", with_(B, "--model", "{w}/m_offsets_null"),
+     "model.safetensors: tensor 'lm_head.weight' has data_offsets=None; expected [begin, end]"),
+    ("measure-model-offsets-missing", with_(M, "--model", "{w}/m_offsets_missing"),
+     "--model='{w}/m_offsets_missing': {w}/m_offsets_missing/model.safetensors: tensor 'lm_head.weight' has no "
+     "data_offsets"),
+    ("generate-model-index-ints", with_(G, "--model", "{w}/m_index_ints"),
+     "model.safetensors.index.json: weight_map['lm_head.weight']=1 is not allowed; expected a file name"),
+    ("measure-model-index-escape", with_(M, "--model", "{w}/m_index_escape"),
+     "weight_map['lm_head.weight']='../../../../etc/hostname' is not allowed: it points outside the folder"),
+    ("advise-model-vocab-string", with_(A, "--model", "{w}/m_vocab_str"),
+     "m_vocab_str/config.json: vocab_size='258' is not allowed; expected an integer"),
+    ("tune-model-intermediate-list", with_(T, "--model", "{w}/m_intermediate_list"),
+     "config.json: intermediate_size=[384] is not allowed; expected an integer"),
+    ("sweep-model-config-class-type", with_(S, "--model", "{w}/m_eps_str"),
+     "m_eps_str/config.json: rms_norm_eps is not allowed: Field 'rms_norm_eps' expected float, got str"),
+    ("measure-model-garbage-bin", with_(M, "--model", "{w}/m_garbage_bin"),
+     "m_garbage_bin/pytorch_model.bin: does not load with torch.load(weights_only=True) (UnpicklingError"),
+    ("advise-model-vocab-below-pad", with_(A, "--model", "{w}/m_vocab_small"),
+     "m_vocab_small/config.json: pad_token_id=257 is not allowed; expected an id below vocab_size=100"),
+    ("generate-model-tokenizer-over-vocab", with_(G, "--model", "{w}/m_tokenizer_over"),
+     "m_tokenizer_over/tokenizer.json: its vocabulary has 256 ids, more than config.json's vocab_size=200"),
+    ("measure-model-gguf-truncated", with_(M, "--model", "{w}/m_gguf_truncated"),
+     "m_gguf_truncated/model.safetensors is truncated"),
+    ("measure-model-nan", with_(M, "--model", "{w}/m_nan"),
+     "m_nan/model.safetensors: tensor 'model.layers.1.mlp.up_proj.weight' holds NaN; expected finite weights"),
+    ("bake-model-inf", with_(B, "--model", "{w}/m_inf"),
+     "m_inf/model.safetensors: tensor 'model.layers.1.mlp.up_proj.weight' holds inf; expected finite weights"),
+]  # fmt: skip
 
 # (id, argv, text the one error line must contain); {w} is the workspace
 CASES = [
@@ -834,6 +926,7 @@ CASES = [
     ),
     *ISSUE_32,
     *ISSUE_54,
+    *MODEL_FOLDERS,
 ]
 
 PROGRESS = ("%|", "it/s]", "s/it]")

@@ -95,8 +95,17 @@ def load_model(name_or_path: str = "tiny", opts: LoadOptions | None = None, **gi
         )  # fmt: skip
         model, info = loaded
         source.refuse_missing(name_or_path, info)  # transformers would initialise them at random
+        source.refuse_nonfinite(name_or_path, model, _folder_of(src))  # NaN or inf weights: no result to report
         tok = AutoTokenizer.from_pretrained(src, **extra)
     return model.eval(), tok
+
+
+def _folder_of(src: str | Path) -> Path | None:
+    """The local folder a resolved ``src`` loaded from (a hub id's cached snapshot), or None."""
+    if isinstance(src, Path):
+        return src
+    cached = source.cached_config(src)
+    return cached.parent if cached is not None else None
 
 
 def auto_dtype(src: str | Path, device: str) -> torch.dtype:
