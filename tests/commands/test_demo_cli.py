@@ -87,12 +87,14 @@ def test_demo_keeps_a_users_files_and_overwrite_replaces_only_its_own(tmp_path, 
     (out / "notes.txt").write_text("the user's notes")
     assert main(["demo", "--out", str(out), *CHEAP]) == 2
     assert "already holds results (baked/, report.md); pass --overwrite" in capsys.readouterr().err
+    assert main(["demo", "--out", str(out), *CHEAP, "--overwrite"]) == 2  # issue 54: a user's file of demo's name
+    assert "holds report.md under this command's own names, not written by it" in capsys.readouterr().err
+    (out / "report.md").unlink()
     assert main(["demo", "--out", str(out), *CHEAP, "--overwrite"]) == 2
     assert "holds baked/mine.txt, not written by this command; --overwrite replaces only" in capsys.readouterr().err
-    assert (out / "report.md").read_text() == "the user's report"
     assert (out / "baked" / "mine.txt").read_text() == "the user's"
     (out / "baked" / "mine.txt").unlink()
-    (out / "diagnosis.png").write_text("an earlier demo's figure")  # demo's own: replaced
+    (out / "diagnosis.png").write_bytes(b"\x89PNG an earlier demo's figure, Software Matplotlib")  # demo's own
     assert main(["demo", "--out", str(out), *CHEAP, "--overwrite"]) == 0
     assert (out / "notes.txt").read_text() == "the user's notes"  # not demo's: kept
     assert (out / "report.md").read_text().startswith("# attntemp advise: tiny")
