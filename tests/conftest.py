@@ -1,5 +1,9 @@
 """Shared fixtures: the shipped tiny model (loaded once) and the stdlib documents."""
 
+import contextlib
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -25,3 +29,25 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def held_lock():
+    """``with held_lock(path) as pid:``: another process holds an exclusive flock on ``path`` (as
+    a running writer does, its pid written in it) until the block ends; then it is killed."""
+
+    @contextlib.contextmanager
+    def hold(path):
+        code = (
+            f"import fcntl, os, time; f = open({str(path)!r}, 'a+'); fcntl.flock(f, fcntl.LOCK_EX);"
+            "f.truncate(0); f.write(str(os.getpid())); f.flush(); print('held', flush=True); time.sleep(60)"
+        )
+        proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout.readline().strip() == "held"
+            yield proc.pid
+        finally:
+            proc.kill()
+            proc.wait()
+
+    return hold

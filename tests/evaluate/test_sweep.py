@@ -137,7 +137,7 @@ def test_multipliers_that_share_a_key_are_refused(tiny, tmp_path):
         run_sweep(_small(tmp_path, multipliers=(1.0000001,)), model, tok)
 
 
-def test_a_second_sweep_on_the_same_folder_is_refused_while_the_first_runs(tiny, tmp_path):
+def test_a_second_sweep_on_the_same_folder_is_refused_while_the_first_runs(tiny, tmp_path, held_lock):
     """The lock another process holds (as a running sweep does) refuses this one, naming its pid;
     released (here: the holder killed), the folder is free again."""
     from attntemp.evaluate.sweep import LOCK_FILE
@@ -145,19 +145,10 @@ def test_a_second_sweep_on_the_same_folder_is_refused_while_the_first_runs(tiny,
     out = tmp_path / "sw"
     out.mkdir()
     model, tok = tiny
-    hold = (
-        f"import fcntl, os, time; f = open({str(out / LOCK_FILE)!r}, 'a+'); fcntl.flock(f, fcntl.LOCK_EX);"
-        "f.truncate(0); f.write(str(os.getpid())); f.flush(); print('held', flush=True); time.sleep(60)"
-    )
-    proc = subprocess.Popen([sys.executable, "-c", hold], stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout.readline().strip() == "held"
-        with pytest.raises(ValueError, match=rf"is in use by another sweep \(pid {proc.pid}\); wait for it"):
+    with held_lock(out / LOCK_FILE) as pid:
+        with pytest.raises(ValueError, match=rf"is in use by another sweep \(pid {pid}\); wait for it"):
             run_sweep(_small(tmp_path), model, tok)
         assert sorted(p.name for p in out.iterdir()) == [LOCK_FILE]  # nothing computed or written
-    finally:
-        proc.kill()
-        proc.wait()
     run_sweep(_small(tmp_path), model, tok)  # the kernel dropped the lock with its holder
 
 

@@ -52,31 +52,19 @@ def test_a_folder_replaced_whole_holds_only_what_the_command_writes(tmp_path):
     outputs.check_only("out", "x/sub/..", d, outputs.CHECKPOINT, "a checkpoint")  # a checkpoint alone: allowed
 
 
-def test_a_second_writer_is_refused_naming_the_pid_and_clears_nothing(tmp_path):
+def test_a_second_writer_is_refused_naming_the_pid_and_clears_nothing(tmp_path, held_lock):
     """advise, demo, tune, measure, generate and calibrate hold the folder's lock for their run: a
     second one on the same folder (another process) is refused before it removes anything."""
-    import subprocess
-    import sys
-
     from attntemp.utils.outputs import LOCK_NAME, output_folder
 
     out = tmp_path / "out"
     out.mkdir()
     (out / "report.md").write_text("the first run's")
-    hold = (
-        f"import fcntl, os, time; f = open({str(out / LOCK_NAME)!r}, 'a+'); fcntl.flock(f, fcntl.LOCK_EX);"
-        "f.truncate(0); f.write(str(os.getpid())); f.flush(); print('held', flush=True); time.sleep(60)"
-    )
-    proc = subprocess.Popen([sys.executable, "-c", hold], stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout.readline().strip() == "held"
-        with pytest.raises(ValueError, match=rf"out='.*out' is in use by another advise \(pid {proc.pid}\)"):
+    with held_lock(out / LOCK_NAME) as pid:
+        with pytest.raises(ValueError, match=rf"out='.*out' is in use by another advise \(pid {pid}\)"):
             with output_folder(out, replace=("report.md",), writer="advise"):
                 pass
         assert (out / "report.md").read_text() == "the first run's"
-    finally:
-        proc.kill()
-        proc.wait()
     with output_folder(out, replace=("report.md",), writer="advise"):  # free again once the holder is gone
         assert not (out / "report.md").exists()
 
