@@ -42,7 +42,7 @@ def _survivors(*names):
     from attntemp.ops.spec import TemperatureSpec
 
     how = {"transformers": {"how": "settings"}}
-    entries = [Entry(Candidate(BASELINE, TemperatureSpec(), "baseline", True), reason="left")]
+    entries = [Entry(Candidate(BASELINE, TemperatureSpec(), "baseline", True, key="baseline"), reason="left")]
     entries += [
         Entry(Candidate(n, TemperatureSpec(multiplier=1 + i / 10), "x", True, engines=how)) for i, n in enumerate(names)
     ]

@@ -42,7 +42,11 @@ def fake_scorer(long_effect: dict, short_effect: dict, calls: list):
 
 
 def cands(*ms: float) -> list[Candidate]:
-    return [Candidate(BASELINE if m == 1.0 else f"m = {m}", TemperatureSpec(multiplier=m), "x", m == 1.0) for m in ms]
+    return [
+        Candidate(BASELINE if m == 1.0 else f"m = {m}", TemperatureSpec(multiplier=m), "x", m == 1.0,
+                  key="baseline" if m == 1.0 else f"m{m}")
+        for m in ms
+    ]  # fmt: skip
 
 
 SETTINGS = RaceSettings("perplexity", 1024, (128,), windows=32, block=2, min_windows=4)

@@ -44,7 +44,8 @@ from ..ops.spec import TemperatureSpec
 
 SOFT = 0.9  # the softening multiplier raced (T = 1.11)
 SHARP = 1.1  # the sharpening multiplier raced at or below the trained length
-BASELINE = "no change"
+BASELINE = "no change"  # its label in reports and evidence.json
+BASELINE_KEY = "baseline"  # its id in code
 TUNED_YARN = "YaRN s, tuned m"
 
 
@@ -114,7 +115,7 @@ def extension_candidates(length: int, trained: int, geometry: tuple[int, float] 
     smaller = 1.0 + (s - 1.0) / 2.0
     m_yarn = yarn_multiplier(s)
     out = [
-        Candidate(BASELINE, TemperatureSpec(), "baseline", True, key="baseline"),
+        Candidate(BASELINE, TemperatureSpec(), "baseline", True, key=BASELINE_KEY),
         Candidate(f"softer m = {SOFT:g}", TemperatureSpec(multiplier=SOFT), "softening", False, key="soft"),
         Candidate(
             f"softer past L0 (m = {SOFT:g} at N)",
@@ -203,7 +204,7 @@ def extension_candidates(length: int, trained: int, geometry: tuple[int, float] 
 def temperature_candidates() -> list[Candidate]:
     """At or below the trained length: the temperature alone."""
     return [
-        Candidate(BASELINE, TemperatureSpec(), "baseline", True, key="baseline"),
+        Candidate(BASELINE, TemperatureSpec(), "baseline", True, key=BASELINE_KEY),
         Candidate(f"softer m = {SOFT:g}", TemperatureSpec(multiplier=SOFT), "softening", False, key="soft"),
         Candidate(f"sharper m = {SHARP:g}", TemperatureSpec(multiplier=SHARP), "sharpening", False, key="sharp"),
     ]

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..evaluate.task_base import get_task
 from ..ops.spec import TemperatureSpec
-from .candidates import BASELINE, Candidate
+from .candidates import BASELINE, BASELINE_KEY, Candidate
 from .carry import carries
 from .race import PLAIN, RETRIEVAL_METRIC, RETRIEVAL_TASK, SHORT_METRIC, SHORT_TASK, Entry, RaceResult, objective_label
 
@@ -230,10 +230,10 @@ def _recommend(
     race: RaceResult, confirmed: dict[str, Any], first: Check, chosen: Entry, why: str, retrieval: Check | None
 ) -> dict[str, Any]:
     ok, evidence = holds(confirmed, first, chosen.name, retrieval)
-    if chosen.name == BASELINE:
+    if chosen.key == BASELINE_KEY:
         return _rec(chosen.candidate, "nothing beats the baseline", why, evidence)
     if not ok:
-        base = next(e for e in race.entries if e.name == BASELINE).candidate
+        base = next(e for e in race.entries if e.key == BASELINE_KEY).candidate
         return _rec(
             base, "nothing beats the baseline", f"{chosen.name!r} won the race ({why}) but did not hold", evidence
         )

@@ -37,7 +37,7 @@ from ..evaluate.score import NotStored, Result, merged
 from ..evaluate.task_base import get_task
 from ..ops.intervals import Interval
 from ..ops.spec import TemperatureSpec
-from .candidates import BASELINE, Candidate
+from .candidates import BASELINE_KEY, Candidate
 
 # scorer(specs, task, length, (first window, end)) -> one Result per spec, in order
 Scorer = Callable[[Sequence[TemperatureSpec], str, int, tuple[int, int]], list[Result]]
@@ -90,6 +90,11 @@ class Entry:
     @property
     def name(self) -> str:
         return self.candidate.name
+
+    @property
+    def key(self) -> str:
+        """The candidate's stable id (``baseline``, ``yarn``, ...): what code finds it by."""
+        return self.candidate.key
 
 
 @dataclass
@@ -204,7 +209,7 @@ def _jobs(settings: RaceSettings, entries: list[Entry]) -> list[tuple[str, int, 
     """What a round scores: the candidates in the race at N, and at each short length those whose
     cost is not decided yet, with "no change" (what they pair with) first."""
     racing = [e for e in entries if e.reason is None]
-    base = next(e for e in entries if e.name == BASELINE)
+    base = next(e for e in entries if e.key == BASELINE_KEY)
     jobs = [(settings.task, settings.length, racing)]
     if settings.retrieval:
         jobs.append((RETRIEVAL_TASK, settings.length, racing))
@@ -231,7 +236,7 @@ def _score_round(scorer: Scorer, jobs: list[tuple[str, int, list[Entry]]], block
 def race(candidates: Sequence[Candidate], scorer: Scorer, settings: RaceSettings, progress: Any = None) -> RaceResult:
     """Race ``candidates`` (one named "no change": the baseline of the short-length cost)."""
     entries = [Entry(c) for c in candidates]
-    base = next(e for e in entries if e.name == BASELINE)
+    base = next(e for e in entries if e.key == BASELINE_KEY)
     rows, windows, status = 0, 0, "tied"
     while windows < settings.windows and sum(e.reason is None for e in entries) > 1:
         block = (windows, min(windows + settings.block, settings.windows))
@@ -265,7 +270,7 @@ def retrieval_rows(result: RaceResult, length: int, default: Entry | None) -> di
     Wilson 95%), and paired (Newcombe 95%) against no change and ``default`` (YaRN's own default) on
     the prompts both answered."""
     task, key = get_task(RETRIEVAL_TASK), (RETRIEVAL_TASK, length)
-    base = next(e for e in result.entries if e.name == BASELINE)
+    base = next(e for e in result.entries if e.key == BASELINE_KEY)
     out: dict[str, dict[str, Any]] = {}
     for e in (x for x in result.entries if x.parts.get(key)):
         mine = merged(RETRIEVAL_TASK, e.parts[key])
