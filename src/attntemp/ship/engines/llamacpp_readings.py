@@ -26,7 +26,7 @@ from ..audit_proxy import save_proxy
 from ..audit_readings import DIM, L0, PROXY_CONFIG, READINGS_KL, THETA, longrope_past_l0, predicted_logp, random_row
 from ..readings import Reading, readers_of
 from ..readings.base import Handed
-from ..readings.of_llamacpp import LLAMACPP
+from ..readings.of_llamacpp import GGUF_FACTOR, LLAMACPP
 
 CHUNKS = 2
 
@@ -43,6 +43,7 @@ class LlamaCase:
     flags: tuple[str, ...] = ()
     freqs: tuple[float, ...] | None = None
     context: int | None = None  # --override-kv llama.context_length: the GGUF's n_ctx_train
+    gguf_factor: float | None = None  # --override-kv llama.rope.scaling.attn_factor (export's route for m)
 
     def handed(self) -> Handed:
         """What llama.cpp is handed, as its reading takes it (HF keys, flags, rope_freqs)."""
@@ -50,6 +51,8 @@ class LlamaCase:
         given.update({f: float(v) for f, v in zip(self.flags[::2], self.flags[1::2], strict=True)})
         if self.freqs is not None:
             given["rope_freqs"] = list(self.freqs)
+        if self.gguf_factor is not None:
+            given[GGUF_FACTOR] = self.gguf_factor
         return Handed(given, DIM, THETA, L0, self.context or self.positions, self.n)
 
     def meant(self) -> Handed:
@@ -59,18 +62,25 @@ class LlamaCase:
 
     def args(self) -> tuple[str, ...]:
         over = ("--override-kv", f"llama.context_length=int:{self.context}") if self.context else ()
+        if self.gguf_factor is not None:
+            over += ("--override-kv", f"llama.{GGUF_FACTOR}=float:{self.gguf_factor}")
         return (*self.flags, *over)
 
 
 def llama_cases() -> tuple[LlamaCase, ...]:
     """dynamic (the converter writes nothing), yarn with an explicit attention factor (dropped), the
-    ``--yarn-attn-factor`` flag (replaced), and YaRN past L0 as a ``rope_freqs`` tensor (every position)."""
+    ``--yarn-attn-factor`` flag (replaced), the GGUF's ``rope.scaling.attn_factor`` through
+    ``--override-kv`` (multiplies YaRN's own: how export carries m), and YaRN past L0 as a
+    ``rope_freqs`` tensor (every position)."""
     yarn = {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": L0, "attention_factor": 1.2}
     divisors = tuple(float(v) for v in rope_factors.init_factors("yarn", DIM, THETA, 2.0, L0))
     return (
         LlamaCase("dynamic s = 2, request past L0", {"rope_type": "dynamic", "factor": 2.0}, 2 * L0, context=2 * L0),
         LlamaCase("yarn s = 2, attention_factor 1.2", yarn, 2 * L0, 2 * L0),
         LlamaCase("yarn s = 2, --yarn-attn-factor 1.5", yarn, 2 * L0, 2 * L0, ("--yarn-attn-factor", "1.5")),
+        LlamaCase(
+            "yarn s = 2, --override-kv attn_factor 0.9 (export's route for m)", yarn, 2 * L0, 2 * L0, gguf_factor=0.9
+        ),
         LlamaCase("YaRN past L0 as rope_freqs, request under L0", {}, L0 * 3 // 4, freqs=divisors),
     )
 
