@@ -124,7 +124,8 @@ def case(name: str, length: int, args: CostBench) -> dict:
     rel = abs(ppl["new"] / ppl["old"] - 1)
     ratio = median_interval([n / o for n, o in zip(times["new"], times["old"], strict=True)])
     return {
-        "model": name, "length": length, "new_dtype": str(dtype).removeprefix("torch."), "kept_positions": int(keep.sum()),
+        "model": name, "length": length, "new_dtype": str(dtype).removeprefix("torch."),
+        "kept_positions": int(keep.sum()),
         "seconds_per_row": {k: median_interval(v) for k, v in times.items()}, "new_over_old": ratio,
         "peak_extra_bytes": memory, "linear_gflops": linear, "mm_gflops": mm, "linear_over_mm": linear / mm,
         "key_ppl": ppl, "key_ppl_rel_diff": rel, "max_abs_nll_diff": float((scores["new"] - scores["old"]).abs().max()),

@@ -61,7 +61,7 @@ class LlamaCase:
         return Handed(rope, DIM, THETA, L0, self.positions)
 
     def args(self) -> tuple[str, ...]:
-        over = ("--override-kv", f"llama.context_length=int:{self.context}") if self.context else ()
+        over: tuple[str, ...] = ("--override-kv", f"llama.context_length=int:{self.context}") if self.context else ()
         if self.gguf_factor is not None:
             over += ("--override-kv", f"llama.{GGUF_FACTOR}=float:{self.gguf_factor}")
         return (*self.flags, *over)
