@@ -170,7 +170,23 @@ def ws(tmp_path_factory):
     (w / "tuned" / "spec.json").write_text(json.dumps({"multiplier": 1.1}))
     _issue_32(w)
     _issue_54_models(w)
+    _issue_54_rest(w)
     return w
+
+
+def _issue_54_rest(w: Path) -> None:
+    """The files of issue 54's remaining cases: score stores of another program."""
+    import sqlite3
+
+    for name, schema in (
+        ("a_foreign", "CREATE TABLE other (x);"),
+        ("a_no_metrics", "CREATE TABLE scores (key TEXT PRIMARY KEY, task TEXT, length INTEGER, spec TEXT, "
+                         "seconds REAL, created REAL);"),
+    ):  # fmt: skip
+        (w / name).mkdir()
+        db = sqlite3.connect(w / name / "scores.db")
+        db.executescript(schema)
+        db.close()
 
 
 def _issue_32(w: Path) -> None:
@@ -533,6 +549,25 @@ MODEL_FOLDERS = [  # (id, argv, text the one error line must contain); issue 54 
     ("bake-model-inf", with_(B, "--model", "{w}/m_inf"),
      "m_inf/model.safetensors: tensor 'model.layers.1.mlp.up_proj.weight' holds inf; expected finite weights"),
 ]  # fmt: skip
+
+ISSUE_54_REST = [  # (id, argv, text the one error line must contain); issue 54's remaining cases
+    (
+        "advise-text-blank",
+        with_(A, "--text", "{w}/empty.txt"),
+        "--text='{w}/empty.txt' is not allowed: it is too short to score, empty or only whitespace",
+    ),
+    ("advise-text-empty-file", with_(A, "--text", "{w}/zero.txt"), "--text='{w}/zero.txt' is not allowed: it is too"),
+    (
+        "advise-out-foreign-db",
+        with_(A, "--out", "{w}/a_foreign"),
+        "--out='{w}/a_foreign': '{w}/a_foreign/scores.db' is not a usable score store: it holds table(s) ['other']",
+    ),
+    (
+        "demo-out-no-metrics-db",
+        with_(D, "--out", "{w}/a_no_metrics"),
+        "'{w}/a_no_metrics/scores.db' is not a usable score store: its scores table has no column(s) ['metrics']",
+    ),
+]
 
 # (id, argv, text the one error line must contain); {w} is the workspace
 CASES = [
@@ -927,6 +962,7 @@ CASES = [
     *ISSUE_32,
     *ISSUE_54,
     *MODEL_FOLDERS,
+    *ISSUE_54_REST,
 ]
 
 PROGRESS = ("%|", "it/s]", "s/it]")

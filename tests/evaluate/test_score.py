@@ -156,3 +156,30 @@ def test_progress_says_each_batch_of_forwards_and_nothing_for_stored_scores(tiny
     lines.clear()
     score.score_many(model, tok, [TemperatureSpec(multiplier=1.3)], "perplexity", 384, ctx, store, "tiny")
     assert lines == []  # outside the block (left on an error): no lines
+
+
+@pytest.mark.parametrize(
+    "schema, said",
+    [
+        ("CREATE TABLE other (x);", "it holds table(s) ['other'] and no scores table"),
+        (
+            "CREATE TABLE scores (key TEXT, task TEXT);",
+            "its scores table has no column(s) ['length', 'spec', 'metrics'",
+        ),
+    ],
+)
+def test_a_store_of_another_program_is_refused_untouched(tmp_path, schema, said):
+    import sqlite3
+
+    path = tmp_path / "scores.db"
+    db = sqlite3.connect(path)
+    db.executescript(schema)
+    db.close()
+    before = path.read_bytes()
+    for read_only in (False, True):
+        with pytest.raises(ValueError, match="is not a usable score store") as exc:
+            score.ScoreStore(path, read_only=read_only)
+        assert said in str(exc.value) and str(path) in str(exc.value)
+    assert path.read_bytes() == before  # no scores table added to the user's file
+    score.ScoreStore(tmp_path / "new.db").close()
+    score.check_store(tmp_path / "new.db")  # its own store passes

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..evaluate import corpus, limits, needles
 from ..evaluate.corpus import HELDOUT_FOR_STDLIB
+from ..evaluate.score import check_store
 from ..evaluate.store import SweepConfig
 from ..evaluate.task_base import NEEDLES_PER_FORWARD, EvalOptions, eval_context, tuning_context
 from ..hf import preflight
@@ -179,6 +180,10 @@ def preflight_advise(cfg: AdviseConfig, model: Any = None, tok: Any = None) -> A
     text must hold."""
     if not cfg.status:  # --status writes nothing: a finished run's folder is what it reads
         outputs.check_out(cfg.out, cfg.own_outputs(), overwrite=cfg.overwrite)
+    try:  # a file of another program under the store's name: refused before the model loads
+        check_store(Path(cfg.out) / STORE)
+    except ValueError as exc:
+        raise ValueError(f"out={cfg.out!r}: {exc}; move it away or give another out folder") from None
     config = model.config.to_dict() if model is not None else preflight.source_config(cfg.model)
     tok = tok if tok is not None else preflight.load_tokenizer(cfg.model)
     corpus.source_files(cfg.text, name="text")

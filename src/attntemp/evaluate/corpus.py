@@ -189,8 +189,15 @@ def _path_files(source: str, name: str) -> list[pathlib.Path]:
     path = pathlib.Path(source)
     if path.is_file():
         with open(path, "rb") as handle:
-            if b"\0" in handle.read(8192):
+            head = handle.read(8192)
+            if b"\0" in head:
                 raise ValueError(f"{name}={source!r} is not allowed: it is binary (NUL bytes), not text")
+            while head and not head.strip():  # whitespace so far: read on until a character or the end
+                head = handle.read(1 << 20)
+            if not head:
+                raise ValueError(
+                    f"{name}={source!r} is not allowed: it is too short to score, empty or only whitespace; give a text"
+                )
         return [path]
     if path.is_dir():
         files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in TEXT_SUFFIXES)

@@ -42,6 +42,7 @@ CREATE TABLE IF NOT EXISTS scores (
     key TEXT PRIMARY KEY, task TEXT, length INTEGER, spec TEXT, metrics TEXT,
     seconds REAL, created REAL);
 """
+SCORES_COLUMNS = ("key", "task", "length", "spec", "metrics", "seconds", "created")
 # EvalContext fields that are the documents themselves (digested by content instead)
 _DOC_FIELDS = ("docs", "haystack", "tuning_docs")
 _DOC_DIGESTS: dict[int, tuple[Any, str]] = {}  # id(docs) -> (docs, digest): the documents kept alive
@@ -118,6 +119,34 @@ class NotStored(ValueError):
     """A score a read-only store does not hold: computing it would take a forward."""
 
 
+def check_store(path: str | Path) -> None:
+    """An existing file at ``path`` is a score store this version can use: an SQLite file with no
+    table yet, or with a ``scores`` table of :data:`SCORES_COLUMNS`. Read-only, so a foreign file is
+    refused before anything is written to it; the ValueError names the file."""
+    path = Path(path)
+    if not path.exists():
+        return
+    bad = f"{str(path)!r} is not a usable score store"
+    if not path.is_file():
+        raise ValueError(f"{bad}: it is not a file")
+    try:
+        db = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, timeout=60)
+        try:
+            tables = [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+            columns = {row[1] for row in db.execute("PRAGMA table_info(scores)")}
+        finally:
+            db.close()
+    except sqlite3.Error as exc:
+        raise ValueError(f"{bad}: {exc}") from None
+    if "scores" not in tables:
+        if tables:
+            raise ValueError(f"{bad}: it holds table(s) {sorted(tables)} and no scores table (another program's file)")
+        return
+    missing = [c for c in SCORES_COLUMNS if c not in columns]
+    if missing:
+        raise ValueError(f"{bad}: its scores table has no column(s) {missing} (another program's file)")
+
+
 class ScoreStore:
     """Results by key in SQLite (``scores`` table): one transaction per result. ``read_only``: an
     existing store opened read-only (a run in progress may be writing it); a score it lacks
@@ -129,9 +158,11 @@ class ScoreStore:
             if read_only:
                 if not self.path.is_file():
                     raise sqlite3.OperationalError("no such file")
+                check_store(self.path)
                 self.db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=60)
                 self.db.execute("SELECT COUNT(*) FROM scores")
                 return
+            check_store(self.path)
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.db = sqlite3.connect(self.path, timeout=60)  # one file (no WAL): a copy or commit of it is whole
             self.db.executescript(SCORES_SCHEMA)
