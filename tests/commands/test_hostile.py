@@ -567,6 +567,16 @@ ISSUE_54_REST = [  # (id, argv, text the one error line must contain); issue 54'
         with_(D, "--out", "{w}/a_no_metrics"),
         "'{w}/a_no_metrics/scores.db' is not a usable score store: its scores table has no column(s) ['metrics']",
     ),
+    (  # was: "the haystack holds 29 tokens; length=256 needs 256" after the model loaded, naming no flag
+        "sweep-gutenberg-short-needles",
+        with_(S, "--lengths", "160,256", "--tasks", "needles", "--gutenberg", "{w}/short.txt"),
+        "--gutenberg='{w}/short.txt' is not allowed: its haystack holds 29 tokens; --lengths[1]=256 needs 256",
+    ),
+    (
+        "sweep-gutenberg-short-needle",
+        with_(S, "--lengths", "256", "--tasks", "needle", "--gutenberg", "{w}/short.txt"),
+        "--gutenberg='{w}/short.txt' is not allowed: none of its documents is long enough for --lengths[0]=256",
+    ),
 ]
 
 # (id, argv, text the one error line must contain); {w} is the workspace

@@ -95,6 +95,32 @@ def check_lengths(
                 raise ValueError(
                     f"{where}={length} is too short for {task}{why.get(task, '')}: it needs at least {need} tokens"
                 )
+    source = getattr(opts, "gutenberg", None)
+    if source and lengths and {"needle", "needles"} & set(tasks):
+        i = max(range(len(lengths)), key=lambda j: lengths[j])
+        check_haystack(source, tok, lengths[i], f"{name}[{i}]" if indexed else name, tasks)
+
+
+def check_haystack(source: str, tok: Any, length: int, where: str, tasks: Sequence[str]) -> None:
+    """The haystack ``gutenberg`` names holds what the needle tasks take at ``length`` (the longest),
+    by their own rules (:func:`attntemp.evaluate.needles.documents`, the needle task's prompts):
+    read from the text and the tokenizer before the model loads, the refusal naming ``gutenberg``."""
+    docs = corpus.load_text(source, name="gutenberg")
+    if "needle" in tasks and not any(len(d.text) > 2 * length for d in docs):
+        raise ValueError(
+            f"gutenberg={source!r} is not allowed: none of its documents is long enough for {where}={length} (the "
+            f"needle task takes one of more than {2 * length} characters); give a longer haystack"
+        )
+    if "needles" in tasks:
+        held = 0
+        for d in docs:  # the first document, continued with the next ones (8 characters a token at most)
+            held += len(tok(d.text[: 8 * length], add_special_tokens=False)["input_ids"])
+            if held >= length:
+                return
+        raise ValueError(
+            f"gutenberg={source!r} is not allowed: its haystack holds {held} tokens; {where}={length} needs "
+            f"{length}; give a longer haystack"
+        )
 
 
 def forward_rows(batch_size: int, n_docs: int, trials: int, k: int) -> int:
