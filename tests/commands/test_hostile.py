@@ -187,6 +187,9 @@ def _issue_54_rest(w: Path) -> None:
         db = sqlite3.connect(w / name / "scores.db")
         db.executescript(schema)
         db.close()
+    config = json.loads((tiny_path() / "config.json").read_text())
+    del config["max_position_embeddings"]  # transformers would read it as LlamaConfig's 2048, advise as --length
+    (_tiny_copy(w / "m_no_max_positions") / "config.json").write_text(json.dumps(config))
 
 
 def _issue_32(w: Path) -> None:
@@ -566,6 +569,17 @@ ISSUE_54_REST = [  # (id, argv, text the one error line must contain); issue 54'
         "demo-out-no-metrics-db",
         with_(D, "--out", "{w}/a_no_metrics"),
         "'{w}/a_no_metrics/scores.db' is not a usable score store: its scores table has no column(s) ['metrics']",
+    ),
+    (
+        "advise-model-no-max-positions",
+        with_(A, "--model", "{w}/m_no_max_positions"),
+        "--model='{w}/m_no_max_positions': {w}/m_no_max_positions/config.json has no max_position_embeddings, the "
+        "length the model was trained to",
+    ),
+    (
+        "sweep-model-no-max-positions",
+        with_(S, "--model", "{w}/m_no_max_positions"),
+        "m_no_max_positions/config.json has no max_position_embeddings",
     ),
     (  # was: "the haystack holds 29 tokens; length=256 needs 256" after the model loaded, naming no flag
         "sweep-gutenberg-short-needles",

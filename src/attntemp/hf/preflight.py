@@ -29,13 +29,30 @@ def source_config(name: str) -> dict[str, Any] | None:
     loading the model; None for a hub id that is not in the local cache yet."""
     where = resolve(name)
     if isinstance(where, Path):
-        cfg = source.read_config(where, name)
+        path, cfg = where / "config.json", source.read_config(where, name)
     else:
         cached = source.cached_config(where)
         if cached is None:
             return None
-        cfg = json.loads(cached.read_text())
-    return text_part(cfg)
+        path, cfg = cached, json.loads(cached.read_text())
+    part = text_part(cfg)
+    _check_trained_length(part, name, path)
+    return part
+
+
+def _check_trained_length(cfg: dict[str, Any], name: str, path: Path) -> None:
+    """Raise naming the model when its config does not say the length it was trained to (L0: no
+    ``max_position_embeddings`` and no L0 of a scaled RoPE): transformers would fill in its class's
+    default (2048 for Llama), advise would take ``--length``, both a guess."""
+    try:
+        geometry = ModelGeometry.from_config(cfg)
+    except (ValueError, KeyError, TypeError, AttributeError, ZeroDivisionError):
+        return  # not a RoPE config attntemp reads: the loader's and the patch's checks say so
+    if geometry.trained_length is None:
+        raise ValueError(
+            f"model={name!r}: {path} has no max_position_embeddings, the length the model was trained to; "
+            "expected a positive integer there (attntemp does not guess it)"
+        )
 
 
 def check_spec(name: str, path: str | None, spec: Any, config: dict[str, Any] | None) -> None:
