@@ -187,6 +187,9 @@ def _issue_54_rest(w: Path) -> None:
         db = sqlite3.connect(w / name / "scores.db")
         db.executescript(schema)
         db.close()
+    gpt2 = {"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 1024, "vocab_size": 100}
+    (w / "c_gpt2.json").write_text(json.dumps(gpt2))  # no rotary embeddings
+    (w / "s_yarn.json").write_text(json.dumps({"rope": {"rope_type": "yarn", "factor": 2.0}}))
     config = json.loads((tiny_path() / "config.json").read_text())
     del config["max_position_embeddings"]  # transformers would read it as LlamaConfig's 2048, advise as --length
     (_tiny_copy(w / "m_no_max_positions") / "config.json").write_text(json.dumps(config))
@@ -580,6 +583,21 @@ ISSUE_54_REST = [  # (id, argv, text the one error line must contain); issue 54'
         "sweep-model-no-max-positions",
         with_(S, "--model", "{w}/m_no_max_positions"),
         "m_no_max_positions/config.json has no max_position_embeddings",
+    ),
+    (  # c_plain: rope_theta 10000, max_position_embeddings 4096
+        "export-rope-theta-other-config",
+        [*EX, "{w}/s_yarn.json", "--config", "{w}/c_plain.json", "--rope-theta", "500000"],
+        "--rope-theta=500000.0 is not allowed with --config='{w}/c_plain.json', whose rope_theta is 10000.0",
+    ),
+    (
+        "export-trained-length-other-config",
+        [*EX, "{w}/s_yarn.json", "--config", "{w}/c_plain.json", "--trained-length", "1024"],
+        "--trained-length=1024 is not allowed with --config='{w}/c_plain.json', whose trained length (L0) is 4096",
+    ),
+    (
+        "export-config-no-rope",
+        [*EX, "{w}/s_yarn.json", "--config", "{w}/c_gpt2.json", "--trained-length", "1024"],
+        "--config='{w}/c_gpt2.json' is not allowed: model_type='gpt2' has no rotary embeddings",
     ),
     (  # was: "the haystack holds 29 tokens; length=256 needs 256" after the model loaded, naming no flag
         "sweep-gutenberg-short-needles",

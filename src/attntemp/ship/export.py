@@ -17,10 +17,12 @@ layers only and the sliding-window layers keep their own.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
 
+from ..ops.geometry import ModelGeometry, config_dict
 from ..ops.spec import TemperatureSpec
 from ..utils import checks
 from ..utils.options import option
@@ -84,10 +86,57 @@ class ExportConfig:
             )
 
 
+ROPE_KEYS = ("rope_theta", "rope_parameters", "rope_scaling")
+
+
+def has_rope(config: dict[str, Any]) -> bool:
+    """Whether the model of ``config`` has rotary embeddings: its config.json names a RoPE field, or
+    (where it leaves them to defaults) transformers' class of its model_type has one."""
+    text = config_dict(config)
+    if any(text.get(key) is not None for key in ROPE_KEYS):
+        return True
+    import transformers
+
+    model_type = str(text.get("model_type"))
+    if model_type not in transformers.CONFIG_MAPPING:
+        return False
+    defaults = transformers.CONFIG_MAPPING[model_type]()
+    return any(getattr(defaults, key, None) is not None for key in ROPE_KEYS)
+
+
+def check_against_config(cfg: ExportConfig, config: dict[str, Any]) -> None:
+    """``cfg.config`` is a RoPE model's, and ``cfg.rope_theta`` and ``cfg.trained_length`` where given
+    agree with it: a refusal names both values (the exported settings would describe another model)."""
+    where = f"config={cfg.config!r}"
+    if not has_rope(config):
+        raise ValueError(
+            f"{where} is not allowed: model_type={config_dict(config).get('model_type')!r} has no rotary embeddings "
+            "(no rope_theta, rope_parameters or rope_scaling), and export writes RoPE settings; give a RoPE model's "
+            "config.json"
+        )
+    try:
+        geometry = ModelGeometry.from_config(config)
+    except (ValueError, KeyError, TypeError, AttributeError, ZeroDivisionError):
+        return  # a partial config: the export checks its routes on a probe geometry
+    if cfg.rope_theta is not None and not math.isclose(cfg.rope_theta, geometry.rope_theta, rel_tol=1e-9):
+        raise ValueError(
+            f"rope_theta={cfg.rope_theta} is not allowed with {where}, whose rope_theta is {geometry.rope_theta}: "
+            "the two must agree; give one of them"
+        )
+    trained = geometry.trained_length
+    if cfg.trained_length is not None and trained is not None and cfg.trained_length != trained:
+        raise ValueError(
+            f"trained_length={cfg.trained_length} is not allowed with {where}, whose trained length (L0) is "
+            f"{trained}: the two must agree; give one of them"
+        )
+
+
 def run_export(cfg: ExportConfig) -> ExportResult:
     """The engine's settings for the spec file ``cfg.spec`` (and the model's ``cfg.config``)."""
     spec = TemperatureSpec.load(cfg.spec)
     config = None if cfg.config is None else load_config(cfg.config)
+    if config is not None:
+        check_against_config(cfg, config)
     try:  # as export() checks it, named by the spec file
         spec.check_rotary(model_sizes(config)[0])
     except ValueError as exc:
