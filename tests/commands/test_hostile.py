@@ -187,6 +187,12 @@ def _issue_54_rest(w: Path) -> None:
         db = sqlite3.connect(w / name / "scores.db")
         db.executescript(schema)
         db.close()
+    for name, fields in (  # audit configs read wrong: a base past any model's, a string read by truthiness or letter
+        ("c_theta_huge", {"rope_theta": 1e308}),
+        ("c_truncate_str", {"rope_scaling": {**YARN4, "truncate": "yes"}}),
+        ("c_layer_types_str", {"layer_types": "full_attention"}),
+    ):
+        (w / f"{name}.json").write_text(json.dumps({**LLAMA, **fields}))
     gpt2 = {"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 1024, "vocab_size": 100}
     (w / "c_gpt2.json").write_text(json.dumps(gpt2))  # no rotary embeddings
     (w / "s_yarn.json").write_text(json.dumps({"rope": {"rope_type": "yarn", "factor": 2.0}}))
@@ -599,6 +605,18 @@ ISSUE_54_REST = [  # (id, argv, text the one error line must contain); issue 54'
         [*EX, "{w}/s_yarn.json", "--config", "{w}/c_gpt2.json", "--trained-length", "1024"],
         "--config='{w}/c_gpt2.json' is not allowed: model_type='gpt2' has no rotary embeddings",
     ),
+    ("audit-rope-theta-huge", [*AU, "{w}/c_theta_huge.json"], "config.rope_theta=1e+308 is not allowed; expected a"),
+    (
+        "audit-yarn-truncate-string",
+        [*AU, "{w}/c_truncate_str.json"],
+        "config.rope_scaling.truncate='yes' is not allowed; expected true or false",
+    ),
+    (  # was: "config.layer_types has 14 entries", its letters counted
+        "audit-layer-types-string",
+        [*AU, "{w}/c_layer_types_str.json"],
+        "config.layer_types='full_attention' is not allowed; expected a list of 2 strings",
+    ),
+    ("export-rope-theta-huge", [*EX, "{w}/s_yarn.json", "--rope-theta", "1e308"], "--rope-theta=1e+308 is not"),
     (  # was: "the haystack holds 29 tokens; length=256 needs 256" after the model loaded, naming no flag
         "sweep-gutenberg-short-needles",
         with_(S, "--lengths", "160,256", "--tasks", "needles", "--gutenberg", "{w}/short.txt"),

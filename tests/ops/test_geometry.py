@@ -130,7 +130,10 @@ BAD = [
     ({"rope_scaling": {**YARN4, "original_max_position_embeddings": 8192}},
      r"config.rope_scaling.original_max_position_embeddings=8192 is not allowed; expected at most "
      r"max_position_embeddings=4096"),
-    ({"rope_theta": -1.0}, r"config.rope_scaling.rope_theta=-1.0 is not allowed"),
+    ({"rope_theta": -1.0}, r"config.rope_theta=-1.0 is not allowed"),  # the top-level field, where it is read
+    ({"rope_theta": 1e308}, r"config.rope_theta=1e\+308 is not allowed; expected a number in \(1, 1e\+12\]"),
+    ({"rope_scaling": {**YARN4, "rope_theta": 0.5}}, r"config.rope_scaling.rope_theta=0.5 is not allowed"),
+    ({"layer_types": "full_attention"}, r"config.layer_types='full_attention' is not allowed; expected a list of"),
     ({"original_max_position_embeddings": 0}, r"config.original_max_position_embeddings=0 is not allowed"),
 ]  # fmt: skip
 

@@ -83,6 +83,8 @@ def rope_arguments(geometry: ModelGeometry, params: dict[str, Any], position: in
         "longrope": ("short_factor", "long_factor", "attention_factor"),
     }[kind]
     out = {k: params[k] for k in keys if params.get(k) is not None}
+    if not isinstance(out.get("truncate", True), bool):  # "yes" or 0 would be read by truthiness
+        raise ValueError(f"truncate={out['truncate']!r} is not allowed; expected true or false")
     out["original_max_position_embeddings"] = geometry.l0(params)
     out["factor"] = _factor(geometry, params)
     if kind == "longrope":

@@ -41,6 +41,7 @@ ALIASES = {"kimi_k2": "deepseek_v3"}
 SCALING_ON_FULL_ONLY = ("gemma3_text", "olmo3")  # legacy rope_scaling applies to full_attention layers only
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
 FULL = "full_attention"
+MAX_ROPE_THETA = 1e12  # the largest RoPE base a config may give (as the spec bounds its factors)
 SIZES = {  # the largest a config may give (the largest released models are well inside), checked up front
     "num_hidden_layers": (1024, "layers"),
     "hidden_size": (65536, "hidden units"),
@@ -153,6 +154,8 @@ def layer_kinds(cfg: dict[str, Any]) -> list[tuple[str, bool]]:
     if types is None and cfg.get("model_type") == "gemma3_text":
         pattern = _int(cfg, "sliding_window_pattern", 6)
         types = ["sliding_attention" if (i + 1) % pattern else FULL for i in range(n)]
+    if types is not None and not isinstance(types, (list, tuple)):  # a string would count its characters
+        raise ValueError(f"config.layer_types={types!r} is not allowed; expected a list of {n} strings (one a layer)")
     types = types or [FULL] * n
     if len(types) != n or not all(isinstance(t, str) for t in types):
         raise ValueError(f"config.layer_types has {len(types)} entries; expected {n} strings (num_hidden_layers)")
@@ -184,6 +187,27 @@ def layer_rope(cfg: dict[str, Any], layer_type: str) -> dict[str, Any]:
     params.setdefault("rope_theta", cfg.get("rope_theta", 10000.0))
     checks.choice("config rope_type", params["rope_type"], ROPE_TYPES)
     return params
+
+
+def check_theta(value: Any, name: str = "rope_theta") -> float:
+    """A RoPE base: a finite number in (1, :data:`MAX_ROPE_THETA`] (released models use 1e4 to 1e8;
+    at 1 or below every frequency is 1 or grows, past the bound positions no longer turn)."""
+    theta = checks.positive(name, value)
+    if not 1.0 < theta <= MAX_ROPE_THETA:
+        raise ValueError(f"{name}={value!r} is not allowed; expected a number in (1, {MAX_ROPE_THETA:g}]")
+    return theta
+
+
+def _theta_source(cfg: dict[str, Any], layer_type: str) -> str:
+    """The field a layer type's ``rope_theta`` is read from, as the config spells it."""
+    rp = _rope_dicts(cfg)
+    inner = rp.get(layer_type)
+    stated = inner if isinstance(inner, dict) else rp if rp else cfg.get("rope_scaling")
+    if isinstance(stated, dict) and "rope_theta" in stated:
+        return f"{rope_source(cfg, layer_type)}.rope_theta"
+    if layer_type == "sliding_attention" and cfg.get("model_type") in SCALING_ON_FULL_ONLY:
+        return "config.rope_local_base_freq" if "rope_local_base_freq" in cfg else "config.rope_theta"
+    return "config.rope_theta"
 
 
 def rope_source(cfg: dict[str, Any], layer_type: str) -> str:
@@ -259,8 +283,8 @@ class ModelGeometry:
             top_l0=None if top is None else checks.positive_int("config.original_max_position_embeddings", top),
         )
         for layer_type, params in rope.items():  # errors name where the config gives the value
+            check_theta(params["rope_theta"], _theta_source(cfg, layer_type))
             try:
-                checks.positive("rope_theta", params["rope_theta"])
                 trained = geometry.max_positions if params["rope_type"] == "default" else geometry.l0(params)
             except ValueError as exc:
                 raise ValueError(f"{rope_source(cfg, layer_type)}.{exc}") from None

@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..ops.geometry import ModelGeometry, config_dict
+from ..ops.geometry import ModelGeometry, check_theta, config_dict
 from ..ops.spec import TemperatureSpec
 from ..utils import checks
 from ..utils.options import option
@@ -73,6 +73,8 @@ class ExportConfig:
 
     def __post_init__(self) -> None:
         checks.choice("engine", self.engine, ENGINES)
+        if self.rope_theta is not None:
+            check_theta(self.rope_theta)
         if self.gguf_arch is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", self.gguf_arch):
             raise ValueError(
                 f"gguf_arch={self.gguf_arch!r} is not allowed; expected a GGUF architecture name (letters, digits, "
