@@ -193,6 +193,11 @@ def _issue_54_rest(w: Path) -> None:
         ("c_layer_types_str", {"layer_types": "full_attention"}),
     ):
         (w / f"{name}.json").write_text(json.dumps({**LLAMA, **fields}))
+    for name, mark in (("v_marked", '["kl.kld"]'), ("v_old_mark", "")):  # verify's mark, and a user's file beside
+        (w / name).mkdir()
+        (w / name / ".attntemp-verify").write_text(mark)
+        (w / name / "kl.kld").write_text("verify's")
+        (w / name / "thesis.tex").write_text("the user's")
     gpt2 = {"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 1024, "vocab_size": 100}
     (w / "c_gpt2.json").write_text(json.dumps(gpt2))  # no rotary embeddings
     (w / "s_yarn.json").write_text(json.dumps({"rope": {"rope_type": "yarn", "factor": 2.0}}))
@@ -617,6 +622,16 @@ ISSUE_54_REST = [  # (id, argv, text the one error line must contain); issue 54'
         "config.layer_types='full_attention' is not allowed; expected a list of 2 strings",
     ),
     ("export-rope-theta-huge", [*EX, "{w}/s_yarn.json", "--rope-theta", "1e308"], "--rope-theta=1e+308 is not"),
+    (  # was: accepted, the mark trusted whatever else the folder held
+        "verify-work-dir-marked-users-file",
+        with_(V, "--work-dir", "{w}/v_marked"),
+        "--work-dir='{w}/v_marked' holds files verify did not write (thesis.tex): its .attntemp-verify does not list",
+    ),
+    (
+        "verify-work-dir-empty-mark",
+        with_(V, "--work-dir", "{w}/v_old_mark"),
+        "--work-dir='{w}/v_old_mark' holds files verify did not write (kl.kld, thesis.tex)",
+    ),
     (  # was: "the haystack holds 29 tokens; length=256 needs 256" after the model loaded, naming no flag
         "sweep-gutenberg-short-needles",
         with_(S, "--lengths", "160,256", "--tasks", "needles", "--gutenberg", "{w}/short.txt"),

@@ -251,3 +251,16 @@ def test_vllm_plugin_package_registers_the_schedule_class(tmp_path):
     assert "from vllm.model_executor.models.llama import LlamaForCausalLM" in model
     assert "from .attntemp_schedule import schedule" in model
     assert "def schedule(" in (package / "attntemp_schedule.py").read_text()
+
+
+def test_the_work_dir_mark_lists_what_verify_wrote_and_nothing_else_is_trusted(tmp_path):
+    work = tmp_path / "work"
+    with pytest.raises(RuntimeError), C.work_folder(str(work)) as folder:  # an error mid-run: still listed
+        (folder / "base.kld").write_text("kl")
+        (folder / "baked").mkdir()
+        raise RuntimeError("the engine failed")
+    assert json.loads((work / C.WORK_MARK).read_text()) == ["baked", "base.kld"]
+    C.check_work_dir(str(work))  # a rerun reuses it
+    (work / "notes.txt").write_text("the user's")
+    with pytest.raises(ValueError, match=r"holds files verify did not write \(notes.txt\): its .attntemp-verify"):
+        C.check_work_dir(str(work))

@@ -55,39 +55,64 @@ class VerifyOptions(Protocol):
 
 
 # ----------------------------------------------------------------------------- the work folder
-WORK_MARK = ".attntemp-verify"  # in a --work-dir that verify made its own
+WORK_MARK = ".attntemp-verify"  # in a --work-dir that verify made its own: the JSON list of what it wrote there
+
+
+def marked(path: Path) -> set[str]:
+    """The names verify listed in ``path``'s mark as its own (none for a mark that is not such a
+    JSON list: one of an older attntemp, or made by hand)."""
+    try:
+        names = json.loads((path / WORK_MARK).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return set()
+    return {n for n in names if isinstance(n, str)} if isinstance(names, list) else set()
+
+
+def _mark(path: Path, names: set[str]) -> None:
+    (path / WORK_MARK).write_text(json.dumps(sorted(names - {WORK_MARK})) + "\n", encoding="utf-8")
 
 
 def check_work_dir(work_dir: str | None) -> None:
-    """A ``work_dir`` must be new, empty, or one an earlier verify used: what verify writes there
-    (GGUF files, checkpoints, KL files) would replace a user's files of the same names."""
+    """A ``work_dir`` must be new, empty, or one an earlier verify used, holding only what its mark
+    lists: what verify writes there (GGUF files, checkpoints, KL files) would replace a user's
+    files of the same names."""
     if work_dir is None:
         return
     path = Path(work_dir)
     if path.exists() and not path.is_dir():
         raise ValueError(f"work_dir={work_dir!r} is a file; expected a folder (new, empty, or an earlier verify's)")
-    if path.is_dir() and not (path / WORK_MARK).exists():
-        found = sorted(p.name for p in path.iterdir())
-        if found:
+    if path.is_dir():
+        found = sorted(p.name for p in path.iterdir() if p.name != WORK_MARK)
+        if not (path / WORK_MARK).exists() and found:
             raise ValueError(
                 f"work_dir={work_dir!r} holds files verify did not write ({outputs.shown(found)}); expected a "
                 f"new or empty folder, or one an earlier verify used (it holds {WORK_MARK})"
+            )
+        theirs = [name for name in found if name not in marked(path)]
+        if (path / WORK_MARK).exists() and theirs:
+            raise ValueError(
+                f"work_dir={work_dir!r} holds files verify did not write ({outputs.shown(theirs)}): its {WORK_MARK} "
+                "does not list them; expected a new or empty folder, or one holding only an earlier verify's files"
             )
     outputs.check_writable("work_dir", path)
 
 
 @contextmanager
 def work_folder(work_dir: str | None) -> Iterator[Path]:
-    """``work_dir`` (checked by :func:`check_work_dir`, created and marked as verify's), or a
-    temporary folder removed afterwards."""
+    """``work_dir`` (checked by :func:`check_work_dir`, created and marked as verify's: the mark
+    lists what is in it when verify leaves, also on an error), or a temporary folder removed afterwards."""
     if work_dir is None:
         with tempfile.TemporaryDirectory(prefix="attntemp-verify-") as tmp:
             yield Path(tmp)
         return
     path = Path(work_dir)
     path.mkdir(parents=True, exist_ok=True)
-    (path / WORK_MARK).touch()
-    yield path
+    before = marked(path)
+    _mark(path, before)
+    try:
+        yield path
+    finally:
+        _mark(path, before | {p.name for p in path.iterdir()})
 
 
 # ----------------------------------------------------------------------------- specs and tokens
