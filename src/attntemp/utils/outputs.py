@@ -180,6 +180,12 @@ def _digest(path: Path) -> str:
     return h.hexdigest()
 
 
+def _head(path: Path, size: int = 1 << 16) -> bytes:
+    """The first ``size`` bytes of a file (a signature is looked for there, not in the whole file)."""
+    with open(path, "rb") as f:
+        return f.read(size)
+
+
 def _recorded(out: Path) -> dict[str, str]:
     try:
         files = json.loads((out / RECORD).read_text()).get("files", {})
@@ -219,7 +225,7 @@ def not_ours(out: Path, own: Outputs) -> list[str]:
         elif n in files:
             if files[n] != _digest(p):
                 strangers.append(n)
-        elif not any(s in p.read_bytes()[: 1 << 16] for s in SIGNATURES):
+        elif not any(s in _head(p) for s in SIGNATURES):
             strangers.append(n)
     return strangers
 
