@@ -11,7 +11,6 @@ Errors name the field (``out``, ``overwrite``); the command line turns them into
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import json
 import os
 import shutil
@@ -21,6 +20,8 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
+
+from .digest import file_digest
 
 try:  # POSIX; elsewhere a run takes no lock
     import fcntl
@@ -172,14 +173,6 @@ def check_only(name: str, given: str | os.PathLike[str], out: Path, patterns: tu
         )
 
 
-def _digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _head(path: Path, size: int = 1 << 16) -> bytes:
     """The first ``size`` bytes of a file (a signature is looked for there, not in the whole file)."""
     with open(path, "rb") as f:
@@ -205,7 +198,7 @@ def record(out: Path, own: Iterable[str] | Outputs) -> None:
     for n in _as_outputs(own).present(out):
         p = out / n
         if not n.endswith("/") and p.is_file() and not p.is_symlink():
-            files[n] = _digest(p)
+            files[n] = file_digest(p)
     tmp = out / (RECORD + ".tmp")
     tmp.write_text(json.dumps({"files": files}, indent=1, sort_keys=True))
     tmp.replace(out / RECORD)
@@ -223,7 +216,7 @@ def not_ours(out: Path, own: Outputs) -> list[str]:
         if p.is_symlink():
             strangers.append(n)
         elif n in files:
-            if files[n] != _digest(p):
+            if files[n] != file_digest(p):
                 strangers.append(n)
         elif not any(s in _head(p) for s in SIGNATURES):
             strangers.append(n)
