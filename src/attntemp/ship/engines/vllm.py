@@ -59,6 +59,7 @@ from ...utils.errors import ExternalToolError
 from ...utils.resources import vllm_cpu_refusal
 from .. import llamacpp, remote_code, vllm_venv
 from ..audit_proxy import LENGTH, cannot, kl_verdict, proxy_logp, random_ids, save_proxy
+from ..audit_readings import engine_rows, kl
 from ..bake import save_baked
 from ..comparison import (
     Comparison,
@@ -256,20 +257,12 @@ def engine_logp(got: dict[str, Any], vocab: int, length: int) -> list[torch.Tens
     """vLLM's log-probabilities ``[n, V]`` per row at the scored positions: its ``top[p]`` is the
     distribution predicted at position p (of token p + 1), as the proxy's logits at p."""
     part = llamacpp.scored(length)
-    out = []
-    for row in got["rows"]:
-        dense = torch.full((len(row["top"]), vocab), -math.inf, dtype=torch.float64)  # [L-1, V]
-        for p, entry in enumerate(row["top"]):
-            ids = torch.tensor([k for k, _ in entry])  # [K]
-            dense[p, ids] = torch.tensor([v for _, v in entry], dtype=torch.float64)
-        out.append(dense[part])  # [n, V]
-    return out
+    return [dense[part] for dense in engine_rows(got, vocab)]  # [n, V] each
 
 
 def mean_kl(ref: list[torch.Tensor], got: list[torch.Tensor]) -> float:
     """Mean KL(ref || got) per position, both ``[n, V]`` log-probabilities per row."""
-    kl = [(r.exp() * (r - g)).sum(-1) for r, g in zip(ref, got, strict=True)]  # [n] each
-    return max(float(torch.cat(kl).mean()), 0.0) + 0.0  # no -0
+    return kl(torch.cat(ref), torch.cat(got))  # [sum n, V] each
 
 
 def _audit_run(config: dict[str, Any], python: Path, work: Path) -> dict[str, Any]:
