@@ -48,6 +48,7 @@ SPECS = {
     "s_llama3_bare": {"rope": {"rope_type": "llama3", "factor": 4.0, "original_max_position_embeddings": 256}},
     "s_yarn_huge": {"rope": {"rope_type": "yarn", "factor": 1e9, "original_max_position_embeddings": 256}},
     "s_m_tiny": {"multiplier": 1e-5},
+    "s_yarn_l0_1024": {"rope": {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 1024}},
     "s_m_huge": {"multiplier": 1e5},
     "s_longrope_3": {
         "rope": {
@@ -786,6 +787,15 @@ CASES = [
     ("advise-out-results", with_(A, "--out", "{w}/tuned"), "already holds results (spec.json)"),
     ("advise-model-typo", with_(A, "--model", "smolm2"), "Did you mean 'smollm2'?"),
     ("advise-status-no-store", with_(A, "--status"), "--out='{w}/a_out' has no scores.db"),
+    ("advise-learn-steps-negative", with_(A, "--learn-steps", "-1"), "--learn-steps=-1 is not allowed"),
+    ("advise-learn-steps-text", with_(A, "--learn-steps", "ten"), "--learn-steps 'ten': expected an integer"),
+    ("advise-learn-steps-huge", with_(A, "--learn-steps", "99999"), "--learn-steps=99999 is not allowed"),
+    ("advise-add-spec-missing", with_(A, "--add-spec", "/nonexistent.json"), "--add-spec='/nonexistent.json'"),
+    ("advise-add-spec-folder", with_(A, "--add-spec", "{w}/empty"), "--add-spec='{w}/empty' is a folder"),
+    ("advise-add-spec-bad-json", with_(A, "--add-spec", "{w}/s_badjson.json"), "--add-spec='{w}/s_badjson.json'"),
+    ("advise-add-spec-layers", with_(A, "--add-spec", "{w}/s_layers2.json"), "--add-spec='{w}/s_layers2.json'"),
+    ("advise-add-spec-other-l0", with_(A, "--add-spec", "{w}/s_yarn_l0_1024.json"), "states a trained length of 1024"),
+    ("advise-add-spec-twice", with_(A, "--add-spec", "{w}/s_logn.json,{w}/s_logn.json"), "a file is given twice"),
     ("tune-length-2", with_(T, "--length", "2"), "--length=2 is too short for perplexity"),
     ("tune-length-passkey", with_(T, "--length", "100"), "--length=100 is too short for passkey"),
     ("tune-check-length-short", with_(T, "--check-lengths", "40"), "--check-lengths[0]=40 is too short for passkey"),

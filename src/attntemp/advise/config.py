@@ -14,8 +14,10 @@ from ..evaluate.score import check_store
 from ..evaluate.store import SweepConfig
 from ..evaluate.task_base import NEEDLES_PER_FORWARD, EvalOptions, eval_context, tuning_context
 from ..hf import preflight
+from ..ops.geometry import stated_l0
+from ..ops.spec import TemperatureSpec
 from ..ship.engines import ENGINES
-from ..utils import checks, outputs
+from ..utils import checks, options, outputs
 from ..utils.options import option, reuse
 
 REFERENCE_ENGINE = "transformers"  # the engine whose reading defines what a spec means
@@ -26,6 +28,7 @@ ADVISE_RESULTS = ("evidence.json", "report.md", "report.html", "tradeoff.png", "
 ADVISE_OUTPUTS = outputs.Outputs(ADVISE_RESULTS)
 STORE = "scores.db"  # every scored (spec, task, length, windows): a rerun resumes from it
 SPARE = 2  # windows of the tuning pool past the race's own, where YaRN's m is searched
+LEARN_WINDOWS = 4  # windows past those that --learn-steps trains on (advise.learned)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,6 +83,16 @@ class AdviseConfig(EvalOptions):
         None, "a longer held-out length the survivors are confirmed at (default: 1.5 x --length; 0 for none)", parse=int
     )
     tune_m: bool = option(True, "no candidate with YaRN's global m tuned first", flag="--no-tune", invert=True)
+    learn_steps: int = option(
+        0,
+        "race three learned candidates too, each trained this many gradient steps on windows the race never "
+        "scores: per-head m, per-head m past L0, and LongRoPE factors from YaRN's (a step: one window forward "
+        "and backward at --length); 0: none",
+    )
+    add_spec: tuple[str, ...] = option(
+        (), "spec files (comma list; e.g. from attntemp tune) raced as candidates beside the built-in ones",
+        parse=options.names,
+    )  # fmt: skip
     out: str = option("attntemp-advise", "output folder (scores.db: a rerun resumes from it)")
     overwrite: bool = option(False, "replace an earlier run's results in --out (its scores.db is kept and reused)")
     workers: int = reuse(SweepConfig, "workers")
@@ -103,6 +116,11 @@ class AdviseConfig(EvalOptions):
                 f"retrieval_per_window={self.retrieval_per_window!r} is not allowed; expected an integer in [0, 64]"
             )
         checks.within("retrieval_per_window", self.retrieval_per_window, 0, 64)
+        if isinstance(self.learn_steps, bool) or not isinstance(self.learn_steps, int):
+            raise ValueError(f"learn_steps={self.learn_steps!r} is not allowed; expected an integer in [0, 10000]")
+        checks.within("learn_steps", self.learn_steps, 0, 10000)
+        if len(set(self.add_spec)) != len(self.add_spec):
+            raise ValueError(f"add_spec={','.join(self.add_spec)!r} is not allowed: a file is given twice")
         if self.min_retrieval is not None:
             checks.within("min_retrieval", self.min_retrieval, 0.0, 1.0)
         if self.retrieval_prompts is not None:
@@ -155,6 +173,7 @@ class AdvisePlan:
     tok: Any
     spare: int = SPARE  # windows past the race's own that the tuned m is searched on
     config: dict[str, Any] | None = None  # the model's config, read once: the engines' settings fill from it
+    added: tuple[Any, ...] = ()  # the --add-spec specs, loaded and checked against the model
 
     @property
     def extends(self) -> bool:
@@ -193,12 +212,38 @@ def preflight_advise(cfg: AdviseConfig, model: Any = None, tok: Any = None) -> A
     check = _check_length(cfg, trained)
     limits.check_lengths("length", [cfg.length], [cfg.objective], tok, indexed=False, opts=cfg, trained=trained)
     _check_memory(cfg, config and preflight.text_part(config), check)
+    if cfg.learn_steps:
+        text = config and preflight.text_part(config)
+        preflight.check_forward("learn_steps", cfg.learn_steps, text, 1, cfg.length, grad=True)
     limits.check_evaluator(cfg, tok)
     _check_windows(cfg, tok, trained)
     k = fitting_needles(tok, min(trained, cfg.length), cfg.needles_per_forward or NEEDLES_PER_FORWARD)
     model_type = (config or {}).get("model_type")
     lengths = short_lengths(cfg.length, trained)
-    return AdvisePlan(cfg, trained, model_type, lengths, check, k, cfg.second_text(), tok, config=config or None)
+    added = _added_specs(cfg, config, trained)
+    return AdvisePlan(
+        cfg, trained, model_type, lengths, check, k, cfg.second_text(), tok, config=config or None, added=added
+    )
+
+
+def _added_specs(cfg: AdviseConfig, config: dict[str, Any] | None, trained: int) -> tuple[Any, ...]:
+    """Each --add-spec file loaded and checked against the model (its heads, its rotary dim, the L0
+    its RoPE states), before the model loads."""
+    specs = []
+    for path in cfg.add_spec:
+        try:
+            spec = TemperatureSpec.load(path)
+        except (ValueError, FileNotFoundError) as exc:
+            raise ValueError(str(exc).replace("spec=", "add_spec=", 1)) from None
+        preflight.check_spec("add_spec", path, spec, config)
+        l0 = stated_l0(dict(spec.rope)) or dict(spec.schedule_params).get("trained_len")
+        if l0 is not None and int(l0) != trained:
+            raise ValueError(
+                f"add_spec={path!r} is not allowed: it states a trained length of {l0}, "
+                f"and the model was trained to {trained}; expected a spec tuned for this model"
+            )
+        specs.append(spec)
+    return tuple(specs)
 
 
 def _check_memory(cfg: AdviseConfig, text: dict[str, Any] | None, check: int | None) -> None:
@@ -221,9 +266,11 @@ def _check_windows(cfg: AdviseConfig, tok: Any, trained: int) -> None:
     if n is None:
         return
     ctx = eval_context(cfg, trained, tuning=True)
+    learning = LEARN_WINDOWS if cfg.learn_steps and cfg.length > trained else 0
+    learnt = f" and {learning} that --learn-steps trains on" if learning else ""
     pools = (
-        ("race_windows", cfg.race_windows, cfg.race_windows + SPARE, tuning_context(ctx).docs, "tuning",
-         f" ({cfg.race_windows} raced and {SPARE} spare ones, where YaRN's m is searched)"),
+        ("race_windows", cfg.race_windows, cfg.race_windows + SPARE + learning, tuning_context(ctx).docs, "tuning",
+         f" ({cfg.race_windows} raced and {SPARE} spare ones, where YaRN's m is searched{learnt})"),
         ("n_docs", cfg.n_docs, cfg.n_docs, ctx.docs, "evaluation", " (the confirmation's)"),
     )  # fmt: skip
     for name, value, need, docs, pool, why in pools:

@@ -35,7 +35,7 @@ from ..ops.spec import TemperatureSpec
 from ..ship.bake import save_baked
 from ..ship.remote_code import save_schedule_checkpoint
 from ..utils import noise, outputs
-from ..utils.options import option
+from ..utils.options import option, reuse
 from ..utils.tables import markdown_table
 from .candidates import BASELINE
 from .config import ADVISE_RESULTS, AdviseConfig, AdvisePlan, preflight_advise
@@ -44,6 +44,7 @@ from .race import RETRIEVAL_TASK
 from .run import AdviseResult, advise, contexts, write_advice
 
 BAKED_DIR = "baked"
+DEMO_LEARN_STEPS = 30  # the tiny model learns its per-head m and LongRoPE factors in seconds
 DEMO_OUTPUTS = outputs.Outputs(ADVISE_RESULTS, {BAKED_DIR: outputs.CHECKPOINT})  # demo's own; scores.db is resumed
 
 
@@ -56,6 +57,7 @@ class DemoConfig(AdviseConfig):
     race_windows: int = option(8, "windows of the tuning pool the race may score")
     n_docs: int = option(8, "evaluation-pool documents the survivors are confirmed on", flag="--docs")
     trials: int = option(40, "passkey prompts of the retrieval step")
+    learn_steps: int = reuse(AdviseConfig, "learn_steps", DEMO_LEARN_STEPS)
     bake: bool = option(True, "bake nothing", flag="--no-bake", invert=True)
 
     def own_outputs(self) -> outputs.Outputs:
@@ -76,6 +78,7 @@ MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
         "key_distance": 4096,
         "text": "gutenberg",
         "tune_m": False,
+        "learn_steps": 0,
         "check_length": 0,
     },
 }

@@ -30,6 +30,7 @@ from .candidates import BASELINE, Candidate, by_key, candidates, rotary, tuned_y
 from .carry import carries, with_engines
 from .config import STORE, AdviseConfig, AdvisePlan, preflight_advise, served_by
 from .confirm import checks_for, confirm, on_yarn, recommendation, to_confirm
+from .learned import added_candidates, learned_candidates
 from .race import RETRIEVAL_TASK, RaceResult, RaceSettings, race, retrieval_rows
 
 
@@ -134,6 +135,9 @@ def setup(plan: AdvisePlan, model: Any, store: ScoreStore) -> Setup:
             cands.append(_tuned(plan, model, tok, tctx, store, model_id, count))
         except NotStored:  # --status before the search was stored: the race without it
             _say(cfg, "YaRN's global m: not searched yet")
+    if plan.extends and cfg.learn_steps:
+        cands += _learned(plan, model, tctx, count)
+    cands += added_candidates(cfg.add_spec, plan.added)
     settings = RaceSettings(
         cfg.objective, cfg.length, plan.short_lengths, cfg.race_windows, cfg.block, cfg.min_windows,
         cfg.max_short_cost, cfg.budget, k if plan.extends else 0, cfg.min_retrieval,
@@ -224,6 +228,20 @@ def _tuned(plan: AdvisePlan, model, tok, tctx: EvalContext, store, model_id: str
     found = tune_global(model, tok, spare, opts, kept=Kept(store, model_id))
     count.rows["tuning"] = len(found["curve"]) * plan.spare
     return tuned_yarn(cfg.length, plan.trained, float(found["multiplier"]))
+
+
+def _learned(plan: AdvisePlan, model, tctx: EvalContext, count: Counter) -> list[Candidate]:
+    """The per-head m and the LongRoPE factors learned on the windows past the spare ones (under
+    ``--status``: those already learned, read from their checkpoints)."""
+    cfg = plan.cfg
+    _say(cfg, f"learning per-head m and LongRoPE factors: {cfg.learn_steps} steps each at {cfg.length} tokens")
+    first = cfg.race_windows + plan.spare
+    found = learned_candidates(
+        model, plan.tok, tctx, Path(cfg.out), cfg.objective, cfg.length, plan.trained, first, cfg.learn_steps,
+        read_only=cfg.status,
+    )  # fmt: skip
+    count.rows["learning"] = len(found) * cfg.learn_steps  # a step: one window forward and backward
+    return found
 
 
 def _diagnose(plan: AdvisePlan, model, tok, s: Setup, out: Path) -> dict[str, Any]:

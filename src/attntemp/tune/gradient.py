@@ -173,17 +173,8 @@ def run_gradient_tuning(
     eval_masks = [m[n_train:] for m in masks]
     with patch.patch(model, (t.init or TemperatureSpec()).with_rope(dict(base.rope) or None)):
         before, masked_before = _tail_ppls(model, eval_ids, eval_masks, first, t.batch_size)
-    factors = None
-    if opts.rope_factors == "learn":
-        factors = factors_for(model, t.rope, max(lengths), longrope_scale=opts.rope_temperature == "longrope")
-    learn_m = opts.rope_temperature == "learn"
-    rope = None if factors else t.rope
-    with learnable(
-        model, t.init, t.granularity, t.schedule, rope=rope, rope_factors=factors, learn_temperature=learn_m
-    ) as temps:
-        inside = replace(t, start=first, init=None, schedule=None, rope=None)  # the module holds them
-        train_masks = [m[:n_train][keep] for m, keep in zip(masks, kept, strict=True)] or None
-        result = train_temperatures(model, train_ids, inside, out / "checkpoint.pt", train_masks)
+    train_masks = [m[:n_train][keep] for m, keep in zip(masks, kept, strict=True)] or None
+    result, temps = learn(model, train_ids, train_masks, opts, out / "checkpoint.pt", first)
     with patch.patch(model, result.spec):
         after, masked_after = _tail_ppls(model, eval_ids, eval_masks, first, t.batch_size)
     evidence = {
@@ -208,6 +199,31 @@ def run_gradient_tuning(
     }
     _write_outputs(out, result.spec, temps, result, {k: evidence[k] for k in ("lengths", "start", "steps", "lr")})
     return result.spec, evidence
+
+
+def learn(
+    model: nn.Module,
+    ids: list[torch.Tensor],
+    masks: list[torch.Tensor] | None,
+    opts: GradientOptions,
+    checkpoint: Path | None,
+    start: int = 0,
+) -> tuple[TrainResult, LearnableTemperatures]:
+    """Train what ``opts`` learns (the temperatures, LongRoPE's factors from ``opts.train.rope``, or
+    both) on ``ids`` (one ``[n, L]`` tensor per length; the loss on the predictions ``masks`` keeps,
+    else on those past ``start``), every model weight frozen and the model restored after; resumed
+    from ``checkpoint``. Returns the training's result (``.spec``: what was learned) and the module."""
+    t = opts.train
+    factors = None
+    if opts.rope_factors == "learn":
+        factors = factors_for(model, t.rope, max(opts.lengths), longrope_scale=opts.rope_temperature == "longrope")
+    learn_m = opts.rope_temperature == "learn"
+    rope = None if factors else t.rope
+    with learnable(
+        model, t.init, t.granularity, t.schedule, rope=rope, rope_factors=factors, learn_temperature=learn_m
+    ) as temps:
+        inside = replace(t, start=start, init=None, schedule=None, rope=None)  # the module holds them
+        return train_temperatures(model, ids, inside, checkpoint, masks), temps
 
 
 def _tail_ppls(
