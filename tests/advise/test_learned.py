@@ -3,43 +3,38 @@ factors learned on windows the race never scores, raced beside the built-in cand
 every engine carries them; a rerun reads the finished learning instead of training again; a spec
 file from ``attntemp tune`` raced as given."""
 
-import json
-
 import pytest
 import torch
 
 from attntemp.advise import learned
-from attntemp.advise.config import LEARN_WINDOWS, SPARE
-from attntemp.cli import main
+from attntemp.advise.config import LEARN_WINDOWS, SPARE, AdviseConfig
+from attntemp.advise.run import run_advise
 from attntemp.evaluate.corpus import heldout_windows
 from attntemp.evaluate.task_base import eval_context, tuning_context
 from attntemp.ops.rope_factors import init_factors
 from attntemp.ops.spec import TemperatureSpec
 
-SMALL = ["advise", "--length", "512", "--race-windows", "4", "--block", "2", "--min-windows", "2", "--docs", "3",
-         "--no-tune", "--check-length", "0", "--heldout-text", "none", "--threads", "1", "--quiet",
-         "--retrieval-per-window", "1", "--trials", "4", "--learn-steps", "6"]  # fmt: skip
+SMALL = {"length": 512, "race_windows": 4, "block": 2, "min_windows": 2, "n_docs": 3, "tune_m": False,
+         "check_length": 0, "heldout_text": "none", "threads": 1, "progress": False, "retrieval_per_window": 1,
+         "trials": 4, "learn_steps": 6}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    """One small run with the learned candidates and one added spec file (m = 0.95 everywhere)."""
+    """One small run's settings with the learned candidates and one added spec file (m = 0.95 everywhere)."""
     w = tmp_path_factory.mktemp("learned")
     TemperatureSpec(multiplier=0.95).save(w / "soft95.json")
     out = w / "out"
-    argv = [*SMALL, "--add-spec", str(w / "soft95.json"), "--out", str(out), "--json"]
-    return w, out, argv
+    return w, out, {**SMALL, "add_spec": (str(w / "soft95.json"),), "out": str(out)}
 
 
-def _advise(argv, capsys) -> dict:
-    capsys.readouterr()
-    assert main(argv) == 0
-    return json.loads(capsys.readouterr().out)
+def _advise(settings: dict) -> dict:
+    return run_advise(AdviseConfig(**settings)).to_dict()
 
 
-def test_the_learned_and_added_candidates_are_raced_with_each_engines_route(run, capsys):
-    w, out, argv = run
-    doc = _advise(argv, capsys)
+def test_the_learned_and_added_candidates_are_raced_with_each_engines_route(run):
+    w, out, settings = run
+    doc = _advise(settings)
     by_key = {c["key"]: c for c in doc["candidates"]}
     head, rope, added = by_key["per-head"], by_key["longrope-learned"], by_key["added-1"]
     heads = TemperatureSpec.from_dict(head["spec"]).heads
@@ -61,41 +56,40 @@ def test_the_learned_and_added_candidates_are_raced_with_each_engines_route(run,
         assert learned.finished(learned.checkpoint_of(out, key, 6), 6)
 
 
-def test_a_rerun_reads_the_finished_learning_instead_of_training_again(run, capsys):
-    _, out, argv = run
-    first = {c["key"]: c["spec"] for c in _advise([*argv, "--overwrite"], capsys)["candidates"]}
+def test_a_rerun_reads_the_finished_learning_instead_of_training_again(run):
+    _, out, settings = run
+    first = {c["key"]: c["spec"] for c in _advise({**settings, "overwrite": True})["candidates"]}
     stamps = {p: p.stat().st_mtime_ns for p in out.glob("learned_*.pt")}
-    again = {c["key"]: c["spec"] for c in _advise([*argv, "--overwrite"], capsys)["candidates"]}
+    again = {c["key"]: c["spec"] for c in _advise({**settings, "overwrite": True})["candidates"]}
     assert again == first and {p: p.stat().st_mtime_ns for p in out.glob("learned_*.pt")} == stamps
 
 
 def test_the_learning_windows_are_past_the_race_and_the_spare_ones(tiny):
     """Rows race_windows + SPARE .. of the tuning pool: none of them is raced or searched on."""
     _, tok = tiny
-    from attntemp.advise.config import AdviseConfig
-
     cfg = AdviseConfig(model="tiny", length=512, race_windows=4)
     tctx = tuning_context(eval_context(cfg, 256, tuning=True))
     first = 4 + SPARE
-    ids, mask = learned.windows("key_tokens", tok, tctx, 512, first, 256)
+    ids, mask = learned.learning_windows("key_tokens", tok, tctx, 512, first, 256)
     every = heldout_windows(tok, 512, n=first + LEARN_WINDOWS, docs=tctx.docs)  # [n, 512]
     assert 0 < ids.shape[0] <= LEARN_WINDOWS and mask.shape == (ids.shape[0], 511)
     raced = {tuple(r.tolist()) for r in every[:first]}
     assert all(tuple(r.tolist()) not in raced for r in ids)
-    tail_ids, tail = learned.windows("perplexity", tok, tctx, 512, first, 256)
+    tail_ids, tail = learned.learning_windows("perplexity", tok, tctx, 512, first, 256)
     assert torch.equal(tail_ids, every[first:]) and tail[:, :255].sum() == 0 and bool(tail[:, 255:].all())
+
+
+JOB = learned.LearnJob("key_tokens", 512, 256, 6, 2)
 
 
 def test_status_reads_only_finished_learning(tmp_path, tiny):
     model, tok = tiny
-    from attntemp.advise.config import AdviseConfig
-
     cfg = AdviseConfig(model="tiny", length=512, race_windows=4)
     tctx = tuning_context(eval_context(cfg, 256, tuning=True))
-    none = learned.learned_candidates(model, tok, tctx, tmp_path, "key_tokens", 512, 256, 6, 2, read_only=True)
+    none = learned.learned_candidates(model, tok, tctx, tmp_path, JOB, read_only=True)
     assert none == [] and not list(tmp_path.iterdir())
-    made = learned.learned_candidates(model, tok, tctx, tmp_path, "key_tokens", 512, 256, 6, 2)
-    again = learned.learned_candidates(model, tok, tctx, tmp_path, "key_tokens", 512, 256, 6, 2, read_only=True)
+    made = learned.learned_candidates(model, tok, tctx, tmp_path, JOB)
+    again = learned.learned_candidates(model, tok, tctx, tmp_path, JOB, read_only=True)
     assert [c.spec for c in again] == [c.spec for c in made] and len(made) == 3
 
 

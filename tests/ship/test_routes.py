@@ -55,7 +55,7 @@ def read_as_meant(engine, result, spec):
     """Every departure of ``engine``'s readings of ``result`` from what ``spec`` means (empty: none),
     read back as the engine module does and checked here, length by length."""
     e = ENGINES[engine]
-    params = {k: list(v) if isinstance(v, tuple) else v for k, v in spec.rope}
+    params = spec.rope.to_dict()
     params.setdefault("original_max_position_embeddings", L0)
     got = e.reads_back(result, Handed({}, DIM, THETA, L0, L0))  # the model: its config unchanged
     want = meant(params, DIM, THETA, L0)

@@ -14,7 +14,6 @@ from ..evaluate.score import check_store
 from ..evaluate.store import SweepConfig
 from ..evaluate.task_base import NEEDLES_PER_FORWARD, EvalOptions, eval_context, tuning_context
 from ..hf import preflight
-from ..ops.geometry import stated_l0
 from ..ops.spec import TemperatureSpec
 from ..ship.engines import ENGINES
 from ..utils import checks, options, outputs
@@ -236,7 +235,7 @@ def _added_specs(cfg: AdviseConfig, config: dict[str, Any] | None, trained: int)
         except (ValueError, FileNotFoundError) as exc:
             raise ValueError(str(exc).replace("spec=", "add_spec=", 1)) from None
         preflight.check_spec("add_spec", path, spec, config)
-        l0 = stated_l0(dict(spec.rope)) or dict(spec.schedule_params).get("trained_len")
+        l0 = spec.rope.l0 or dict(spec.schedule_params).get("trained_len")
         if l0 is not None and int(l0) != trained:
             raise ValueError(
                 f"add_spec={path!r} is not allowed: it states a trained length of {l0}, "

@@ -110,7 +110,7 @@ def finished(path: Path, steps: int) -> bool:
     return int(torch.load(path, weights_only=True).get("step", 0)) >= steps
 
 
-def windows(objective: str, tok: Any, tctx: EvalContext, length: int, first: int, trained: int):
+def learning_windows(objective: str, tok: Any, tctx: EvalContext, length: int, first: int, trained: int):
     """The learning's ``[n, N]`` windows (rows ``first ..`` of the tuning pool) and their ``[n, N-1]``
     loss masks: the objective's targets, or every prediction past L0 for ``perplexity``."""
     n = first + LEARN_WINDOWS
@@ -127,23 +127,34 @@ def windows(objective: str, tok: Any, tctx: EvalContext, length: int, first: int
     return ids, mask
 
 
+@dataclass(frozen=True)
+class LearnJob:
+    """What the learning trains towards: the race's objective at ``length`` (L0 ``trained``), on the
+    tuning pool's rows ``first ..``, ``steps`` steps each."""
+
+    objective: str
+    length: int
+    trained: int
+    first: int
+    steps: int
+
+
 def learned_candidates(
-    model: Any, tok: Any, tctx: EvalContext, out: Path, objective: str, length: int, trained: int,
-    first: int, steps: int, read_only: bool = False,
-) -> list[Candidate]:  # fmt: skip
-    """The learned candidates (:data:`LEARNED`), each trained ``steps`` steps on the tuning pool's
-    rows ``first ..`` (or read from its finished checkpoint); with ``read_only`` (``--status``)
+    model: Any, tok: Any, tctx: EvalContext, out: Path, job: LearnJob, read_only: bool = False
+) -> list[Candidate]:
+    """The learned candidates (:data:`LEARNED`), each trained ``job.steps`` steps on the learning
+    windows (or read from its finished checkpoint in ``out``); with ``read_only`` (``--status``)
     only those already finished."""
-    ids, mask = windows(objective, tok, tctx, length, first, trained)
+    ids, mask = learning_windows(job.objective, tok, tctx, job.length, job.first, job.trained)
     if ids.shape[0] == 0:
-        raise ValueError(f"learn_steps={steps}: none of the {LEARN_WINDOWS} learning windows holds a target")
+        raise ValueError(f"learn_steps={job.steps}: none of the {LEARN_WINDOWS} learning windows holds a target")
     device = next(model.parameters()).device
     found = []
     for kind in LEARNED:
-        path = checkpoint_of(out, kind.key, steps)
-        if read_only and not finished(path, steps):
+        path = checkpoint_of(out, kind.key, job.steps)
+        if read_only and not finished(path, job.steps):
             continue
-        opts = kind.options(length, trained, steps)
+        opts = kind.options(job.length, job.trained, job.steps)
         result, _ = learn(model, [ids.to(device)], [mask], opts, path)
         found.append(Candidate(kind.name, result.spec, kind.family, kind.gated, kind.note, key=kind.key))
     return found
@@ -164,9 +175,8 @@ def added_candidates(paths: tuple[str, ...], specs: tuple[TemperatureSpec, ...])
 def _short_factor_one(spec: TemperatureSpec) -> bool:
     """No rope, or a longrope rope whose short factors are all 1 with attention_factor 1: nothing
     changes up to L0 (transformers switches to the long factors past it)."""
-    rope = dict(spec.rope)
+    rope = spec.rope
     if not rope:
         return True
-    short = rope.get("short_factor")
-    ones = short is not None and all(float(x) == 1.0 for x in short)
-    return rope.get("rope_type") == "longrope" and ones and rope.get("attention_factor") == 1.0
+    ones = rope.kind == "longrope" and all(float(x) == 1.0 for x in rope["short_factor"])
+    return ones and rope.cos_sin_factor(rope.l0 or 2) == 1.0

@@ -30,7 +30,7 @@ from .candidates import BASELINE, Candidate, by_key, candidates, rotary, tuned_y
 from .carry import carries, with_engines
 from .config import STORE, AdviseConfig, AdvisePlan, preflight_advise, served_by
 from .confirm import checks_for, confirm, on_yarn, recommendation, to_confirm
-from .learned import added_candidates, learned_candidates
+from .learned import LearnJob, added_candidates, learned_candidates
 from .race import RETRIEVAL_TASK, RaceResult, RaceSettings, race, retrieval_rows
 
 
@@ -236,10 +236,8 @@ def _learned(plan: AdvisePlan, model, tctx: EvalContext, count: Counter) -> list
     cfg = plan.cfg
     _say(cfg, f"learning per-head m and LongRoPE factors: {cfg.learn_steps} steps each at {cfg.length} tokens")
     first = cfg.race_windows + plan.spare
-    found = learned_candidates(
-        model, plan.tok, tctx, Path(cfg.out), cfg.objective, cfg.length, plan.trained, first, cfg.learn_steps,
-        read_only=cfg.status,
-    )  # fmt: skip
+    job = LearnJob(cfg.objective, cfg.length, plan.trained, first, cfg.learn_steps)
+    found = learned_candidates(model, plan.tok, tctx, Path(cfg.out), job, read_only=cfg.status)
     count.rows["learning"] = len(found) * cfg.learn_steps  # a step: one window forward and backward
     return found
 

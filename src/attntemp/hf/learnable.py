@@ -30,7 +30,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..ops.geometry import stated_l0
 from ..ops.spec import GRANULARITIES, TemperatureSpec
 from ..utils import checks
 from . import patch
@@ -140,13 +139,13 @@ def base_spec(init: TemperatureSpec | None, rope: dict[str, Any] | None) -> Temp
     """The identity spec carrying ``rope`` (or ``init``'s rope); the init multipliers are learned."""
     base = TemperatureSpec(rope=rope)
     if init is not None and init.rope and base.rope and init.rope != base.rope:
-        raise ValueError(f"rope={dict(base.rope)} differs from init.rope={dict(init.rope)}; give one")
+        raise ValueError(f"rope={base.rope.to_dict()} differs from init.rope={init.rope.to_dict()}; give one")
     return base if base.rope or init is None else TemperatureSpec(rope=init.rope)
 
 
 def trained_length_of(model: nn.Module, base: TemperatureSpec) -> int:
     """L0: the one the spec's rope states, else the model's trained length."""
-    return int(stated_l0(dict(base.rope)) or trained_length(model))
+    return int(base.rope.l0 or trained_length(model))
 
 
 def learnable_of(model: nn.Module) -> LearnableTemperatures | None:
@@ -175,7 +174,7 @@ def apply_learnable(
     base = base_spec(init, rope)
     if rope_factors is not None and base.rope:
         raise ValueError(
-            f"rope={dict(base.rope)} together with learned RoPE factors: the factors are the extension "
+            f"rope={base.rope.to_dict()} together with learned RoPE factors: the factors are the extension "
             "(start them from that rope with attntemp.ops.rope_factors.init_factors and pass rope=None)"
         )
     l0 = (trained_length or trained_length_of(model, base)) if schedule else None

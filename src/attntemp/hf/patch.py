@@ -203,8 +203,9 @@ def apply(model: torch.nn.Module, spec: TemperatureSpec) -> torch.nn.Module:
     object.__setattr__(model, _SAVED, (impl, rope_state(model)))  # restore puts back exactly this
     try:
         if spec.rope:
-            rp = dict(spec.rope)
-            extend_context(model, rp.pop("rope_type"), rp.pop("factor"), **rp)
+            rope = spec.rope
+            l0 = {} if rope.l0 is None else {"original_max_position_embeddings": rope.l0}
+            extend_context(model, rope.kind, rope.factor, **l0, **rope.params)
         for mod in mods:
             state = LayerState(spec, mod.layer_idx, geometry.num_heads, geometry.layer_types[mod.layer_idx])
             setattr(mod, STATE, state)

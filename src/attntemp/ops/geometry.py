@@ -41,6 +41,8 @@ ALIASES = {"kimi_k2": "deepseek_v3"}
 SCALING_ON_FULL_ONLY = ("gemma3_text", "olmo3")  # legacy rope_scaling applies to full_attention layers only
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
 FULL = "full_attention"
+L0_KEY = "original_max_position_embeddings"  # the trained length a RoPE dict states (rope_params names it)
+CONTEXT_KEY = "max_position_embeddings"  # the context a config (or longrope's dict) states
 MAX_ROPE_THETA = 1e12  # the largest RoPE base a config may give (as the spec bounds its factors)
 SIZES = {  # the largest a config may give (the largest released models are well inside), checked up front
     "num_hidden_layers": (1024, "layers"),

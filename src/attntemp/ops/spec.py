@@ -14,7 +14,6 @@ together with the temperatures.
 from __future__ import annotations
 
 import functools
-import inspect
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -25,11 +24,9 @@ from typing import Any
 import torch
 
 from ..utils import checks
-from . import rope as rope_math
 from . import schedules
-from .attention_config import MAX_FACTOR, MULTIPLIERS
-from .geometry import stated_l0
-from .rope import EXTENSIONS
+from .attention_config import MULTIPLIERS
+from .rope_params import PAIR_LISTS, Rope
 
 GRANULARITIES = ("global", "layer", "head")  # one m for the model, one per layer, one per head
 FORMAT = "attntemp.TemperatureSpec/1"
@@ -110,81 +107,6 @@ def _layer_types(types: Any) -> tuple[str, ...] | None:
     return tuple(sorted({checks.choice("layer_types[]", t, LAYER_TYPES) for t in types}))
 
 
-# RoPE keys every extension takes; the rest come from each rope function's own parameters.
-_ROPE_COMMON = {"rope_type", "factor", "original_max_position_embeddings"}
-# keys a type needs besides those: transformers refuses the config at load without them
-_ROPE_REQUIRED = {"llama3": ("low_freq_factor", "high_freq_factor"), "longrope": ("short_factor", "long_factor")}
-PAIR_LISTS = ("short_factor", "long_factor")  # longrope: one factor per frequency pair (rotary_dim / 2) each
-
-
-def _rope_keys(rope_type: str) -> set[str]:
-    """The keys ``rope`` may hold for ``rope_type`` (what ``attntemp.extend_context`` passes on)."""
-    params = set(inspect.signature(rope_math.ROPE_FUNCTIONS[rope_type]).parameters) - {"dim", "base"}
-    if rope_type == "dynamic":
-        params -= {"max_position_embeddings"}  # extend_context passes it from the model
-    return params | _ROPE_COMMON
-
-
-def _check_rope_keys(rope: dict[str, Any]) -> str:
-    """The rope's type, after its keys: a known ``rope_type``, a ``factor``, the keys the type needs
-    and no others."""
-    kind = checks.choice("rope.rope_type", rope.get("rope_type", ""), EXTENSIONS)
-    if "factor" not in rope:
-        raise ValueError(f"rope has no 'factor' (the scale s >= 1 of {kind!r}); got keys {sorted(rope)}")
-    unknown = sorted(set(rope) - _rope_keys(kind))
-    if unknown:
-        raise ValueError(f"rope has unknown key(s) {unknown} for {kind!r}; allowed: {sorted(_rope_keys(kind))}")
-    needed = _ROPE_REQUIRED.get(kind, ())
-    missing = [k for k in needed if k not in rope]
-    if missing:
-        raise ValueError(
-            f"rope has no {missing[0]!r} for {kind!r} (transformers refuses a {kind} rope without "
-            f"{' and '.join(needed)}); got keys {sorted(rope)}"
-        )
-    return kind
-
-
-def _check_pair_lists(rope: dict[str, Any]) -> int:
-    """longrope's factor lists: numbers > 0, as many in each; returns that count (rotary_dim / 2)."""
-    sizes = []
-    for key in PAIR_LISTS:
-        values = rope[key]
-        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
-            raise ValueError(
-                f"rope.{key}={values!r} is not allowed; expected a list of numbers > 0, one per frequency pair "
-                "(rotary_dim / 2)"
-            )
-        sizes.append(len([_positive(f"rope.{key}[{i}]", v) for i, v in enumerate(values)]))
-    if sizes[0] != sizes[1]:
-        raise ValueError(
-            f"rope.short_factor has {sizes[0]} values and rope.long_factor {sizes[1]}; expected the same count in "
-            "each, one per frequency pair (rotary_dim / 2)"
-        )
-    return sizes[0]
-
-
-def _check_rope(rope: dict[str, Any]) -> None:
-    """``rope_type`` one of EXTENSIONS with the keys it needs and no others, ``factor`` a number in
-    [1, :data:`MAX_FACTOR`], and the values checked by computing the frequencies for a 64-dim RoPE
-    (longrope: the dimension its factor lists give)."""
-    kind = _check_rope_keys(rope)
-    factor = checks.within("rope.factor", rope["factor"], 1.0, MAX_FACTOR, " (a context 10,000 times L0 at most)")
-    extra = {k: v for k, v in rope.items() if k not in _ROPE_COMMON}
-    l0 = 2048 if stated_l0(rope) is None else stated_l0(rope)
-    dim = 2 * _check_pair_lists(rope) if kind == "longrope" else 64
-    try:
-        if kind in ("linear", "ntk"):
-            rope_math.ROPE_FUNCTIONS[kind](dim, 10000.0, factor)
-        elif kind == "dynamic":
-            rope_math.dynamic(
-                dim, 10000.0, factor, checks.positive_int("original_max_position_embeddings", l0), **extra
-            )
-        else:
-            rope_math.ROPE_FUNCTIONS[kind](dim, 10000.0, factor=factor, original_max_position_embeddings=l0, **extra)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"rope ({kind}): {exc}") from None
-
-
 @dataclass(frozen=True, init=False)
 class TemperatureSpec:
     """Per-(layer, head) logit multipliers (m = 1/T) and a position schedule; JSON round-trips.
@@ -203,7 +125,7 @@ class TemperatureSpec:
     heads: tuple[tuple[float, ...], ...] | None
     schedule: str
     schedule_params: tuple[tuple[str, Any], ...]
-    rope: tuple[tuple[str, Any], ...]
+    rope: Rope
     layer_types: tuple[str, ...] | None
     _schedule: schedules.Schedule = field(init=False, repr=False, compare=False)
 
@@ -225,15 +147,13 @@ class TemperatureSpec:
             raise ValueError(f"schedule={schedule!r} is not allowed; expected one of {sorted(schedules.SCHEDULES)}")
         set_(self, "schedule", checks.choice("schedule", schedule, schedules.SCHEDULES))
         set_(self, "schedule_params", _freeze("schedule_params", schedule_params))
-        set_(self, "rope", _freeze("rope", rope))
+        set_(self, "rope", Rope(rope))
         set_(self, "layer_types", _layer_types(layer_types))
         try:
             set_(self, "_schedule", schedules.SCHEDULES[schedule](**dict(self.schedule_params)))
         except (TypeError, ValueError) as exc:
             params = dict(self.schedule_params)
             raise ValueError(f"schedule_params={params} for {schedule!r}: {exc}") from None
-        if self.rope:
-            _check_rope(dict(self.rope))
 
     # ----------------------------------------------------------------------------- queries
     @property
@@ -271,8 +191,8 @@ class TemperatureSpec:
     def check_rotary(self, rotary_dim: int | None) -> None:
         """Raise unless a longrope ``rope``'s factor lists hold one value per frequency pair of a model
         whose rotary dimension is ``rotary_dim`` (None: not known, nothing to check)."""
-        rope = dict(self.rope)
-        if rotary_dim is None or rope.get("rope_type") != "longrope":
+        rope = self.rope
+        if rotary_dim is None or rope.kind != "longrope":
             return
         for key in PAIR_LISTS:
             if len(rope[key]) != rotary_dim // 2:
@@ -324,7 +244,7 @@ class TemperatureSpec:
         d = asdict(self)
         d.pop("_schedule", None)
         d["schedule_params"] = {k: _deep_list(v) for k, v in self.schedule_params}
-        d["rope"] = {k: _deep_list(v) for k, v in self.rope} or None
+        d["rope"] = self.rope.to_dict() or None
         if self.layer_types is None:
             d.pop("layer_types")
         else:

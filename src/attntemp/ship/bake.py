@@ -28,7 +28,6 @@ import torch
 
 from ..hf import devices, patch, preflight, rope_scaling
 from ..hf.introspect import attention_modules, model_geometry, text_config
-from ..ops.geometry import stated_l0
 from ..ops.spec import TemperatureSpec
 from ..utils import checks, install, outputs
 from ..utils.version import VERSION
@@ -317,10 +316,9 @@ def _record(model, spec: TemperatureSpec, steps, diff: float, tokens: int) -> di
 
 def tokens_to_check(spec: TemperatureSpec, tokens: int) -> int:
     """``tokens``, or past L0 for a longrope rope (it switches to ``long_factor`` only there)."""
-    rope = dict(spec.rope)
-    if rope.get("rope_type") != "longrope":
+    if spec.rope.kind != "longrope" or spec.rope.l0 is None:
         return tokens
-    return max(tokens, int(stated_l0(rope)) + 16)
+    return max(tokens, spec.rope.l0 + 16)
 
 
 def save_baked(

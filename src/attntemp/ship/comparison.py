@@ -18,7 +18,6 @@ import torch
 
 from ..evaluate.corpus import heldout_windows, load_text
 from ..hf.patch import patch
-from ..ops.geometry import stated_l0
 from ..ops.intervals import Interval, paired_ratio_interval
 from ..ops.spec import TemperatureSpec
 from ..utils import outputs
@@ -118,22 +117,20 @@ def work_folder(work_dir: str | None) -> Iterator[Path]:
 # ----------------------------------------------------------------------------- specs and tokens
 def baseline(spec: TemperatureSpec) -> TemperatureSpec:
     """The m = 1 twin of ``spec``: the same RoPE (YaRN's attention factor 1), no temperature."""
-    rope = dict(spec.rope)
-    if rope.get("rope_type") == "yarn":
+    rope = spec.rope.to_dict()
+    if spec.rope.kind == "yarn":
         rope = {k: v for k, v in rope.items() if k not in ("mscale", "mscale_all_dim")} | {"attention_factor": 1.0}
     return TemperatureSpec(rope=rope)
 
 
 def fill_l0(spec: TemperatureSpec, trained: int) -> int | None:
     """``export``'s trained_length: the model's, unless the spec's RoPE names its own L0."""
-    return None if stated_l0(dict(spec.rope)) else trained
+    return None if spec.rope.l0 else trained
 
 
 def default_length(spec: TemperatureSpec, trained: int) -> int:
     """Tokens per window by default: the spec's RoPE s x L0, else the trained length."""
-    rope = dict(spec.rope)
-    l0 = int(stated_l0(rope) or trained)
-    return round(float(rope["factor"]) * l0) if rope.get("factor") else trained
+    return round(spec.rope.factor * (spec.rope.l0 or trained)) if spec.rope else trained
 
 
 def windows(tokenizer: Any, text: str, length: int, chunks: int) -> torch.Tensor:

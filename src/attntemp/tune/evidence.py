@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 from ..evaluate.score import Kept, score
 from ..evaluate.tasks import EvalContext, get_task
 from ..ops.intervals import Interval
+from ..ops.rope_params import Rope
 from ..ops.schedules import yarn_multiplier
 from ..ops.spec import TemperatureSpec
 from ..utils.tables import markdown_table
@@ -31,8 +32,9 @@ TUNED = "tuned"
 def evidence_specs(rope: dict[str, Any] | None, tuned: TemperatureSpec | None) -> dict[str, TemperatureSpec]:
     """The specs compared: m = 1 and YaRN's own temperature with ``rope``, and the tuned spec."""
     out = {M_ONE: TemperatureSpec(rope=rope)}
-    if rope and rope.get("rope_type") == "yarn" and rope["factor"] > 1:
-        out[YARN] = TemperatureSpec(multiplier=yarn_multiplier(rope["factor"]), rope=rope)
+    typed = Rope(rope)
+    if typed.kind == "yarn" and typed.factor > 1:
+        out[YARN] = TemperatureSpec(multiplier=yarn_multiplier(typed.factor), rope=rope)
     if tuned is not None:
         out[TUNED] = tuned
     return out

@@ -171,7 +171,7 @@ def run_gradient_tuning(
     )
     eval_ids = [w[n_train:].to(device) for w in windows]
     eval_masks = [m[n_train:] for m in masks]
-    with patch.patch(model, (t.init or TemperatureSpec()).with_rope(dict(base.rope) or None)):
+    with patch.patch(model, (t.init or TemperatureSpec()).with_rope(base.rope.to_dict() or None)):
         before, masked_before = _tail_ppls(model, eval_ids, eval_masks, first, t.batch_size)
     train_masks = [m[:n_train][keep] for m, keep in zip(masks, kept, strict=True)] or None
     result, temps = learn(model, train_ids, train_masks, opts, out / "checkpoint.pt", first)
@@ -185,7 +185,7 @@ def run_gradient_tuning(
         "steps": t.steps,
         "granularity": t.granularity,
         "schedule": t.schedule,
-        "rope": dict(base.rope) or None,
+        "rope": base.rope.to_dict() or None,
         "n_train": n_train,
         "n_eval": opts.n_eval,
         "lr": t.lr,

@@ -104,7 +104,7 @@ def _scored(
     """The candidates at ``length`` (the tuned spec's own RoPE for all) and their comparisons."""
     tasks = cfg.tasks if tasks is None else tasks
     results = evaluate_specs(
-        model, tok, length, evidence_specs(dict(spec.rope) or None, spec), tasks, ctx, cfg.progress
+        model, tok, length, evidence_specs(spec.rope.to_dict() or None, spec), tasks, ctx, cfg.progress
     )
     return {"results": results, "comparisons": comparisons(results, list(tasks))}
 

@@ -204,7 +204,7 @@ def global_multiplier(spec: TemperatureSpec, engine: Engine, per_type: bool = Fa
 
 def resolve_rope(spec: TemperatureSpec, trained_length: int | None) -> dict[str, Any]:
     """spec.rope with original_max_position_embeddings filled from ``trained_length`` (must agree)."""
-    params: dict[str, Any] = {k: list(v) if isinstance(v, tuple) else v for k, v in spec.rope}
+    params: dict[str, Any] = spec.rope.to_dict()
     if trained_length is not None:
         checks.positive_int("trained_length", trained_length)
         l0 = stated_l0(params)
