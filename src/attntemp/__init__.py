@@ -57,6 +57,7 @@ EXPORTS = {
     "entropy": "ops.softmax",
     "tempered_softmax": "ops.softmax",
     "TemperatureSpec": "ops.spec",
+    "Rope": "ops.rope_params",
     "bake": "ship.bake",
     "save_baked": "ship.bake",
     "export": "ship.export",
@@ -75,6 +76,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
     from .hf.loading import load_model
     from .hf.patch import apply, patch, restore
     from .hf.rope_scaling import extend_context, extended, restore_rope
+    from .ops.rope_params import Rope
     from .ops.softmax import entropy, tempered_softmax
     from .ops.spec import TemperatureSpec
     from .ship.bake import bake, save_baked
@@ -171,6 +173,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "AdviseConfig",
     "AttentionStats",
+    "Rope",
     "TemperatureSpec",
     "TuneConfig",
     "__version__",

@@ -37,6 +37,7 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 
 from ..hf.introspect import attention_modules, model_geometry
 from ..hf.patch import PROBE, STATE, LayerState, query_positions
+from ..ops.rope_params import Rope
 from ..ops.spec import TemperatureSpec
 from ..utils import checks
 from .measure import AttentionStats
@@ -332,10 +333,10 @@ class Monitor:
         the cached keys carry their rotation."""
         mods = attention_modules(self.model)
         state = getattr(mods[0], STATE, None)
-        rope_now = state.spec.rope if state is not None else ()
+        rope_now = state.spec.rope if state is not None else Rope()
         if spec.rope != rope_now:
             raise ValueError(
-                f"spec.rope={dict(spec.rope) or None} differs from the RoPE in use ({dict(rope_now) or None}); "
+                f"spec.rope={spec.rope.to_dict() or None} differs from the RoPE in use ({rope_now.to_dict() or None}); "
                 "the cached keys carry it: switch temperatures only"
             )
         spec.check_model(len(mods), self._heads)

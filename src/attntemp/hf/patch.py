@@ -31,7 +31,7 @@ from ..ops.geometry import ModelGeometry
 from ..ops.spec import TemperatureSpec
 from .flex_check import flex_problem
 from .introspect import attention_modules, model_geometry, text_config
-from .rope_scaling import extend_context, put_rope_state, rope_state
+from .rope_scaling import extend_with, put_rope_state, rope_state
 
 SUPPORTED = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3", "gpt_neox")
 WRAPPED = ("sdpa", "flex_attention", "eager")  # attn_implementation values apply can wrap
@@ -203,9 +203,7 @@ def apply(model: torch.nn.Module, spec: TemperatureSpec) -> torch.nn.Module:
     object.__setattr__(model, _SAVED, (impl, rope_state(model)))  # restore puts back exactly this
     try:
         if spec.rope:
-            rope = spec.rope
-            l0 = {} if rope.l0 is None else {"original_max_position_embeddings": rope.l0}
-            extend_context(model, rope.kind, rope.factor, **l0, **rope.params)
+            extend_with(model, spec.rope)
         for mod in mods:
             state = LayerState(spec, mod.layer_idx, geometry.num_heads, geometry.layer_types[mod.layer_idx])
             setattr(mod, STATE, state)

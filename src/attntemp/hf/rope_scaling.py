@@ -19,6 +19,7 @@ import torch
 from ..ops import rope
 from ..ops.geometry import stated_positions
 from ..ops.rope import EXTENSIONS
+from ..ops.rope_params import Rope
 from ..utils import checks
 from .introspect import per_type_rope, rope_geometry, text_config, trained_length
 
@@ -63,6 +64,11 @@ def _rotary_modules(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str, 
 def rotary_modules(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str, Any]]:
     """``(parent, attribute name, module)`` of each rotary embedding module of ``model``."""
     return _rotary_modules(model)
+
+
+def extend_with(model: torch.nn.Module, rope: Rope) -> dict[str, Any]:
+    """:func:`extend_context` with a spec's typed :class:`~attntemp.ops.rope_params.Rope`."""
+    return extend_context(model, rope.kind, rope.factor, rope.l0, **rope.params)
 
 
 def extend_context(

@@ -205,8 +205,7 @@ def _write_rope(model: torch.nn.Module, spec: TemperatureSpec) -> dict[str, Any]
     """Write spec.rope into the config and rotary modules (as extend_context does) and keep it."""
     if not spec.rope:
         return None
-    params = dict(spec.rope)
-    written = rope_scaling.extend_context(model, params.pop("rope_type"), params.pop("factor"), **params)
+    written = rope_scaling.extend_with(model, spec.rope)
     rope_scaling.make_permanent(model)  # this is now the model's own rope
     return written
 
@@ -244,7 +243,7 @@ def check_tokens_fit(name: str, tokens: int, config: dict[str, Any] | None, spec
     available."""
     if config is None:
         return
-    most = preflight.max_positions(config, dict(spec.rope) or None)
+    most = preflight.max_positions(config, spec.rope.to_dict() or None)
     rotary = "rope_parameters" in config or "rope_theta" in config or "rope_scaling" in config
     if most is not None and not rotary and tokens > most:
         raise ValueError(
