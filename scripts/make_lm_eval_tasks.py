@@ -1,6 +1,6 @@
 """Make attntemp's lm-evaluation-harness task folder: passkey and needle prompts at a few lengths
 as ``generate_until`` and ``loglikelihood`` tasks (YAML + JSONL; see
-``attntemp.evaluate.lm_eval_tasks``). Deterministic: the same arguments give the same bytes.
+``attntemp.evaluate.harness.task_folder``). Deterministic: the same arguments give the same bytes.
 
     python scripts/make_lm_eval_tasks.py                      # the shipped folder (tiny model)
     python scripts/make_lm_eval_tasks.py --model PATH --lengths 4096,8192 --out DIR   # your model's tokens
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from transformers import AutoTokenizer
 
-from attntemp.evaluate import lm_eval_tasks
+from attntemp.evaluate.harness import task_folder as lm_eval_tasks
 from attntemp.evaluate.sweep import SweepConfig
 from attntemp.evaluate.tasks import EvalOptions
 from attntemp.hf.loading import ModelOptions, resolve

@@ -86,7 +86,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
 
 __version__ = VERSION
 
-# Old flat module names (before the layered folders) -> where each now lives.
+# Old module names (the flat ones before the layered folders, evaluate's before its wings) -> where each now lives.
 MOVED = {
     "attention": "ops.attention",
     "core": "ops.softmax",
@@ -113,6 +113,13 @@ MOVED = {
     "sampling": "logits.sampling",
     "demo": "advise.demo",
     "tables": "report.tables",
+    # evaluate's wings (0.2.0)
+    "evaluate.harness_run": "evaluate.harness.run",
+    "evaluate.harness_table": "evaluate.harness.table",
+    "evaluate.harness_tasks": "evaluate.harness.lookup",
+    "evaluate.lm_eval_tasks": "evaluate.harness.task_folder",
+    "evaluate.sweep_table": "evaluate.sweep.table",
+    "evaluate.store": "evaluate.sweep.store",
 }
 
 

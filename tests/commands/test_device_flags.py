@@ -112,7 +112,7 @@ def spy(monkeypatch):
         seen.append((kw, next(model.parameters()).dtype))
         return model, tok
 
-    for module in ("analysis.run", "evaluate.sweep", "tune.runner", "ship.bake_runner"):
+    for module in ("analysis.run", "evaluate.sweep.run", "tune.runner", "ship.bake_runner"):
         monkeypatch.setattr(f"attntemp.{module}.load_model", loader)
     threads = torch.get_num_threads()
     yield seen

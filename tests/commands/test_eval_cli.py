@@ -11,7 +11,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # nothing here may reach the 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from attntemp.cli import main
-from attntemp.evaluate.lm_eval_tasks import lm_eval_tasks_path
+from attntemp.evaluate.harness.task_folder import lm_eval_tasks_path
 from attntemp.ops.spec import TemperatureSpec
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("lm_eval") is None, reason="needs attntemp[eval]")
@@ -83,7 +83,8 @@ def test_without_lm_eval_the_error_names_the_install(args, monkeypatch, capsys):
 
 
 def test_the_shipped_tasks_need_no_include_path(args):
-    from attntemp.evaluate.harness import include_paths, task_manager
+    from attntemp.evaluate.harness.lookup import task_manager
+    from attntemp.evaluate.harness.paired import include_paths
 
     manager = task_manager(["attntemp_passkey*"], include_paths([]))
     assert "attntemp_passkey_1024" in manager.all_tasks

@@ -1,5 +1,5 @@
 """lm-evaluation-harness on the tiny model without and with a spec (``attntemp eval``,
-``attntemp.evaluate.harness``), the shipped passkey/needle task folder, the paired table, and the
+``attntemp.evaluate.harness.harness``), the shipped passkey/needle task folder, the paired table, and the
 same numbers from lm-eval's own CLI on the baked checkpoint (slow)."""
 
 import ast
@@ -19,7 +19,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import attntemp
 from attntemp.cli import main
-from attntemp.evaluate import corpus, harness_table, lm_eval_tasks
+from attntemp.evaluate import corpus
+from attntemp.evaluate.harness import table as harness_table
+from attntemp.evaluate.harness import task_folder as lm_eval_tasks
 from attntemp.ops import intervals
 from attntemp.ops.spec import TemperatureSpec
 
@@ -189,7 +191,7 @@ def test_lm_evals_git_hash_keeps_gits_stderr_off(tmp_path, monkeypatch, capfd):
     repository`` on every successful run (issue 32)."""
     import lm_eval.evaluator as evaluator
 
-    from attntemp.evaluate.harness import lm_eval_logging
+    from attntemp.evaluate.harness.paired import lm_eval_logging
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))  # tmp_path is in no repository
@@ -202,11 +204,11 @@ def test_lm_evals_git_hash_keeps_gits_stderr_off(tmp_path, monkeypatch, capfd):
 
 @needs_lm_eval
 def test_the_python_entry_point_with_an_identity_spec_changes_nothing(tiny, one_torch_thread):
-    import attntemp.evaluate
+    from attntemp.evaluate.harness import HarnessOptions, harness
 
     model, tok = tiny
-    opts = attntemp.evaluate.HarnessOptions(limit=3)
-    result = attntemp.evaluate.harness(model, tok, TemperatureSpec(), ["attntemp_passkey_ll_256"], opts)
+    opts = HarnessOptions(limit=3)
+    result = harness(model, tok, TemperatureSpec(), ["attntemp_passkey_ll_256"], opts)
     assert [(r["metric"], r["comparison"]["verdict"]) for r in result.rows] == [
         ("perplexity", "not distinguishable"),
         ("acc", "not distinguishable"),

@@ -145,7 +145,7 @@ def test_bake_ctrl_c_is_one_line_and_leaves_nothing(tmp_path):
 
 
 def test_sweep_ctrl_c_ends_its_bar_says_one_line_and_the_rerun_resumes(tmp_path, monkeypatch):
-    import attntemp.evaluate.sweep as sweep
+    import attntemp.evaluate.sweep.run as sweep
 
     out = tmp_path / "sweep"
     cmd = attntemp("sweep", "--out", str(out), "--lengths", "256,512,1024", "--multipliers", "0.5:1.5:0.05", "--rope",

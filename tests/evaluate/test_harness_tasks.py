@@ -1,4 +1,4 @@
-"""lm-eval's tasks for `attntemp eval` (attntemp.evaluate.harness_tasks): --metadata checked, the
+"""lm-eval's tasks for `attntemp eval` (attntemp.evaluate.harness.lookup): --metadata checked, the
 model's tokenizer handed to RULER, RULER found without indexing lm-eval's 15k tasks, --limit per
 length, and a task that cannot be built named in one line with what it needs."""
 
@@ -9,9 +9,9 @@ import pytest
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # nothing here may reach the network
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from attntemp.evaluate import harness_tasks
-from attntemp.evaluate.harness import EvalHarnessConfig
-from attntemp.evaluate.lm_eval_tasks import lm_eval_tasks_path
+from attntemp.evaluate.harness import lookup as harness_tasks
+from attntemp.evaluate.harness.paired import EvalHarnessConfig
+from attntemp.evaluate.harness.task_folder import lm_eval_tasks_path
 
 
 def test_metadata_is_a_json_object_with_ruler_lengths():

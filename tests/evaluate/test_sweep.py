@@ -153,7 +153,7 @@ def test_a_second_sweep_on_the_same_folder_is_refused_while_the_first_runs(tiny,
 
 
 def test_a_failed_sweep_leaves_no_empty_database_or_folder(tiny, tmp_path, monkeypatch):
-    import attntemp.evaluate.sweep as S
+    import attntemp.evaluate.sweep.run as S
 
     model, tok = tiny
 

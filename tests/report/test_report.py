@@ -73,7 +73,7 @@ def test_report_from_sweep_and_evidence(tmp_path):
 
 
 def test_best_table_shows_intervals_and_the_paired_verdict(tmp_path):
-    from attntemp.evaluate.sweep_table import best_table
+    from attntemp.evaluate.sweep.table import best_table
     from attntemp.ops.intervals import paired_ratio_interval, perplexity_interval
 
     windows = {1.0: [500.0, 620.0, 410.0, 700.0], 1.2: [470.0, 600.0, 380.0, 660.0]}  # summed tail NLL
@@ -100,7 +100,7 @@ def test_best_table_shows_intervals_and_the_paired_verdict(tmp_path):
 
 def test_best_table_names_no_best_m_when_every_m_scores_the_same():
     """Passkey accuracy 0 at every m: no best m (not the first grid point); YaRN's m on YaRN rows only."""
-    from attntemp.evaluate.sweep_table import best_table
+    from attntemp.evaluate.sweep.table import best_table
 
     rows = [
         {

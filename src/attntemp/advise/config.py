@@ -11,7 +11,7 @@ from typing import Any
 from ..evaluate import corpus, limits, needles
 from ..evaluate.corpus import HELDOUT_FOR_STDLIB
 from ..evaluate.score import check_store
-from ..evaluate.store import SweepConfig
+from ..evaluate.sweep.store import SweepConfig
 from ..evaluate.task_base import NEEDLES_PER_FORWARD, EvalOptions, eval_context, tuning_context
 from ..hf import preflight
 from ..ops.spec import TemperatureSpec

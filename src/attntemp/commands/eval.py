@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..evaluate.harness import EvalHarnessConfig
-from ..evaluate.harness_run import run_eval
+from ..evaluate.harness.paired import EvalHarnessConfig
+from ..evaluate.harness.run import run_eval
 from ..utils.options import add_options, from_args
 from .output import emit
 

@@ -4,7 +4,7 @@ confirmation, spread over workers, one model per worker.
 ``run_sweep`` comes here when ``workers > 1`` or ``ray_address`` is given. Each worker is a Ray
 actor (:class:`SweepWorker`) that loads the model once and evaluates one group of points at a time:
 one (length, RoPE, task) and its pending multipliers, the same groups and the same batched forward
-as the single-process sweep (:func:`attntemp.evaluate.store.point_groups`), so the figures are the
+as the single-process sweep (:func:`attntemp.evaluate.sweep.store.point_groups`), so the figures are the
 same. A worker takes one GPU (``num_gpus=1``) where the cluster has GPUs and the device is not
 ``cpu``, and a share of the CPUs otherwise. Workers only compute and return each point's metrics
 with their per-window values; the driver alone writes the SQLite store, one transaction per
@@ -37,7 +37,7 @@ from ..hf.loading import load_model
 from ..ops.spec import TemperatureSpec
 from ..utils import resources as machine
 from .score import Job, run_job, scoring_on
-from .store import Store, SweepConfig, evaluate_group, point_groups
+from .sweep.store import Store, SweepConfig, evaluate_group, point_groups
 from .task_base import EvalContext
 from .tasks import eval_context
 

@@ -72,16 +72,18 @@ def long_run_cpu_dtype(cpuinfo: str | None = None) -> str:
     """The faster dtype for a long real-model forward on this CPU (``/proc/cpuinfo``, or ``cpuinfo``
     given), as measured by ``benchmarks/forward_breakdown.py`` (docs/scale.md): ``bfloat16`` on an
     AMD CPU with ``avx512_bf16`` (an EPYC: SmolLM2's whole forward 1.14x as fast at 4096 tokens and
-    1.16x at 8192, its linear layers 2.4x), ``float32`` elsewhere (an Intel Xeon with
-    ``avx512_bf16`` ran it at 0.76x in bf16 at 2048 tokens; without bf16 instructions it is emulated)."""
+    1.16x at 8192, its linear layers 2.4x) and on a CPU with AMX (``amx_bf16``: an advise row of
+    SmolLM2 at 4096 in 0.30x the float32 time, ``benchmarks/advise_cost.py``), ``float32`` elsewhere
+    (an Intel Xeon with ``avx512_bf16`` and no AMX ran it at 0.76x in bf16 at 2048 tokens; without
+    bf16 instructions it is emulated)."""
     if cpuinfo is None:
         try:
             with open("/proc/cpuinfo") as f:
                 cpuinfo = f.read()
         except OSError:
             return "float32"
-    amd = "AuthenticAMD" in cpuinfo
-    return "bfloat16" if amd and re.search(r"\bavx512_bf16\b", cpuinfo) else "float32"
+    amd = "AuthenticAMD" in cpuinfo and re.search(r"\bavx512_bf16\b", cpuinfo)
+    return "bfloat16" if amd or re.search(r"\bamx_bf16\b", cpuinfo) else "float32"
 
 
 def check_threads(threads: int | None) -> int | None:

@@ -13,7 +13,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from ..evaluate.sweep import Store
-from ..evaluate.sweep_table import BEST_NOTE, best_table
+from ..evaluate.sweep.table import BEST_NOTE, best_table
 from ..utils import outputs
 from ..utils.options import option
 from .figures import (

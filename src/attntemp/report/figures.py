@@ -19,7 +19,7 @@ import numpy as np
 from matplotlib import colors
 
 from ..analysis import style
-from ..evaluate.sweep_table import points
+from ..evaluate.sweep.table import points
 from ..evaluate.tasks import get_task
 from ..ops.intervals import wilson
 from ..ops.schedules import yarn_multiplier, yarn_sqrt_multiplier

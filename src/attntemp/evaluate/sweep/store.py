@@ -17,12 +17,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..hf.rope_scaling import SCALINGS, rope_for
-from ..ops.spec import TemperatureSpec
-from ..utils import checks, options
-from ..utils.options import option
-from .score import score_many
-from .tasks import TASKS, EvalContext, EvalOptions
+from ...hf.rope_scaling import SCALINGS, rope_for
+from ...ops.spec import TemperatureSpec
+from ...utils import checks, options
+from ...utils.options import option
+from ..score import score_many
+from ..tasks import TASKS, EvalContext, EvalOptions
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -264,6 +264,6 @@ def evaluate_group(
     return [r.metrics for r in results], results[0].seconds
 
 
-from ..utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
+from ...utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
 
 __getattr__ = legacy_getattr(__name__)  # old names that warn: attntemp.utils.deprecation.RENAMED

@@ -26,9 +26,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..utils import checks
-from . import corpus
-from .tasks import needle_prompt
+from ...utils import checks
+from .. import corpus
+from ..tasks import needle_prompt
 
 LENGTHS = (256, 512, 1024)
 DOCS = 20
@@ -36,7 +36,7 @@ SEED = 0
 GEN_TOKENS = 10  # new tokens per answer (YaRN passkey protocol); prompts keep this much room
 FAMILIES = ("passkey", "needle")
 LOADER = "attntemp_data.py"
-HEADER = "# Made by scripts/make_lm_eval_tasks.py (attntemp.evaluate.lm_eval_tasks); do not edit.\n"
+HEADER = "# Made by scripts/make_lm_eval_tasks.py (attntemp.evaluate.harness.task_folder); do not edit.\n"
 
 SUBJECTS = ("The river", "A lamp", "The old map", "Our garden", "The north road", "A small boat", "The clock")
 VERBS = ("is near", "was beside", "leans on", "faces", "waits by", "points to", "hides behind")

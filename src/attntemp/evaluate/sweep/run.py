@@ -22,14 +22,14 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from ..hf import devices, introspect, preflight
-from ..hf.loading import load_model
-from ..utils import outputs
-from . import limits
-from .distributed import preflight_ray, run_distributed
+from ...hf import devices, introspect, preflight
+from ...hf.loading import load_model
+from ...utils import outputs
+from .. import limits
+from ..distributed import preflight_ray, run_distributed
+from ..tasks import EvalOptions, eval_context
 from .store import LOCK_FILE, SETTINGS, Store, SweepConfig, check_exact, evaluate_group, mkey, multiplier_groups
-from .sweep_table import BEST_NOTE, best_table
-from .tasks import EvalOptions, eval_context
+from .table import BEST_NOTE, best_table
 
 __all__ = [
     "LOCK_FILE",

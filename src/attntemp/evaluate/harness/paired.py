@@ -3,13 +3,13 @@
 ``harness(model, tokenizer, spec, tasks)`` runs lm-eval's ``simple_evaluate`` twice on one loaded
 model, wrapped in lm-eval's ``HFLM`` (which takes a model instance and its tokenizer): without the
 spec, then under ``attntemp.patch(model, spec)``. Both runs see the same documents (lm-eval's own
-seeds), so every per-document outcome pairs up; :mod:`attntemp.evaluate.harness_table` turns the
+seeds), so every per-document outcome pairs up; :mod:`attntemp.evaluate.harness.table` turns the
 two results into one table, with lm-eval's own stderr beside attntemp's intervals.
 
 lm-eval is an optional extra (``pip install 'attntemp[eval]'``) and is imported only inside the
 functions here, never at ``import attntemp``. attntemp's own passkey and needle tasks
-(:mod:`attntemp.evaluate.lm_eval_tasks`) are always on the include path; lm-eval's RULER tasks get
-the model's tokenizer and ``--metadata`` (:mod:`attntemp.evaluate.harness_tasks`).
+(:mod:`attntemp.evaluate.harness.task_folder`) are always on the include path; lm-eval's RULER tasks get
+the model's tokenizer and ``--metadata`` (:mod:`attntemp.evaluate.harness.lookup`).
 """
 
 from __future__ import annotations
@@ -27,13 +27,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..hf.loading import ModelOptions
-from ..hf.patch import patch
-from ..ops.spec import TemperatureSpec
-from ..utils import checks, install, outputs
-from ..utils.options import ints, names, option
-from . import harness_table, lm_eval_tasks
-from .harness_tasks import (
+from ...hf.loading import ModelOptions
+from ...hf.patch import patch
+from ...ops.spec import TemperatureSpec
+from ...utils import checks, install, outputs
+from ...utils.options import ints, names, option
+from . import table as harness_table
+from . import task_folder as lm_eval_tasks
+from .lookup import (
     cache_only_without_hub,
     doc_samples,
     expand,
@@ -351,6 +352,6 @@ def write_eval(out: Path, result: HarnessResult, meta: dict[str, Any], staged: P
     return out
 
 
-from ..utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
+from ...utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
 
 __getattr__ = legacy_getattr(__name__)  # old names that warn: attntemp.utils.deprecation.RENAMED

@@ -32,10 +32,10 @@ from typing import Any
 
 import numpy as np
 
-from ..ops import intervals
-from ..ops.intervals import Interval
-from ..utils.tables import markdown_table
-from .task_base import Metric
+from ...ops import intervals
+from ...ops.intervals import Interval
+from ...utils.tables import markdown_table
+from ..task_base import Metric
 
 RTOL = 1e-6  # a per-document mean must give lm-eval's own value to count as "mean-aggregated"
 NOT_THIS_LENGTH = -1.0  # RULER's score of a document under another length's metric
@@ -256,6 +256,6 @@ def page(table: str, meta: dict[str, Any]) -> str:
     return f"{title}\n\n{table}\n\n{LEGEND} lm-eval, {sizes}, max_length {meta.get('max_length')}."
 
 
-from ..utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
+from ...utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
 
 __getattr__ = legacy_getattr(__name__)  # old names that warn: attntemp.utils.deprecation.RENAMED

@@ -10,10 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..hf.loading import load_model, resolve
-from ..ops.spec import TemperatureSpec
-from . import limits, lm_eval_tasks
-from .harness import (
+from ...hf.loading import load_model, resolve
+from ...ops.spec import TemperatureSpec
+from .. import limits
+from . import task_folder as lm_eval_tasks
+from .lookup import task_metadata
+from .paired import (
     EvalHarnessConfig,
     HarnessResult,
     Settings,
@@ -24,7 +26,6 @@ from .harness import (
     prepare,
     require_lm_eval,
 )
-from .harness_tasks import task_metadata
 
 __all__ = ["EvalPlan", "evaluate_plan", "preflight_eval", "run_eval"]
 

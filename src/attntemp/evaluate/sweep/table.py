@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from ..ops.schedules import yarn_multiplier
-from ..utils.tables import markdown_table
-from .tasks import TASKS
+from ...ops.schedules import yarn_multiplier
+from ...utils.tables import markdown_table
+from ..tasks import TASKS
 
 __all__ = ["BEST_NOTE", "best_table", "points"]
 
