@@ -17,8 +17,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from .utils.options import OldSpelling  # a flag's hidden old spelling: parsed like the new one here
+
 FLAGS_FILE = Path(__file__).resolve().parent / "assets" / "cli_flags.json"
-_KINDS = {argparse._StoreAction: "store", argparse._StoreTrueAction: "store_true"}
+_KINDS = {argparse._StoreAction: "store", argparse._StoreTrueAction: "store_true", OldSpelling: "store"}
 
 
 def _action(a: argparse.Action) -> dict[str, Any]:
@@ -61,7 +63,8 @@ def _add(p: argparse.ArgumentParser, row: dict[str, Any]) -> None:
             extra["required"] = row["required"]
     names = row["flags"] or [row["dest"]]
     dest = {"dest": row["dest"]} if row["flags"] else {}
-    p.add_argument(*names, action=row["kind"], help=row["help"], **dest, **extra)
+    hidden = row["help"] == argparse.SUPPRESS  # argparse hides by identity with its constant, not equality
+    p.add_argument(*names, action=row["kind"], help=argparse.SUPPRESS if hidden else row["help"], **dest, **extra)
 
 
 def add_light(sub: argparse._SubParsersAction, name: str, spec: dict[str, Any]) -> argparse.ArgumentParser:

@@ -17,7 +17,7 @@ from attntemp.advise.run import run_advise
 
 SMALL = {
     "length": 512, "race_windows": 4, "block": 2, "min_windows": 2, "n_docs": 2, "tune_m": False,
-    "check_length": 0, "retrieval_per_window": 1, "retrieval_prompts": 2, "engine": "transformers",
+    "check_lengths": (), "retrieval_per_window": 1, "retrieval_prompts": 2, "engine": "transformers",
     "progress": False, "threads": 1,
 }  # fmt: skip
 

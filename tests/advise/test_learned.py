@@ -15,7 +15,7 @@ from attntemp.ops.rope_factors import init_factors
 from attntemp.ops.spec import TemperatureSpec
 
 SMALL = {"length": 512, "race_windows": 4, "block": 2, "min_windows": 2, "n_docs": 3, "tune_m": False,
-         "check_length": 0, "heldout_text": "none", "threads": 1, "progress": False, "retrieval_per_window": 1,
+         "check_lengths": (), "heldout_text": "none", "threads": 1, "progress": False, "retrieval_per_window": 1,
          "trials": 4, "learn_steps": 6}  # fmt: skip
 
 

@@ -18,7 +18,7 @@ from attntemp.advise.carry import AS_MEANT
 from attntemp.cli import main
 
 SMALL = ["advise", "--length", "512", "--race-windows", "4", "--block", "2", "--min-windows", "2", "--docs", "3",
-         "--no-tune", "--check-length", "0", "--heldout-text", "none", "--threads", "1", "--quiet"]  # fmt: skip
+         "--no-tune", "--check-lengths", "0", "--heldout-text", "none", "--threads", "1", "--quiet"]  # fmt: skip
 
 
 def _advise(out: Path, capsys, *extra: str) -> dict:

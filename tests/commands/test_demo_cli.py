@@ -3,7 +3,7 @@
 from attntemp import cli
 from attntemp.cli import main
 
-SMALL = ["--race-windows", "4", "--min-windows", "2", "--docs", "3", "--trials", "4", "--no-tune", "--check-length",
+SMALL = ["--race-windows", "4", "--min-windows", "2", "--docs", "3", "--trials", "4", "--no-tune", "--check-lengths",
          "0", "--heldout-text", "none", "--threads", "1", "--quiet"]  # fmt: skip
 
 

@@ -779,7 +779,12 @@ CASES = [
     ("advise-max-short-cost-nan", with_(A, "--max-short-cost", "nan"), "--max-short-cost=nan is not allowed"),
     ("advise-block-0", with_(A, "--block", "0"), "--block=0 is not allowed"),
     ("advise-race-windows-1", with_(A, "--race-windows", "1"), "--race-windows=1 is not allowed"),
-    ("advise-check-length-short", with_(A, "--check-length", "256"), "--check-length=256 is not allowed"),
+    ("advise-check-lengths-short", with_(A, "--check-lengths", "256"), "--check-lengths[0]=256 is not allowed"),
+    (
+        "advise-check-lengths-text",
+        with_(A, "--check-lengths", "long"),
+        "--check-lengths 'long': expected comma-separated",
+    ),
     ("advise-heldout-empty", with_(A, "--heldout-text", ""), "--heldout-text='' is not allowed"),
     ("advise-heldout-missing", with_(A, "--heldout-text", "/nonexistent"), "--heldout-text"),
     ("advise-text-missing", with_(A, "--text", "/nonexistent"), "--text"),

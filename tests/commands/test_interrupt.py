@@ -26,7 +26,7 @@ from attntemp.cli import main
 
 RESUME = "; rerun the same command to resume"
 SMALL = ["--length", "384", "--race-windows", "2", "--min-windows", "2", "--docs", "2", "--trials", "2", "--no-tune",
-         "--check-length", "0", "--heldout-text", "none", "--threads", "1"]  # fmt: skip
+         "--check-lengths", "0", "--heldout-text", "none", "--threads", "1"]  # fmt: skip
 
 
 def _sigint_default() -> None:

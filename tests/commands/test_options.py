@@ -126,3 +126,11 @@ def test_json_gives_one_document_on_stdout(tmp_path, capsys):
     assert doc["out"] == out and doc["mean_entropy"] > 0
     assert main(["export", "--spec", str(tmp_path / "s.json"), "--engine", "vllm"]) == 0
     assert capsys.readouterr().out.startswith("# logit multiplier m = 1.1")
+
+
+def test_advise_takes_check_length_as_its_old_spelling(capsys):
+    from attntemp.cli import build_parser
+
+    # the old spelling of --check-lengths (utils.options.OldSpelling): parsed into it, with a warning
+    args = build_parser().parse_args(["advise", "--length", "512", "--check-length", "0"])
+    assert args.check_lengths == "0" and "use --check-lengths" in capsys.readouterr().err

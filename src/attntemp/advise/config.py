@@ -16,7 +16,7 @@ from ..evaluate.task_base import NEEDLES_PER_FORWARD, EvalOptions, eval_context,
 from ..hf import preflight
 from ..ops.spec import TemperatureSpec
 from ..ship.engines import ENGINES
-from ..utils import checks, options, outputs
+from ..utils import checks, deprecation, options, outputs
 from ..utils.options import option, reuse
 
 REFERENCE_ENGINE = "transformers"  # the engine whose reading defines what a spec means
@@ -78,9 +78,13 @@ class AdviseConfig(EvalOptions):
     race_windows: int = option(16, "windows of the tuning pool the race may score")
     block: int = option(2, "windows per round of the race")
     min_windows: int = option(4, "windows scored before a candidate may leave the race")
-    check_length: int | None = option(
-        None, "a longer held-out length the survivors are confirmed at (default: 1.5 x --length; 0 for none)", parse=int
+    check_lengths: tuple[int, ...] | None = option(
+        None,
+        "longer held-out lengths the survivors are confirmed at, comma list (default: 1.5 x --length; 0 for none)",
+        parse=options.ints,
+        aliases=("--check-length",),
     )
+    check_length: int | None = None  # deprecated (0.2.0): check_lengths=(n,), or () for 0; removed in 0.3.0
     tune_m: bool = option(True, "no candidate with YaRN's global m tuned first", flag="--no-tune", invert=True)
     learn_steps: int = option(
         0,
@@ -133,8 +137,14 @@ class AdviseConfig(EvalOptions):
                 f"min_windows={self.min_windows} is not allowed; expected at most race_windows={self.race_windows}: "
                 "no candidate could leave the race before its windows run out"
             )
-        if self.check_length is not None and self.check_length != 0:
-            checks.positive_int("check_length", self.check_length)
+        if self.check_length is not None:
+            deprecation.warn("AdviseConfig(check_length=...)", "check_lengths=(n,), or () for none", stacklevel=4)
+            object.__setattr__(self, "check_lengths", (self.check_length,) if self.check_length else ())
+            object.__setattr__(self, "check_length", None)
+        if self.check_lengths == (0,):
+            object.__setattr__(self, "check_lengths", ())
+        for i, n in enumerate(self.check_lengths or ()):
+            checks.positive_int(f"check_lengths[{i}]", n)
         if self.status and not (Path(self.out) / STORE).is_file():
             raise ValueError(f"out={self.out!r} has no {STORE}: --status reads the store of a run with these flags")
         if self.heldout_text == "":
@@ -166,7 +176,7 @@ class AdvisePlan:
     trained: int  # L0
     model_type: str | None
     short_lengths: tuple[int, ...]  # below L0 (and below N): where a candidate's cost is measured
-    check_length: int | None  # a longer length the survivors are confirmed at
+    check_lengths: tuple[int, ...]  # longer lengths the survivors are confirmed at
     needles: int  # needles per forward that fit the shortest length they are scored at (0: none fit)
     second_text: str | None
     tok: Any
@@ -208,7 +218,7 @@ def preflight_advise(cfg: AdviseConfig, model: Any = None, tok: Any = None) -> A
     if cfg.second_text():
         corpus.source_files(cfg.second_text() or "", name="heldout_text")
     trained = preflight.source_trained_length(config) or cfg.length
-    check = _check_length(cfg, trained)
+    check = _check_lengths(cfg)
     limits.check_lengths("length", [cfg.length], [cfg.objective], tok, indexed=False, opts=cfg, trained=trained)
     _check_memory(cfg, config and preflight.text_part(config), check)
     if cfg.learn_steps:
@@ -245,13 +255,13 @@ def _added_specs(cfg: AdviseConfig, config: dict[str, Any] | None, trained: int)
     return tuple(specs)
 
 
-def _check_memory(cfg: AdviseConfig, text: dict[str, Any] | None, check: int | None) -> None:
+def _check_memory(cfg: AdviseConfig, text: dict[str, Any] | None, check: tuple[int, ...]) -> None:
     """One row at each length, then ``batch_size`` rows at the longest, and the passkey prompts the
     confirmation answers, within memory (each refusal naming the flag that sets the size)."""
     limits.check_length_memory("length", [cfg.length], text, 1, indexed=False)
     if check:
-        limits.check_length_memory("check_length", [check], text, 1, indexed=False)
-    preflight.check_forward("batch_size", cfg.batch_size, text, cfg.batch_size, max(cfg.length, check or 0))
+        limits.check_length_memory("check_lengths", list(check), text, 1)
+    preflight.check_forward("batch_size", cfg.batch_size, text, cfg.batch_size, max(cfg.length, *check))
     name, prompts = ("retrieval_prompts", cfg.retrieval_prompts) if cfg.retrieval_prompts else ("trials", cfg.trials)
     preflight.check_prompts(name, prompts, prompts, cfg.length)
 
@@ -282,13 +292,15 @@ def _check_windows(cfg: AdviseConfig, tok: Any, trained: int) -> None:
             )
 
 
-def _check_length(cfg: AdviseConfig, trained: int) -> int | None:
-    if cfg.check_length == 0:
-        return None
-    n = cfg.check_length or round(1.5 * cfg.length)
-    if n <= cfg.length:
-        raise ValueError(f"check_length={n} is not allowed; expected a length above --length={cfg.length}, or 0")
-    return n
+def _check_lengths(cfg: AdviseConfig) -> tuple[int, ...]:
+    """The held-out lengths: as given (each above --length), 1.5 x --length by default, none for 0."""
+    lengths = cfg.check_lengths if cfg.check_lengths is not None else (round(1.5 * cfg.length),)
+    for i, n in enumerate(lengths):
+        if n <= cfg.length:
+            raise ValueError(
+                f"check_lengths[{i}]={n} is not allowed; expected a length above --length={cfg.length}, or 0 for none"
+            )
+    return tuple(lengths)
 
 
 def served_by(cfg: AdviseConfig) -> tuple[str, ...]:

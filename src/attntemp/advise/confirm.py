@@ -46,7 +46,7 @@ COST_LABEL = "cost at {n}: perplexity ratio"
 def checks_for(
     objective: str,
     length: int,
-    check: int | None,
+    held_out: Sequence[int],
     shorts: Sequence[int],
     needles: bool,
     second: bool,
@@ -59,8 +59,7 @@ def checks_for(
         out.append(Check(f"{RETRIEVAL_LABEL} at {length}", RETRIEVAL_TASK, RETRIEVAL_METRIC, length, "evaluation"))
     if needles and objective != "needles":
         out.append(Check(f"{PLAIN['needles']} at {length}", "needles", "logp", length, "evaluation"))
-    if check:
-        out.append(Check(f"{plain} at {check} (held out)", objective, metric, check, "evaluation"))
+    out += [Check(f"{plain} at {n} (held out)", objective, metric, n, "evaluation") for n in held_out]
     out += [Check(COST_LABEL.format(n=n), SHORT_TASK, SHORT_METRIC, n, "evaluation") for n in shorts]
     if second:
         out.append(Check(f"{plain} at {length}, second text", objective, metric, length, "second"))

@@ -79,7 +79,7 @@ MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
         "text": "gutenberg",
         "tune_m": False,
         "learn_steps": 0,
-        "check_length": 0,
+        "check_lengths": (),
     },
 }
 

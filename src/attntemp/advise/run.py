@@ -276,7 +276,7 @@ def _confirm(plan: AdvisePlan, result: RaceResult, model, tok, ctx: EvalContext,
     yarns = on_yarn(result, yarn.name) if yarn else []  # YaRN at m = 1, with its m, with log-n, with the tuned m
     entries = to_confirm(result, yarns, most=len(result.entries))  # every survivor: the decision pairs them
     checks = checks_for(
-        cfg.objective, cfg.length, plan.check_length, plan.short_lengths, plan.needles > 0, bool(second),
+        cfg.objective, cfg.length, plan.check_lengths, plan.short_lengths, plan.needles > 0, bool(second),
         retrieval=plan.extends and cfg.retrieval_per_window > 0,
     )  # fmt: skip
 
@@ -314,7 +314,7 @@ def _evidence(plan, result: RaceResult, diagnosis, confirmed, recs, count: Count
             "text": cfg.text,
             "second_text": plan.second_text,
             "short_lengths": list(plan.short_lengths),
-            "check_length": plan.check_length,
+            "check_lengths": list(plan.check_lengths),
             "max_short_cost": cfg.max_short_cost,
             "min_retrieval": cfg.min_retrieval,
             "retrieval_prompts": {

@@ -19,6 +19,7 @@ import argparse
 import dataclasses
 import os
 import re
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -57,9 +58,21 @@ def option(
     metavar: str | None = None,
     invert: bool = False,
     positional: bool = False,
+    aliases: tuple[str, ...] = (),
 ) -> Any:
-    """A dataclass field with its CLI flag: ``help`` is the flag's text (the default is appended)."""
-    meta = {"help": help, "flag": flag, "parse": parse, "metavar": metavar, "invert": invert, "positional": positional}
+    """A dataclass field with its CLI flag: ``help`` is the flag's text (the default is appended).
+    ``aliases``: old spellings of the flag, kept hidden from ``--help``; each still works and says
+    on stderr that it is deprecated (:class:`OldSpelling`)."""
+    meta: dict[str, Any] = {
+        "help": help,
+        "flag": flag,
+        "parse": parse,
+        "metavar": metavar,
+        "invert": invert,
+        "positional": positional,
+    }
+    if aliases:
+        meta["aliases"] = tuple(aliases)
     if isinstance(default, (list, dict, set)):
         raise TypeError("option defaults must be immutable (use a tuple)")
     return dataclasses.field(default=default, metadata={"cli": meta})
@@ -132,6 +145,29 @@ def add_options(parser: argparse.ArgumentParser, cls: type, defaults: dict[str, 
             parser.add_argument(
                 flag_of(f), dest=f.name, required=required, default=argparse.SUPPRESS, metavar=metavar, help=text
             )
+            for old in meta.get("aliases", ()):
+                parser.add_argument(
+                    old, dest=f.name, default=argparse.SUPPRESS, metavar=metavar, help=argparse.SUPPRESS,
+                    action=OldSpelling, new=flag_of(f),
+                )  # fmt: skip
+
+
+class OldSpelling(argparse.Action):
+    """A flag's old spelling: stores the value under the new flag's field and says, one line on
+    stderr, that the old spelling is deprecated (removed in the release ``utils.deprecation`` names)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, new: str = "", **kw: Any) -> None:
+        super().__init__(option_strings, dest, **kw)
+        self.new = new
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option_string: Any = None):
+        from .deprecation import REMOVAL
+
+        print(
+            f"{parser.prog}: warning: {option_string} is deprecated; use {self.new} (removed in {REMOVAL})",
+            file=sys.stderr,
+        )
+        setattr(namespace, self.dest, values)
 
 
 def _convert(f: dataclasses.Field, raw: Any) -> Any:
