@@ -120,6 +120,8 @@ MOVED = {
     "evaluate.lm_eval_tasks": "evaluate.harness.task_folder",
     "evaluate.sweep_table": "evaluate.sweep.table",
     "evaluate.store": "evaluate.sweep.store",
+    # ship's two llamacpp.py (0.2.0): the binary runner is llamacpp_binary, engines.llamacpp the engine
+    "ship.llamacpp": "ship.llamacpp_binary",
 }
 
 

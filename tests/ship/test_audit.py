@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from attntemp.assets import tiny_path
-from attntemp.ship import llamacpp
+from attntemp.ship import llamacpp_binary as llamacpp
 from attntemp.ship.audit import AuditConfig, config_reference, load_config, run_audit
 
 CONFIGS = tiny_path().parent / "configs"  # the corpus, shipped: src/attntemp/assets/configs
@@ -274,7 +274,7 @@ def test_the_human_table_names_each_engine_and_vllm_in_one_line(monkeypatch):
 
 
 def test_vllm_says_why_it_cannot_run_without_its_venv(monkeypatch, tmp_path):
-    from attntemp.ship import llamacpp
+    from attntemp.ship import llamacpp_binary as llamacpp
 
     monkeypatch.setattr(llamacpp, "engines_cache", lambda: tmp_path)  # an empty engines cache
     _, out = audit("llama3_1", "0", engines=("transformers", "vllm"))

@@ -12,7 +12,7 @@ import attntemp.ship.export as E
 from attntemp.hf.patch import patch
 from attntemp.ops.schedules import yarn_mscale, yarn_multiplier
 from attntemp.ops.spec import TemperatureSpec
-from attntemp.ship import llamacpp as binary
+from attntemp.ship import llamacpp_binary as binary
 from attntemp.ship.engines import ENGINES
 from attntemp.ship.engines import llamacpp as LC
 from attntemp.ship.engines import transformers as TF
@@ -241,7 +241,7 @@ def test_longrope_exports_carry_the_factors_and_sqrt_m():
 def test_rope_freqs_tensor_is_written_into_a_copy_of_the_gguf(tmp_path):
     import gguf
 
-    from attntemp.ship import llamacpp
+    from attntemp.ship import llamacpp_binary as llamacpp
 
     src = tmp_path / "src.gguf"
     w = gguf.GGUFWriter(str(src), "llama")
@@ -302,7 +302,7 @@ BUILD = "the engines tests need the engines: run scripts/build_llama_cpp.sh and 
 
 
 def _llamacpp_or_skip():
-    from attntemp.ship import llamacpp
+    from attntemp.ship import llamacpp_binary as llamacpp
 
     try:
         return llamacpp.find_llamacpp()
@@ -416,7 +416,7 @@ def _plain_venv():
     import sys
     from pathlib import Path
 
-    from attntemp.ship.llamacpp import engines_cache
+    from attntemp.ship.llamacpp_binary import engines_cache
 
     venv = engines_cache() / PLAIN_VENV
     python = venv / "bin" / "python"

@@ -22,7 +22,7 @@ from ..ops.intervals import Interval, paired_ratio_interval
 from ..ops.spec import TemperatureSpec
 from ..utils import outputs
 from ..utils.tables import markdown_table
-from . import llamacpp
+from . import llamacpp_binary as llamacpp
 
 KL_MAX = 1e-4  # mean KL per token, float32 weights and KV cache
 RATIO_TOLERANCE = 0.005  # |engine ratio / attntemp ratio - 1|

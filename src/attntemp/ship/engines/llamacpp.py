@@ -47,7 +47,7 @@ from ...ops.geometry import stated_l0
 from ...ops.intervals import perplexity_interval
 from ...ops.schedules import yarn_mscale
 from ...ops.spec import TemperatureSpec
-from .. import llamacpp
+from .. import llamacpp_binary as llamacpp
 from ..bake import save_baked
 from ..comparison import (
     Comparison,

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from ...utils.errors import ExternalToolError
-from .. import llamacpp
+from .. import llamacpp_binary as llamacpp
 from ..audit_proxy import LENGTH, cannot, kl_verdict, proxy_logp, random_ids, save_proxy
 from .base import AuditRun
 

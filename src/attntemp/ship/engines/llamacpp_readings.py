@@ -21,7 +21,7 @@ import torch
 
 from ...ops import rope_factors
 from ...utils.errors import ExternalToolError
-from .. import llamacpp
+from .. import llamacpp_binary as llamacpp
 from ..audit_proxy import save_proxy
 from ..audit_readings import DIM, L0, PROXY_CONFIG, READINGS_KL, THETA, longrope_past_l0, predicted_logp, random_row
 from ..readings import Reading, readers_of

@@ -57,7 +57,8 @@ from ...ops.intervals import Interval, mean_interval, perplexity_interval
 from ...ops.spec import TemperatureSpec
 from ...utils.errors import ExternalToolError
 from ...utils.resources import vllm_cpu_refusal
-from .. import llamacpp, remote_code, vllm_venv
+from .. import llamacpp_binary as llamacpp
+from .. import remote_code, vllm_venv
 from ..audit_proxy import LENGTH, cannot, kl_verdict, proxy_logp, random_ids, save_proxy
 from ..audit_readings import engine_rows, kl
 from ..bake import save_baked
