@@ -122,6 +122,7 @@ MOVED = {
     "evaluate.store": "evaluate.sweep.store",
     # ship's two llamacpp.py (0.2.0): the binary runner is llamacpp_binary, engines.llamacpp the engine
     "ship.llamacpp": "ship.llamacpp_binary",
+    "advise.report": "advise.advice_page",  # no module repeats the report/ layer's name
 }
 
 

@@ -1,6 +1,6 @@
 """advise's confirmation table when some checks (or all) could not be scored."""
 
-from attntemp.advise.report import confirm_table
+from attntemp.advise.advice_page import confirm_table
 
 CELL = {"value": "2.1 [2, 2.2]", "vs_no_change": None}
 PAIRED = {"value": "2.0 [1.9, 2.1]", "vs_no_change": {"value": 0.9, "low": 0.8, "high": 0.95, "verdict": "better"}}
@@ -19,7 +19,7 @@ def test_every_check_failed_says_each():
 
 
 def test_a_carried_form_is_printed_beside_the_bake_command():
-    from attntemp.advise.report import engine_lines
+    from attntemp.advise.advice_page import engine_lines
 
     how = {"how": "bake", "command": "attntemp bake --spec carried.json --out BAKED", "why": "w", "spec": {"m": 2}}
     ev = {"question": {"engine": "llama.cpp", "objective": "key_tokens", "length": 512},

@@ -25,7 +25,8 @@ from ..ops.spec import TemperatureSpec
 from ..report.html import markdown_to_html
 from ..tune.search import SearchOptions, tune_global
 from ..utils import outputs
-from . import diagnose, report, status
+from . import advice_page as report
+from . import diagnose, status
 from .candidates import BASELINE, Candidate, by_key, candidates, rotary, tuned_yarn
 from .carry import carries, with_engines
 from .config import STORE, AdviseConfig, AdvisePlan, preflight_advise, served_by

@@ -17,10 +17,10 @@ from typing import Any
 from ..evaluate.score import Result, ScoreStore, merged
 from ..evaluate.task_base import get_task
 from ..utils.tables import markdown_table
+from .advice_page import confirm_table, interval_cell
 from .candidates import BASELINE, by_key
 from .config import STORE, AdvisePlan
 from .race import RaceResult
-from .report import confirm_table, interval_cell
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ RENAMED: dict[str, dict[str, str]] = {
     "advise.config": {"OBJECTIVES": "RACE_OBJECTIVES", "RESULTS": "ADVISE_RESULTS", "OUTPUTS": "ADVISE_OUTPUTS"},
     "advise.demo": {"BAKED": "BAKED_DIR", "OUTPUTS": "DEMO_OUTPUTS"},
     "advise.diagnose": {"attention_stats": "window_attention_stats"},
-    "advise.report": {"temperature_table": "temperature_lines", "markdown": "advice_markdown"},
+    "advise.advice_page": {"temperature_table": "temperature_lines", "markdown": "advice_markdown"},
     "advise.run": {"write": "write_advice"},
     "analysis.generate": {"RESULTS": "GENERATE_RESULTS"},
     "analysis.run": {"RESULTS": "MEASURE_RESULTS"},
