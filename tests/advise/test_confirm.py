@@ -4,8 +4,9 @@ name (SmolLM2 at 12288 left "YaRN s = 1.5 + log-n" out of "what a temperature ad
 import pytest
 
 from attntemp.advise.candidates import candidates, yarn_label
-from attntemp.advise.confirm import on_yarn, to_confirm
+from attntemp.advise.confirm import checks_for, on_yarn, to_confirm
 from attntemp.advise.race import Entry, RaceResult
+from attntemp.evaluate import tasks  # noqa: F401 (registers the tasks checks_for names)
 
 
 def race_of(length: int, trained: int, left: set[str]) -> RaceResult:
@@ -81,3 +82,14 @@ def test_decide_keeps_the_race_pick_and_says_so_when_every_survivor_is_beaten_so
     }
     chosen, why = decide(_survivors("A", "B"), confirmed, checks[:2], "transformers")
     assert chosen.name == "A" and "every survivor is beaten by another on some axis" in why
+
+
+def test_each_held_out_length_is_its_own_check():
+    """--check-lengths 768,1024: one confirmation of the objective at each, beside the one at N."""
+    checks = checks_for("key_tokens", 512, (768, 1024), (64,), False, False)
+    held = [(c.length, c.label) for c in checks if "held out" in c.label]
+    assert held == [
+        (768, "distant-token perplexity at 768 (held out)"),
+        (1024, "distant-token perplexity at 1024 (held out)"),
+    ]
+    assert [c.length for c in checks_for("key_tokens", 512, (), (64,), False, False)] == [512, 64]

@@ -133,7 +133,7 @@ def setup(plan: AdvisePlan, model: Any, store: ScoreStore) -> Setup:
     if plan.extends and cfg.tune_m:
         _say(cfg, "searching YaRN's global m on the tuning pool's spare windows")
         try:
-            cands.append(_tuned(plan, model, tok, tctx, store, model_id, count))
+            cands.append(_tuned(plan, model, tctx, Kept(store, model_id), count))
         except NotStored:  # --status before the search was stored: the race without it
             _say(cfg, "YaRN's global m: not searched yet")
     if plan.extends and cfg.learn_steps:
@@ -156,7 +156,7 @@ def advise(plan: AdvisePlan, model: Any, out: Path) -> AdviseResult:
     _say(cfg, f"racing {len(s.candidates)} candidates")
     result = race(s.candidates, s.scorer, s.settings, _progress(cfg))
     _say(cfg, f"race {result.status}; confirming on the evaluation pool")
-    confirmed, checks = _confirm(plan, result, model, tok, s.ctx, s.store, s.model_id, s.count)
+    confirmed, checks = _confirm(plan, result, model, s)
     recs = _per_engine(plan, s, result, confirmed, checks, model)
     ev = _evidence(plan, result, diagnosis, confirmed, recs, s.count, time.perf_counter() - t0)
     return AdviseResult(ev, out, s.store, s.model_id, s.count)
@@ -176,7 +176,7 @@ def _per_engine(plan: AdvisePlan, s: Setup, result: RaceResult, confirmed, check
         if key not in races:  # engines that carry the same candidates share one race
             _say(cfg, f"{e} computes none of the survivors as meant: racing the {len(mine)} candidates it does")
             own = race(mine, s.scorer, s.settings, _progress(cfg))
-            races[key] = own, _confirm(plan, own, model, plan.tok, s.ctx, s.store, s.model_id, s.count)[0]
+            races[key] = own, _confirm(plan, own, model, s)[0]
         own, conf = races[key]
         said = {"status": own.status, "windows": own.windows, "survivors": [x.name for x in own.survivors]}
         recs[e] = {**recommendation(own, conf, checks, e), "race": said}
@@ -190,7 +190,7 @@ def advise_status(plan: AdvisePlan, model: Any) -> status.AdviseStatus:
     result = race(s.candidates, s.scorer, s.settings)
     confirmed = None
     if result.status != "in progress":  # each check the store lacks is shown as not scored yet
-        confirmed, _ = _confirm(plan, result, model, plan.tok, s.ctx, s.store, s.model_id, s.count)
+        confirmed, _ = _confirm(plan, result, model, s)
     return status.AdviseStatus(status.status_doc(plan, result, confirmed, store.count()))
 
 
@@ -220,13 +220,13 @@ def _progress(cfg: AdviseConfig):
     return show
 
 
-def _tuned(plan: AdvisePlan, model, tok, tctx: EvalContext, store, model_id: str, count: Counter) -> Candidate:
+def _tuned(plan: AdvisePlan, model, tctx: EvalContext, kept: Kept, count: Counter) -> Candidate:
     """YaRN's global m searched on the spare windows past the race's (never raced on)."""
     cfg = plan.cfg
     spare = replace(tctx, window_range=(cfg.race_windows, cfg.race_windows + plan.spare))
     yarn = rope_for("yarn", cfg.length, plan.trained)
     opts = SearchOptions(length=cfg.length, objective=cfg.objective, rope=yarn, bracket=(0.8, 1.6), grid=5, iters=3)
-    found = tune_global(model, tok, spare, opts, kept=Kept(store, model_id))
+    found = tune_global(model, plan.tok, spare, opts, kept=kept)
     count.rows["tuning"] = len(found["curve"]) * plan.spare
     return tuned_yarn(cfg.length, plan.trained, float(found["multiplier"]))
 
@@ -266,8 +266,10 @@ def _diagnose(plan: AdvisePlan, model, tok, s: Setup, out: Path) -> dict[str, An
     return {"scores": {str(n): v for n, v in at.items()}, "heads": heads, "summary": text}
 
 
-def _confirm(plan: AdvisePlan, result: RaceResult, model, tok, ctx: EvalContext, store, model_id, count: Counter):
-    cfg = plan.cfg
+def _confirm(plan: AdvisePlan, result: RaceResult, model, s: Setup):
+    """The survivors and the YaRN references confirmed on the evaluation pool (and the second text),
+    every score kept in the setup's store."""
+    cfg, tok, ctx, store, model_id, count = plan.cfg, plan.tok, s.ctx, s.store, s.model_id, s.count
     second = (
         replace(ctx, docs=load_text(plan.second_text, name="heldout_text"), tuning_docs=())
         if plan.second_text
