@@ -66,13 +66,17 @@ def _top_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
 def build_parser(only: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The parser with every command's flags, or only those of the commands in ``only`` (the
     others listed by name and their own help, read from the snapshot: their modules not imported)."""
+    from .commands import PLAIN_COMMANDS, register_plain
     from .commands.output import add_json_flag
 
     parser, sub = _top_parser()
     flags = cli_flags.load_snapshot() if only is not None else {}
     for name in COMMANDS:
         if only is None or name in only:
-            importlib.import_module(f"attntemp.commands.{name}").register(sub)
+            if name in PLAIN_COMMANDS:  # a row of the lazy table
+                register_plain(sub, name)
+            else:
+                importlib.import_module(f"attntemp.commands.{name}").register(sub)
             add_json_flag(sub.choices[name])
         else:
             sub.add_parser(name, help=flags[name]["help"], add_help=False)

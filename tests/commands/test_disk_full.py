@@ -26,7 +26,7 @@ CASES = [
 
 @pytest.mark.parametrize(("name", "exc", "named"), CASES, ids=[c[0] for c in CASES])
 def test_a_full_disk_is_one_line_naming_the_file_and_exit_2(name, exc, named, tmp_path, capsys, monkeypatch):
-    import attntemp.commands.measure as command
+    import attntemp.analysis.run as command  # where the measure row of commands.PLAIN_COMMANDS finds its runner
 
     out = str(tmp_path / "out")
     if isinstance(exc, OSError) and exc.filename:
@@ -35,7 +35,7 @@ def test_a_full_disk_is_one_line_naming_the_file_and_exit_2(name, exc, named, tm
     def full(args):
         raise exc
 
-    monkeypatch.setattr(command, "run", full)
+    monkeypatch.setattr(command, "run_measure", full)
     assert main(["measure", "--length", "64", "--out", out]) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(err) == 1 and err[0].startswith("attntemp measure: error: no space left on the device writing"), err
@@ -43,11 +43,11 @@ def test_a_full_disk_is_one_line_naming_the_file_and_exit_2(name, exc, named, tm
 
 
 def test_other_errors_are_not_called_a_full_disk(tmp_path, capsys, monkeypatch):
-    import attntemp.commands.measure as command
+    import attntemp.analysis.run as command  # where the measure row of commands.PLAIN_COMMANDS finds its runner
 
     def broken(args):
         raise OSError(errno.EACCES, "Permission denied", str(tmp_path / "x"))
 
-    monkeypatch.setattr(command, "run", broken)
+    monkeypatch.setattr(command, "run_measure", broken)
     assert main(["measure", "--length", "64", "--out", str(tmp_path / "out")]) == 2
     assert "no space left" not in capsys.readouterr().err

@@ -1137,7 +1137,7 @@ def test_the_error_line_is_not_glued_to_a_progress_bar(tmp_path, capsys, monkeyp
 OTHER_PROCESS = r"""
 import json, os, resource, sys, contextlib, io
 from attntemp.cli import main
-import transformers, attntemp.commands.sweep, attntemp.commands.measure, attntemp.commands.bake
+import transformers, attntemp.evaluate.sweep.run, attntemp.analysis.run, attntemp.ship.bake_runner
 import attntemp.commands.calibrate, attntemp.commands.report
 cases = json.loads(sys.argv[1])
 if cases.pop("limit_as"):
