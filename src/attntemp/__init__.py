@@ -123,6 +123,9 @@ MOVED = {
     # ship's two llamacpp.py (0.2.0): the binary runner is llamacpp_binary, engines.llamacpp the engine
     "ship.llamacpp": "ship.llamacpp_binary",
     "advise.report": "advise.advice_page",  # no module repeats the report/ layer's name
+    "ship.audit_proxy": "ship.audit.proxy",  # ship's audit wing (0.2.0)
+    "ship.audit_readings": "ship.audit.reading_checks",
+    "ship.audit_reference": "ship.audit.expectation",
 }
 
 

@@ -14,7 +14,8 @@ import torch
 
 from attntemp.assets import tiny_path
 from attntemp.ship import llamacpp_binary as llamacpp
-from attntemp.ship.audit import AuditConfig, config_reference, load_config, run_audit
+from attntemp.ship.audit.expectation import config_reference
+from attntemp.ship.audit.run import AuditConfig, load_config, run_audit
 
 CONFIGS = tiny_path().parent / "configs"  # the corpus, shipped: src/attntemp/assets/configs
 

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from attntemp.ship import audit_readings as ar
-from attntemp.ship.audit import AuditConfig, run_audit
-from attntemp.ship.audit_proxy import save_proxy
+from attntemp.ship.audit.proxy import save_proxy
+from attntemp.ship.audit.run import AuditConfig, run_audit
 from attntemp.ship.engines import vllm as vllm_engine
 from attntemp.ship.readings import reader_for, readers_of
 

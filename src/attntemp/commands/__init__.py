@@ -55,7 +55,7 @@ PLAIN_COMMANDS: dict[str, Plain] = {
     ),
     "audit": Plain(
         "check engines' RoPE scaling and temperature against a model's config.json, per position",
-        "ship.audit:AuditConfig", "ship.audit:run_audit", "differs",
+        "ship.audit.run:AuditConfig", "ship.audit.run:run_audit", "differs",
     ),
     "verify": Plain(
         "run llama.cpp or vLLM with the shipped settings and compare with attntemp (KL, perplexity)",

@@ -26,7 +26,7 @@ from ..ops.geometry import ModelGeometry, check_theta, config_dict
 from ..ops.spec import TemperatureSpec
 from ..utils import checks
 from ..utils.options import option
-from .audit import load_config
+from .audit.run import load_config
 from .engines import ENGINES, reading_gguf_arch
 from .engines.base import ExportResult, export_target, model_sizes
 from .engines.routes import export_spec

@@ -42,7 +42,7 @@ RENAMED: dict[str, dict[str, str]] = {
                       "sqrt_logn": "SqrtLogN", "gated_constant": "GatedConstant", "llama4": "Llama4",
                       "log_length": "LogLength", "ssmax": "SSMax"},
     "report.build": {"OUTPUTS": "REPORT_OUTPUTS"},
-    "ship.audit": {"reference": "ship.audit_reference:config_reference"},
+    "ship.audit": {"reference": "ship.audit.expectation:config_reference"},
     "ship.bake": {"FORMAT": "BAKED_FORMAT"},
     "ship.schedule_export": {"split": "split_schedule"},
     "ship.verify": {"Reference": "ship.comparison:EngineReference", "reference": "ship.comparison:engine_reference"},

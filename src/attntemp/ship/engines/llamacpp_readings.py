@@ -1,4 +1,4 @@
-"""The readings checked in llama.cpp (:mod:`attntemp.ship.audit_readings` for the method).
+"""The readings checked in llama.cpp (:mod:`attntemp.ship.audit.reading_checks` for the method).
 
 llama.cpp is handed a GGUF converted from the HF config by its own ``convert_hf_to_gguf.py``, plus
 run-time flags, as its reading takes them (:mod:`attntemp.ship.readings.of_llamacpp`): the HF
@@ -22,8 +22,17 @@ import torch
 from ...ops import rope_factors
 from ...utils.errors import ExternalToolError
 from .. import llamacpp_binary as llamacpp
-from ..audit_proxy import save_proxy
-from ..audit_readings import DIM, L0, PROXY_CONFIG, READINGS_KL, THETA, longrope_past_l0, predicted_logp, random_row
+from ..audit.proxy import save_proxy
+from ..audit.reading_checks import (
+    DIM,
+    L0,
+    PROXY_CONFIG,
+    READINGS_KL,
+    THETA,
+    longrope_past_l0,
+    predicted_logp,
+    random_row,
+)
 from ..readings import Reading, readers_of
 from ..readings.base import Handed
 from ..readings.of_llamacpp import GGUF_FACTOR, LLAMACPP

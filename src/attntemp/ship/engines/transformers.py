@@ -26,7 +26,7 @@ from typing import Any
 
 from ...ops import attention_config, rope
 from ...ops.geometry import config_dict
-from ..audit_reference import collapse, engine_entry, rounded
+from ..audit.expectation import collapse, engine_entry, rounded
 from ..readings import Handed
 from .base import (
     EPS,

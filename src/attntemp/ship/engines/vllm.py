@@ -19,7 +19,7 @@
 * Mistral 3's position schedule: the config's ``llama_4_scaling`` ``{original_max_position_embeddings,
   beta}`` (from Mistral's ``params.json``), read by ``deepseek_v2.py`` (``_get_llama_4_scaling``:
   DeepSeek-V2/V3-shaped models such as Mistral Large 3); set with ``--hf-overrides``.
-* audit: the config's proxy (:mod:`attntemp.ship.audit_proxy`) served from a folder by
+* audit: the config's proxy (:mod:`attntemp.ship.audit.proxy`) served from a folder by
   ``scripts/vllm_logprobs.py`` in vLLM's own venv (``scripts/build_vllm_cpu.sh``; its CPU build
   needs AVX-512), the whole vocabulary's log-probabilities at every position; vLLM runs once and
   the factor c is fitted on the transformers side.
@@ -59,8 +59,8 @@ from ...utils.errors import ExternalToolError
 from ...utils.resources import vllm_cpu_refusal
 from .. import llamacpp_binary as llamacpp
 from .. import remote_code, vllm_venv
-from ..audit_proxy import LENGTH, cannot, kl_verdict, proxy_logp, random_ids, save_proxy
-from ..audit_readings import engine_rows, kl
+from ..audit.proxy import LENGTH, cannot, kl_verdict, proxy_logp, random_ids, save_proxy
+from ..audit.reading_checks import engine_rows, kl
 from ..bake import save_baked
 from ..comparison import (
     Comparison,

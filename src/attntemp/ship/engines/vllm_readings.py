@@ -1,4 +1,4 @@
-"""The readings checked in vLLM (:mod:`attntemp.ship.audit_readings` for the method): the case's
+"""The readings checked in vLLM (:mod:`attntemp.ship.audit.reading_checks` for the method): the case's
 settings as ``--hf-overrides`` and ``--max-model-len`` (``VLLM_ALLOW_LONG_MAX_MODEL_LEN`` unset, so
 a limit past the length vLLM derives is refused as its reading says), the whole vocabulary's
 prompt log-probabilities from ``scripts/vllm_logprobs.py`` in vLLM's own venv."""
@@ -11,8 +11,8 @@ from typing import Any
 
 from ...utils.errors import ExternalToolError
 from .. import vllm_venv
-from ..audit_proxy import save_proxy
-from ..audit_readings import (
+from ..audit.proxy import save_proxy
+from ..audit.reading_checks import (
     PROXY_CONFIG,
     READINGS_KL,
     Case,

@@ -23,10 +23,10 @@ from typing import Any
 
 import torch
 
-from ..assets import tiny_path
-from ..hf.proxy import build_proxy
-from ..ops.search import golden_section
-from . import llamacpp_binary as llamacpp
+from ...assets import tiny_path
+from ...hf.proxy import build_proxy
+from ...ops.search import golden_section
+from .. import llamacpp_binary as llamacpp
 
 CHUNKS, LENGTH = 2, 256
 KL_AGREE = 1e-5  # mean KL per token; float32 GGUF against the float64 proxy

@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..ops import attention_config
-from ..ops.attention_config import Group
+from ...ops import attention_config
+from ...ops.attention_config import Group
 
 SAME = 1e-6  # relative: figures this close at every position are shown as one number (below the tolerance)
 

@@ -28,10 +28,10 @@ from typing import Any
 
 import torch
 
-from ..ops import rope_factors
-from ..utils.tables import markdown_table
-from .readings import Reading
-from .readings.base import Handed
+from ...ops import rope_factors
+from ...utils.tables import markdown_table
+from ..readings import Reading
+from ..readings.base import Handed
 
 L0, DIM, THETA = 256, 64, 10000.0
 PROXY_CONFIG: dict[str, Any] = {

@@ -1,12 +1,12 @@
 """``attntemp audit``: does an engine apply a model's RoPE scaling and attention temperature the way
 its config means? Checked per position on a tiny proxy of the model, from its ``config.json`` alone.
 
-The reference is attntemp's own math (:mod:`attntemp.ship.audit_reference`): per layer group and
+The reference is attntemp's own math (:mod:`attntemp.ship.audit.expectation`): per layer group and
 position, the effective pre-softmax logit multiplier ``m(p) = af(p)^2 * scale_ratio * schedule(p)``
 and the inverse frequencies. Each engine is measured on a proxy with the same attention and RoPE
 configuration and random weights, as its module in :mod:`attntemp.ship.engines` says: transformers
 reads its rotary output and attention inputs directly; llama.cpp and vLLM run the proxy and are
-compared with the transformers proxy by KL (:mod:`attntemp.ship.audit_proxy`).
+compared with the transformers proxy by KL (:mod:`attntemp.ship.audit.proxy`).
 
 A verdict per engine: ``agrees``, ``differs`` (by how much, from which position) or ``cannot run``
 (why). The command exits 1 when an engine differs.
@@ -19,17 +19,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..assets import configs_path, shipped_configs
-from ..ops import attention_config
-from ..ops.geometry import config_dict
-from ..utils import checks
-from ..utils.options import ints, names, option
-from ..utils.tables import markdown_table
-from . import audit_readings
-from .audit_reference import config_reference, inv_lists, per_position
-from .engines import ENGINES
-from .engines import transformers as reference_engine
-from .engines.base import AuditRun
+from ...assets import configs_path, shipped_configs
+from ...ops import attention_config
+from ...ops.geometry import config_dict
+from ...utils import checks
+from ...utils.options import ints, names, option
+from ...utils.tables import markdown_table
+from ..engines import ENGINES
+from ..engines import transformers as reference_engine
+from ..engines.base import AuditRun
+from . import reading_checks as audit_readings
+from .expectation import config_reference, inv_lists, per_position
 
 TOLERANCE = 1e-5  # relative: engines compute cos/sin in float32
 MAX_POSITION = 2**31 - 1
@@ -170,7 +170,7 @@ def check_readings(engines: tuple[str, ...], engine_dir: str | None) -> dict[str
 
 def run_audit(cfg: AuditConfig) -> AuditResult:
     """Reference, then each engine in ``cfg.engines`` (see the module doc); with ``cfg.readings``, the
-    readings checked in each (:mod:`attntemp.ship.audit_readings`)."""
+    readings checked in each (:mod:`attntemp.ship.audit.reading_checks`)."""
     readings = check_readings(cfg.engines, cfg.engine_dir) if cfg.readings else {}
     if readings and all("rows" not in e for e in readings.values()):
         why = "; ".join(f"{name}: {e['reason']}" for name, e in readings.items())
@@ -197,6 +197,6 @@ def _audit_config(cfg: AuditConfig, path: str) -> AuditResult:
     return AuditResult(path, model_type, ref, engines)
 
 
-from ..utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
+from ...utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
 
 __getattr__ = legacy_getattr(__name__)  # old names that warn: attntemp.utils.deprecation.RENAMED

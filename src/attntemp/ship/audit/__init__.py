@@ -1,0 +1,27 @@
+"""``attntemp audit``'s wing of ``ship``: the command (:mod:`.run`: :class:`~.run.AuditConfig`,
+:func:`~.run.run_audit`), the reference it compares each engine with (:mod:`.expectation`), the random
+proxy an engine runs (:mod:`.proxy`) and the readings checked in the engines (:mod:`.reading_checks`).
+
+``AuditConfig``, ``run_audit`` and ``load_config`` are read here on first use (PEP 562: importing the
+package loads none of its modules); the module this package was before 0.2.0 gave ``reference``,
+which warns (:mod:`attntemp.utils.deprecation`).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from ...utils.deprecation import legacy_getattr
+
+AUDIT_FRONT = {"AuditConfig": "run", "run_audit": "run", "load_config": "run"}
+_legacy = legacy_getattr(__name__)
+
+
+def __getattr__(name: str) -> Any:
+    if name in AUDIT_FRONT:
+        return getattr(importlib.import_module(f"{__name__}.{AUDIT_FRONT[name]}"), name)
+    return _legacy(name)
+
+
+__all__ = list(AUDIT_FRONT)
