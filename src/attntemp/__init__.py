@@ -57,7 +57,7 @@ EXPORTS = {
     "entropy": "ops.softmax",
     "tempered_softmax": "ops.softmax",
     "TemperatureSpec": "ops.spec",
-    "Rope": "ops.rope_params",
+    "Rope": "ops.rope.params",
     "bake": "ship.bake",
     "save_baked": "ship.bake",
     "export": "ship.export",
@@ -76,7 +76,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
     from .hf.loading import load_model
     from .hf.patch import apply, patch, restore
     from .hf.rope_scaling import extend_context, extended, restore_rope
-    from .ops.rope_params import Rope
+    from .ops.rope.params import Rope
     from .ops.softmax import entropy, tempered_softmax
     from .ops.spec import TemperatureSpec
     from .ship.bake import bake, save_baked
@@ -126,6 +126,7 @@ MOVED = {
     "ship.audit_proxy": "ship.audit.proxy",  # ship's audit wing (0.2.0)
     "ship.audit_readings": "ship.audit.reading_checks",
     "ship.audit_reference": "ship.audit.expectation",
+    "ops.rope_factors": "ops.rope.factors",  # ops' RoPE wing (0.2.0)
 }
 
 

@@ -11,7 +11,7 @@ from attntemp.advise.config import LEARN_WINDOWS, SPARE, AdviseConfig
 from attntemp.advise.run import run_advise
 from attntemp.evaluate.corpus import heldout_windows
 from attntemp.evaluate.task_base import eval_context, tuning_context
-from attntemp.ops.rope_factors import init_factors
+from attntemp.ops.rope.factors import init_factors
 from attntemp.ops.spec import TemperatureSpec
 
 SMALL = {"length": 512, "race_windows": 4, "block": 2, "min_windows": 2, "n_docs": 3, "tune_m": False,

@@ -1,11 +1,11 @@
-"""ops.rope_factors: per-pair divisors of PI, NTK and YaRN, the longrope formula, LongRoPE's operators."""
+"""ops.rope.factors: per-pair divisors of PI, NTK and YaRN, the longrope formula, LongRoPE's operators."""
 
 import numpy as np
 import pytest
 import torch
 
 from attntemp.ops import rope
-from attntemp.ops import rope_factors as F
+from attntemp.ops.rope import factors as F
 
 
 @pytest.mark.parametrize("kind", ["linear", "ntk", "yarn"])

@@ -1,4 +1,4 @@
-"""The typed RoPE extension (:class:`attntemp.ops.rope_params.Rope`): each kind's keys named and
+"""The typed RoPE extension (:class:`attntemp.ops.rope.params.Rope`): each kind's keys named and
 checked, its frequencies and cos/sin factor the registry's functions', the mapping it reads as,
 and TemperatureSpec holding it."""
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from attntemp.ops import rope as rope_math
-from attntemp.ops.rope_params import COMMON, KINDS, L0_KEY, Rope
+from attntemp.ops.rope.params import COMMON, KINDS, L0_KEY, Rope
 from attntemp.ops.spec import TemperatureSpec
 
 LONG = {"rope_type": "longrope", "factor": 2.0, L0_KEY: 256, "short_factor": [1.0] * 8, "long_factor": [2.0] * 8}

@@ -38,7 +38,7 @@ from typing import Any
 from ..hf.rope_scaling import rope_for
 from ..ops import rope as rope_math
 from ..ops.geometry import FULL, ModelGeometry
-from ..ops.rope_factors import init_factors, longrope_parameters
+from ..ops.rope.factors import init_factors, longrope_parameters
 from ..ops.schedules import yarn_multiplier
 from ..ops.spec import TemperatureSpec
 

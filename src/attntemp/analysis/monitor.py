@@ -37,7 +37,7 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 
 from ..hf.introspect import attention_modules, model_geometry
 from ..hf.patch import PROBE, STATE, LayerState, query_positions
-from ..ops.rope_params import Rope
+from ..ops.rope.params import Rope
 from ..ops.spec import TemperatureSpec
 from ..utils import checks
 from .measure import AttentionStats

@@ -175,7 +175,7 @@ def apply_learnable(
     if rope_factors is not None and base.rope:
         raise ValueError(
             f"rope={base.rope.to_dict()} together with learned RoPE factors: the factors are the extension "
-            "(start them from that rope with attntemp.ops.rope_factors.init_factors and pass rope=None)"
+            "(start them from that rope with attntemp.ops.rope.factors.init_factors and pass rope=None)"
         )
     l0 = (trained_length or trained_length_of(model, base)) if schedule else None
     weight = next(model.parameters())

@@ -19,8 +19,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..ops import rope_factors as math_
 from ..ops.geometry import stated_l0
+from ..ops.rope import factors as math_
 from ..ops.rope import longrope_attention_factor
 from ..utils import checks
 from .introspect import rope_geometry, text_config, trained_length

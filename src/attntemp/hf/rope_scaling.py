@@ -19,7 +19,7 @@ import torch
 from ..ops import rope
 from ..ops.geometry import stated_positions
 from ..ops.rope import EXTENSIONS
-from ..ops.rope_params import Rope
+from ..ops.rope.params import Rope
 from ..utils import checks
 from .introspect import per_type_rope, rope_geometry, text_config, trained_length
 
@@ -67,7 +67,7 @@ def rotary_modules(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str, A
 
 
 def extend_with(model: torch.nn.Module, rope: Rope) -> dict[str, Any]:
-    """:func:`extend_context` with a spec's typed :class:`~attntemp.ops.rope_params.Rope`."""
+    """:func:`extend_context` with a spec's typed :class:`~attntemp.ops.rope.params.Rope`."""
     return extend_context(model, rope.kind, rope.factor, rope.l0, **rope.params)
 
 

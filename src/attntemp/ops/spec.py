@@ -26,7 +26,7 @@ import torch
 from ..utils import checks
 from . import schedules
 from .attention_config import MULTIPLIERS
-from .rope_params import PAIR_LISTS, Rope
+from .rope.params import PAIR_LISTS, Rope
 
 GRANULARITIES = ("global", "layer", "head")  # one m for the model, one per layer, one per head
 FORMAT = "attntemp.TemperatureSpec/1"

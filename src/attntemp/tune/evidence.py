@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 from ..evaluate.score import Kept, score
 from ..evaluate.tasks import EvalContext, get_task
 from ..ops.intervals import Interval
-from ..ops.rope_params import Rope
+from ..ops.rope.params import Rope
 from ..ops.schedules import yarn_multiplier
 from ..ops.spec import TemperatureSpec
 from ..utils.tables import markdown_table

@@ -4,7 +4,7 @@ The baseline for gradient-learned factors (:mod:`attntemp.tune.gradient` with ``
 "learn"``): the same factors (``d/2``, shared by every layer), the same objective (next-token loss
 of the predictions past the trained length on the same windows) and a stated number of window
 forwards. Followed from microsoft/LongRoPE ``evolution/algorithms/genetic_base.py`` (the loop) and
-``dim_mono.py`` (the operators, :mod:`attntemp.ops.rope_factors`), Ding et al., arXiv:2402.13753,
+``dim_mono.py`` (the operators, :mod:`attntemp.ops.rope.factors`), Ding et al., arXiv:2402.13753,
 Sec. 3.2 / Alg. 1: the population starts from the initial factors (YaRN, PI, ...) and mutations of
 them; each generation keeps the best ``parents``, adds ``mutations`` mutants of random parents and
 ``crossovers`` children of two parents (a failed crossover mutates its first parent instead);
@@ -22,7 +22,7 @@ from torch import nn
 
 from ..evaluate import lm
 from ..hf.rope_factors import LearnableRopeFactors, rope_factors
-from ..ops import rope_factors as ops
+from ..ops.rope import factors as ops
 from ..utils import checks
 
 

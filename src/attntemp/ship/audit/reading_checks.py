@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from ...ops import rope_factors
+from ...ops.rope import factors as rope_factors
 from ...utils.tables import markdown_table
 from ..readings import Reading
 from ..readings.base import Handed

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from ...ops import rope_factors
+from ...ops.rope import factors as rope_factors
 from ...utils.errors import ExternalToolError
 from .. import llamacpp_binary as llamacpp
 from ..audit.proxy import save_proxy

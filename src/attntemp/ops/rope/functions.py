@@ -13,8 +13,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from ..utils import checks
-from .schedules import yarn_mscale
+from ...utils import checks
+from ..schedules import yarn_mscale
 
 RopeResult = tuple[torch.Tensor, float]
 EXTENSIONS = ("linear", "ntk", "dynamic", "yarn", "llama3", "longrope")  # context extensions of a model

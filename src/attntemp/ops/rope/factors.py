@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..utils import checks
-from . import rope
+from ...utils import checks
+from . import functions as rope
 
 INITS = ("none", "linear", "ntk", "yarn")  # RoPE types whose frequencies are one divisor per pair
 

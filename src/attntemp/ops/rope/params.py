@@ -27,10 +27,10 @@ from typing import Any
 
 import torch
 
-from ..utils import checks
-from . import rope as rope_math
-from .attention_config import MAX_FACTOR
-from .geometry import CONTEXT_KEY, L0_KEY, stated_l0
+from ...utils import checks
+from ..attention_config import MAX_FACTOR
+from ..geometry import CONTEXT_KEY, L0_KEY, stated_l0
+from . import functions as rope_math
 
 COMMON = ("rope_type", "factor")  # every extension states its type and its scale s >= 1
 PAIR_LISTS = ("short_factor", "long_factor")  # longrope: one factor per rotary pair (rotary_dim / 2) each
