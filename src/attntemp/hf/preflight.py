@@ -17,8 +17,8 @@ from typing import Any
 
 from ..ops.geometry import ModelGeometry, config_dict, head_dims, stated_l0
 from ..utils import digest, resources
-from . import source
 from .loading import cache_dir, resolve
+from .models import where as source
 
 BYTES = 4  # float32 activations (the conservative case)
 PROMPT_BYTES_PER_TOKEN = 256  # building one prompt: its text, the tokenizer's encoding, the ids

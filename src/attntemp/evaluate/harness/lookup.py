@@ -89,7 +89,7 @@ def task_metadata(text: str) -> dict[str, Any]:
 def check_tokenizer(name: str) -> None:
     """``--metadata``'s tokenizer: a folder holding a tokenizer, or a hub id cached or reachable
     now (lm-eval would otherwise try the network and fail there), named as the field."""
-    from ...hf import source
+    from ...hf.models import where as source
 
     field_ = f"metadata[tokenizer]={name!r}"
     if source.looks_like_path(name):
@@ -182,7 +182,7 @@ def cache_only_without_hub() -> Iterator[bool]:
     huggingface_hub and datasets are put in offline mode, so a dataset that is cached loads from
     the cache and one that is not fails at once instead of after five retries (30 s and a page of
     retry lines); nltk downloads nothing (:func:`no_nltk_download`). Yields whether the Hub is up."""
-    from ...hf.source import hub_reachable
+    from ...hf.models.where import hub_reachable
 
     if hub_reachable():
         yield True

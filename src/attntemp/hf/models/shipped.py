@@ -223,6 +223,6 @@ def path(name: str, cache: Path) -> Path:
     return out
 
 
-from ..utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
+from ...utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
 
 __getattr__ = legacy_getattr(__name__)  # old names that warn: attntemp.utils.deprecation.RENAMED

@@ -177,7 +177,7 @@ def _check_config_class(cfg: dict[str, Any], path: Path, name: str) -> None:
     from huggingface_hub.errors import StrictDataclassError, StrictDataclassFieldValidationError
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-    from ..utils import noise
+    from ...utils import noise
 
     if cfg["model_type"] not in CONFIG_MAPPING:
         return
@@ -475,6 +475,6 @@ def refuse_missing(name: str, info: dict[str, Any]) -> None:
         raise ValueError(f"model={name!r}: the checkpoint lacks {len(missing)} weight(s) the model needs: {shown}")
 
 
-from ..utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
+from ...utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
 
 __getattr__ = legacy_getattr(__name__)  # old names that warn: attntemp.utils.deprecation.RENAMED
