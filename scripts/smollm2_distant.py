@@ -81,7 +81,8 @@ class DistantConfig:
     dtype: str | None = option(
         None,
         "float32 or bfloat16 (default: the one --out's results were made in; for a new --out the faster on this "
-        "CPU: attntemp.hf.devices.long_run_cpu_dtype, bfloat16 on an AMD CPU with avx512_bf16 or a CPU with AMX, else float32)",
+        "CPU: attntemp.hf.devices.long_run_cpu_dtype, bfloat16 on an AMD CPU with avx512_bf16 or a CPU with AMX, "
+        "else float32)",
     )
     out: str = option(str(ROOT / "docs/results/smollm2_distant"), "per-result JSON folder")
     time_forward: bool = option(False, "time one forward per length first")

@@ -64,8 +64,8 @@ def test_no_function_above_ops_takes_more_than_8_parameters():
 
 
 def test_no_command_reads_back_a_file_it_wrote():
-    commands = sorted((SRC / "commands").glob("*.py"))
-    assert len(commands) > 10
+    commands = sorted((SRC / "commands").glob("*.py"))  # the table (__init__) and the other commands' modules
+    assert len(commands) >= 8
     found = [hit for p in commands for hit in file_reads(p.read_text(), f"commands/{p.name}")]
     assert not found, "a command prints the result its run returned, never a file: " + "; ".join(found)
 

@@ -184,12 +184,14 @@ def test_sweep_ctrl_c_ends_its_bar_says_one_line_and_the_rerun_resumes(tmp_path,
 def test_every_command_says_interrupted_in_one_line(argv, line, monkeypatch, tmp_path, capsys):
     """In process, the command's work replaced by a Ctrl-C: one line, exit code 130."""
     monkeypatch.chdir(tmp_path)
-    module = __import__(f"attntemp.commands.{argv[0]}", fromlist=["run"])
+    from attntemp.commands import PLAIN_COMMANDS
 
-    def ctrl_c(args):
+    module, _, runner = PLAIN_COMMANDS[argv[0]].runner.partition(":")  # looked up when the command runs
+
+    def ctrl_c(cfg):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(module, "run", ctrl_c)
+    monkeypatch.setattr(f"attntemp.{module}.{runner}", ctrl_c)
     assert main(argv) == 130
     assert capsys.readouterr().err.splitlines() == [line]
 
