@@ -100,7 +100,7 @@ def child(spec: tuple[str, ...], threads: int | None) -> None:
     path, name, length = spec
     model, tok = load(name, "float32" if path == "old" else "auto", threads)
     ids, keep = inputs(model, tok, int(length))
-    report_child(lambda: (lambda: (old_row if path == "old" else new_row)(model, ids, keep)))
+    report_child(lambda: lambda: (old_row if path == "old" else new_row)(model, ids, keep))
 
 
 def case(name: str, length: int, args: CostBench) -> dict:
