@@ -114,14 +114,8 @@ class AdviseConfig(EvalOptions):
         if self.budget is not None:
             checks.positive_int("budget", self.budget)
         checks.within("max_short_cost", self.max_short_cost, 0.0, 0.999)
-        if isinstance(self.retrieval_per_window, bool) or not isinstance(self.retrieval_per_window, int):
-            raise ValueError(
-                f"retrieval_per_window={self.retrieval_per_window!r} is not allowed; expected an integer in [0, 64]"
-            )
-        checks.within("retrieval_per_window", self.retrieval_per_window, 0, 64)
-        if isinstance(self.learn_steps, bool) or not isinstance(self.learn_steps, int):
-            raise ValueError(f"learn_steps={self.learn_steps!r} is not allowed; expected an integer in [0, 10000]")
-        checks.within("learn_steps", self.learn_steps, 0, 10000)
+        checks.int_within("retrieval_per_window", self.retrieval_per_window, 0, 64)
+        checks.int_within("learn_steps", self.learn_steps, 0, 10000)
         if len(set(self.add_spec)) != len(self.add_spec):
             raise ValueError(f"add_spec={','.join(self.add_spec)!r} is not allowed: a file is given twice")
         if self.min_retrieval is not None:

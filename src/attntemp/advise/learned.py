@@ -21,13 +21,13 @@ reads the finished one instead of training again, an interrupted one resumes.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from ..evaluate.corpus import heldout_windows
 from ..evaluate.task_base import EvalContext
 from ..hf.rope_scaling import rope_for
 from ..ops.spec import TemperatureSpec
@@ -115,12 +115,10 @@ def learning_windows(objective: str, tok: Any, tctx: EvalContext, length: int, f
     loss masks: the objective's targets, or every prediction past L0 for ``perplexity``."""
     n = first + LEARN_WINDOWS
     if objective in TARGETS_OF:
-        ids, mask = functools.partial(TARGETS_OF[objective], tok, ctx=tctx)(length, n)  # [n, N], [n, N-1]
+        ids, mask = TARGETS_OF[objective](tok, length, n, ctx=tctx)  # [n, N], [n, N-1]
         ids, mask = ids[first:], mask[first:]
         keep = mask.any(1)  # a window without a target adds nothing
         return ids[keep], mask[keep]
-    from ..evaluate.corpus import heldout_windows
-
     ids = heldout_windows(tok, length, n=n, docs=tctx.docs)[first:]  # [k, N]
     mask = torch.zeros(ids.shape[0], length - 1, dtype=torch.bool)  # [k, N-1]
     mask[:, trained - 1 :] = True  # predictions of positions >= L0

@@ -46,6 +46,13 @@ def within(name: str, value: Any, low: float, high: float, why: str = "") -> flo
     return v
 
 
+def int_within(name: str, value: Any, low: int, high: int) -> int:
+    """Return ``value`` as an int, or raise unless it is an integer (not a boolean) in ``[low, high]``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name}={value!r} is not allowed; expected an integer in [{low}, {high}]")
+    return int(within(name, value, low, high))
+
+
 def positive_int(name: str, value: Any) -> int:
     """Return ``value`` as an int, or raise if it is not an integer >= 1."""
     if isinstance(value, bool) or not isinstance(value, (int,)) or value < 1:

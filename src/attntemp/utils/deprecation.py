@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 REMOVAL = "0.3.0"  # the release that removes every alias below
@@ -24,6 +24,7 @@ RENAMED: dict[str, dict[str, str]] = {
     "advise.run": {"write": "write_advice"},
     "analysis.generate": {"RESULTS": "GENERATE_RESULTS"},
     "analysis.run": {"RESULTS": "MEASURE_RESULTS"},
+    "evaluate": {"HarnessOptions": "evaluate.harness.paired:HarnessOptions"},
     "evaluate.harness.paired": {"OUTPUTS": "EVAL_OUTPUTS", "check_out": "check_eval_out", "write": "write_eval"},
     "evaluate.harness.table": {"markdown": "paired_table"},
     "evaluate.limits": {"check_memory": "check_length_memory"},
@@ -66,12 +67,16 @@ def warn(old: str, new: str, stacklevel: int = 3) -> None:
     warnings.warn(f"{old} is deprecated; use {new} (removed in {REMOVAL})", DeprecationWarning, stacklevel=stacklevel)
 
 
-def legacy_getattr(module_name: str) -> Callable[[str], Any]:
-    """The module ``__getattr__`` that serves ``module_name``'s renamed names with a warning."""
+def legacy_getattr(module_name: str, front: Mapping[str, str] | None = None) -> Callable[[str], Any]:
+    """The module ``__getattr__`` that serves ``module_name``'s renamed names with a warning; for a
+    package, ``front`` maps the names it gives to the submodule each is read from on first use (PEP
+    562: importing the package loads none of them), without a warning."""
     module = module_name.removeprefix(f"{PACKAGE}.")
     names = RENAMED.get(module, {})
 
     def __getattr__(name: str) -> Any:
+        if front and name in front:
+            return getattr(importlib.import_module(f"{module_name}.{front[name]}"), name)
         if name not in names:
             raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
         where, new = alias_target(module, name)

@@ -9,16 +9,8 @@ importing the package loads none of its modules).
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from ...utils.deprecation import legacy_getattr
 
 SWEEP_FRONT = {"SweepConfig": "store", "Store": "store", "LOCK_FILE": "store", "run_sweep": "run"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in SWEEP_FRONT:
-        return getattr(importlib.import_module(f"{__name__}.{SWEEP_FRONT[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
+__getattr__ = legacy_getattr(__name__, front=SWEEP_FRONT)
 __all__ = list(SWEEP_FRONT)

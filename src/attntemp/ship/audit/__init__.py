@@ -9,19 +9,8 @@ which warns (:mod:`attntemp.utils.deprecation`).
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 from ...utils.deprecation import legacy_getattr
 
 AUDIT_FRONT = {"AuditConfig": "run", "run_audit": "run", "load_config": "run"}
-_legacy = legacy_getattr(__name__)
-
-
-def __getattr__(name: str) -> Any:
-    if name in AUDIT_FRONT:
-        return getattr(importlib.import_module(f"{__name__}.{AUDIT_FRONT[name]}"), name)
-    return _legacy(name)
-
-
+__getattr__ = legacy_getattr(__name__, front=AUDIT_FRONT)
 __all__ = list(AUDIT_FRONT)
