@@ -10,7 +10,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # nothing here may reach the 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from attntemp.evaluate.harness import lookup as harness_tasks
-from attntemp.evaluate.harness.paired import EvalHarnessConfig
+from attntemp.evaluate.harness.config import EvalHarnessConfig
 from attntemp.evaluate.harness.task_folder import lm_eval_tasks_path
 
 

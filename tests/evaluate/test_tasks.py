@@ -116,3 +116,10 @@ def test_a_single_file_text_is_evaluated_whole_or_halved_for_tuning(tmp_path):
     tuner = tuning_context(ctx)
     assert [d.name for d in ctx.docs] == ["mine.txt#2"] and [d.name for d in tuner.docs] == ["mine.txt#1"]
     assert tuner.docs[0].text + ctx.docs[0].text == text and tuner.docs[0].text.endswith("\n")
+
+
+def test_the_light_task_names_are_the_registrys():
+    """TASK_NAMES (what configs and --help read without importing a task) is TASKS' keys, in order."""
+    from attntemp.evaluate import task_base, tasks
+
+    assert task_base.TASK_NAMES == tuple(tasks.TASKS)

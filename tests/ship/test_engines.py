@@ -570,3 +570,11 @@ def test_gemma3_llamacpp_carried_form_refuses_a_temperature_it_cannot_fold():
     spec = TemperatureSpec(multiplier=1.2, rope={**YARN, "attention_factor": 1.3})  # m on every layer
     with pytest.raises(ValueError, match=r"cannot be folded into one spec for llama.cpp"):
         LC.carried_form(spec, {"full_attention": {}, "sliding_attention": {}})
+
+
+def test_the_light_names_are_the_registrys():
+    """NAMES and VERIFIED (what configs and --help read without importing an engine) follow ENGINES."""
+    from attntemp.ship import engines
+
+    assert engines.NAMES == tuple(engines.ENGINES)
+    assert engines.VERIFIED == engines.verified()

@@ -14,8 +14,8 @@ from attntemp.evaluate import limits
 from attntemp.evaluate.corpus import heldout_windows
 from attntemp.ops.search import bisect_log_m, golden_section
 from attntemp.ops.spec import TemperatureSpec
-from attntemp.tune.config import held_out_lengths
 from attntemp.tune.entropy import EntropyOptions, _match_layer, capture_qk, tune_entropy
+from attntemp.tune.plan import held_out_lengths
 from attntemp.tune.runner import TuneConfig, preflight_tune, run_tune
 
 
@@ -259,3 +259,10 @@ def test_entropy_growth_target_allows_ln_n():
     grow = TARGETS["entropy_growth"].shift(256, 512, 256)
     expect = np.log(np.arange(257, 513)).mean() - np.log(np.arange(129, 257)).mean()
     assert grow == pytest.approx(expect) and TARGETS["entropy"].shift(256, 512, 256) == 0.0
+
+
+def test_the_configs_target_names_are_entropy_matchings():
+    """TuneConfig reads the targets' names without importing the tuner; they are TARGETS' keys."""
+    from attntemp.tune import config, entropy
+
+    assert config.TARGETS == tuple(entropy.TARGETS)

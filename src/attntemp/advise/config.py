@@ -1,6 +1,6 @@
-"""``attntemp advise``'s config and its plan: every fact the run needs, worked out once before
-the model loads (the trained length, the lengths, the needles that fit, the texts) and handed
-to :func:`attntemp.advise.run.run_advise` whole."""
+"""The configs of ``attntemp advise`` and ``attntemp demo`` (advise's whole story on one model):
+their flags, help, per-model defaults and checks, importable without torch (``--help`` builds from
+them). What the run needs is worked out from a config by :func:`attntemp.advise.plan.preflight_advise`."""
 
 from __future__ import annotations
 
@@ -8,14 +8,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..evaluate import corpus, limits, needles
+from ..evaluate import corpus
 from ..evaluate.corpus import HELDOUT_FOR_STDLIB
-from ..evaluate.score import check_store
-from ..evaluate.sweep.store import SweepConfig
-from ..evaluate.task_base import NEEDLES_PER_FORWARD, EvalOptions, eval_context, tuning_context
+from ..evaluate.sweep.config import SweepConfig
+from ..evaluate.task_base import EvalOptions
 from ..hf import preflight
-from ..ops.spec import TemperatureSpec
-from ..ship.engines import ENGINES
+from ..ship.engines import NAMES as ENGINES
 from ..utils import checks, deprecation, options, outputs
 from ..utils.options import option, reuse
 
@@ -162,144 +160,73 @@ class AdviseConfig(EvalOptions):
         return None if self.heldout_text == "none" else self.heldout_text
 
 
-@dataclass(frozen=True)
-class AdvisePlan:
-    """What the run consumes: worked out once by :func:`preflight_advise`."""
-
-    cfg: AdviseConfig
-    trained: int  # L0
-    model_type: str | None
-    short_lengths: tuple[int, ...]  # below L0 (and below N): where a candidate's cost is measured
-    check_lengths: tuple[int, ...]  # longer lengths the survivors are confirmed at
-    needles: int  # needles per forward that fit the shortest length they are scored at (0: none fit)
-    second_text: str | None
-    tok: Any
-    spare: int = SPARE  # windows past the race's own that the tuned m is searched on
-    config: dict[str, Any] | None = None  # the model's config, read once: the engines' settings fill from it
-    added: tuple[Any, ...] = ()  # the --add-spec specs, loaded and checked against the model
-
-    @property
-    def extends(self) -> bool:
-        return self.cfg.length > self.trained
-
-
-def short_lengths(length: int, trained: int) -> tuple[int, ...]:
-    """L0 / 4, L0 / 2 and L0, those below ``length`` (at least 32 tokens each)."""
-    return tuple(n for n in sorted({trained // 4, trained // 2, trained}) if 32 <= n < length)
-
-
-def fitting_needles(tok: Any, length: int, wanted: int) -> int:
-    """As many needles as fit ``length`` tokens, up to ``wanted`` (0 when not even one fits)."""
-    k = wanted
-    while k > 0 and needles.min_tokens(tok, k) > length:
-        k -= 1
-    return k
-
-
-def preflight_advise(cfg: AdviseConfig, model: Any = None, tok: Any = None) -> AdvisePlan:
-    """Everything checked before the model loads (each refusal names its flag): ``out``, the texts,
-    the trained length, every length long enough for its tasks and within memory, the windows the
-    text must hold."""
-    if not cfg.status:  # --status writes nothing: a finished run's folder is what it reads
-        outputs.check_out(cfg.out, cfg.own_outputs(), overwrite=cfg.overwrite)
-    try:  # a file of another program under the store's name: refused before the model loads
-        check_store(Path(cfg.out) / STORE)
-    except ValueError as exc:
-        raise ValueError(f"out={cfg.out!r}: {exc}; move it away or give another out folder") from None
-    config = model.config.to_dict() if model is not None else preflight.source_config(cfg.model)
-    tok = tok if tok is not None else preflight.load_tokenizer(cfg.model)
-    corpus.source_files(cfg.text, name="text")
-    if cfg.second_text():
-        corpus.source_files(cfg.second_text() or "", name="heldout_text")
-    trained = preflight.source_trained_length(config) or cfg.length
-    check = _check_lengths(cfg)
-    limits.check_lengths("length", [cfg.length], [cfg.objective], tok, indexed=False, opts=cfg, trained=trained)
-    _check_memory(cfg, config and preflight.text_part(config), check)
-    if cfg.learn_steps:
-        text = config and preflight.text_part(config)
-        preflight.check_forward("learn_steps", cfg.learn_steps, text, 1, cfg.length, grad=True)
-    limits.check_evaluator(cfg, tok)
-    _check_windows(cfg, tok, trained)
-    k = fitting_needles(tok, min(trained, cfg.length), cfg.needles_per_forward or NEEDLES_PER_FORWARD)
-    model_type = (config or {}).get("model_type")
-    lengths = short_lengths(cfg.length, trained)
-    added = _added_specs(cfg, config, trained)
-    return AdvisePlan(
-        cfg, trained, model_type, lengths, check, k, cfg.second_text(), tok, config=config or None, added=added
-    )
-
-
-def _added_specs(cfg: AdviseConfig, config: dict[str, Any] | None, trained: int) -> tuple[Any, ...]:
-    """Each --add-spec file loaded and checked against the model (its heads, its rotary dim, the L0
-    its RoPE states), before the model loads."""
-    specs = []
-    for path in cfg.add_spec:
-        try:
-            spec = TemperatureSpec.load(path)
-        except (ValueError, FileNotFoundError) as exc:
-            raise ValueError(str(exc).replace("spec=", "add_spec=", 1)) from None
-        preflight.check_spec("add_spec", path, spec, config)
-        l0 = spec.rope.l0 or dict(spec.schedule_params).get("trained_len")
-        if l0 is not None and int(l0) != trained:
-            raise ValueError(
-                f"add_spec={path!r} is not allowed: it states a trained length of {l0}, "
-                f"and the model was trained to {trained}; expected a spec tuned for this model"
-            )
-        specs.append(spec)
-    return tuple(specs)
-
-
-def _check_memory(cfg: AdviseConfig, text: dict[str, Any] | None, check: tuple[int, ...]) -> None:
-    """One row at each length, then ``batch_size`` rows at the longest, and the passkey prompts the
-    confirmation answers, within memory (each refusal naming the flag that sets the size)."""
-    limits.check_length_memory("length", [cfg.length], text, 1, indexed=False)
-    if check:
-        limits.check_length_memory("check_lengths", list(check), text, 1)
-    preflight.check_forward("batch_size", cfg.batch_size, text, cfg.batch_size, max((cfg.length, *check)))
-    name, prompts = ("retrieval_prompts", cfg.retrieval_prompts) if cfg.retrieval_prompts else ("trials", cfg.trials)
-    preflight.check_prompts(name, prompts, prompts, cfg.length)
-
-
-def _check_windows(cfg: AdviseConfig, tok: Any, trained: int) -> None:
-    """The text holds the windows the run scores: the race's (``race_windows`` and the spare ones) in
-    its tuning pool, the confirmation's (``n_docs``) in its evaluation pool, at ``length`` (needles:
-    on a haystack, so at the longest length below L0 where the cost is measured: it gives fewest)."""
-    shorts = short_lengths(cfg.length, trained)
-    n = cfg.length if cfg.objective != "needles" else max(shorts, default=None)
-    if n is None:
-        return
-    ctx = eval_context(cfg, trained, tuning=True)
-    learning = LEARN_WINDOWS if cfg.learn_steps and cfg.length > trained else 0
-    learnt = f" and {learning} that --learn-steps trains on" if learning else ""
-    pools = (
-        ("race_windows", cfg.race_windows, cfg.race_windows + SPARE + learning, tuning_context(ctx).docs, "tuning",
-         f" ({cfg.race_windows} raced and {SPARE} spare ones, where YaRN's m is searched{learnt})"),
-        ("n_docs", cfg.n_docs, cfg.n_docs, ctx.docs, "evaluation", " (the confirmation's)"),
-    )  # fmt: skip
-    for name, value, need, docs, pool, why in pools:
-        got = corpus.windows_held(tok, n, need, docs)
-        if got < need:
-            raise ValueError(
-                f"{name}={value} is not allowed: the run needs {need} windows of {n} tokens{why} from the "
-                f"{pool} pool of text={cfg.text!r}, which gives {got}; give a longer text, or ask for fewer windows "
-                "or a shorter length"
-            )
-
-
-def _check_lengths(cfg: AdviseConfig) -> tuple[int, ...]:
-    """The held-out lengths: as given (each above --length), 1.5 x --length by default, none for 0."""
-    lengths = cfg.check_lengths if cfg.check_lengths is not None else (round(1.5 * cfg.length),)
-    for i, n in enumerate(lengths):
-        if n <= cfg.length:
-            raise ValueError(
-                f"check_lengths[{i}]={n} is not allowed; expected a length above --length={cfg.length}, or 0 for none"
-            )
-    return tuple(lengths)
-
-
 def served_by(cfg: AdviseConfig) -> tuple[str, ...]:
     """The engines advise recommends for: ``--engine``, else every engine (transformers first)."""
     return (cfg.engine,) if cfg.engine else (REFERENCE_ENGINE, *(e for e in ENGINES if e != REFERENCE_ENGINE))
+
+
+BAKED_DIR = "baked"
+
+
+DEMO_LEARN_STEPS = 30  # the tiny model learns its per-head m and LongRoPE factors in seconds
+
+
+DEMO_OUTPUTS = outputs.Outputs(ADVISE_RESULTS, {BAKED_DIR: outputs.CHECKPOINT})  # demo's own; scores.db is resumed
+
+
+@dataclass(frozen=True, kw_only=True)
+class DemoConfig(AdviseConfig):
+    """``attntemp demo`` and :func:`run_demo` (per-model defaults in :data:`MODEL_DEFAULTS`)."""
+
+    length: int = option(0, "the length to advise for (default: 2x the trained length, where retrieval moves)")
+    out: str = option("attntemp-demo", "output folder (advise's report and files, the baked model)")
+    race_windows: int = option(8, "windows of the tuning pool the race may score")
+    n_docs: int = option(8, "evaluation-pool documents the survivors are confirmed on", flag="--docs")
+    trials: int = option(40, "passkey prompts of the retrieval step")
+    learn_steps: int = reuse(AdviseConfig, "learn_steps", DEMO_LEARN_STEPS)
+    bake: bool = option(True, "bake nothing", flag="--no-bake", invert=True)
+
+    def own_outputs(self) -> outputs.Outputs:
+        return DEMO_OUTPUTS
+
+
+# Per-model defaults: SmolLM2 (trained to 8192) at 12288 tokens, a forward of which takes minutes on
+# a 2-core CPU, so few windows and prompts.
+MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
+    "smollm2": {
+        "out": "attntemp-demo-smollm2",
+        "length": 12288,
+        "race_windows": 4,
+        "n_docs": 2,
+        "trials": 4,
+        "batch_size": 2,
+        "key_ngram": 4,
+        "key_distance": 4096,
+        "text": "gutenberg",
+        "tune_m": False,
+        "learn_steps": 0,
+        "check_lengths": (),
+    },
+}
+
+
+def default_out(model: str) -> str:
+    """``attntemp-demo`` for the tiny model, else ``attntemp-demo-<name>``."""
+    if model == "tiny":
+        return "attntemp-demo"
+    name = "".join(c if c.isalnum() or c in "-_." else "-" for c in Path(model.rstrip("/")).name)
+    return f"attntemp-demo-{name.strip('.') or 'model'}"
+
+
+def demo_config(model: str = "tiny", **overrides: Any) -> DemoConfig:
+    """The demo's config for ``model``: its defaults, then ``overrides`` (None values ignored);
+    a length left at 0 becomes twice the trained length read from the model's config."""
+    given = {k: v for k, v in overrides.items() if v is not None}
+    merged = {"out": default_out(model), **MODEL_DEFAULTS.get(model, {}), **given}
+    if not merged.get("length"):
+        trained = preflight.source_trained_length(preflight.source_config(model))
+        merged["length"] = 2 * trained if trained else 0
+    return DemoConfig(model=model, **merged)
 
 
 from ..utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)

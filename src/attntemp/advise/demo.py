@@ -29,78 +29,18 @@ from ..evaluate import corpus
 from ..evaluate.lm import answer_and_generate, first_integer
 from ..evaluate.score import score_key
 from ..evaluate.tasks import passkey_prompts
-from ..hf import preflight
 from ..hf.loading import load_model, resolve
 from ..ops.spec import TemperatureSpec
 from ..ship.bake import save_baked
 from ..ship.remote_code import save_schedule_checkpoint
 from ..utils import noise, outputs
-from ..utils.options import option, reuse
 from ..utils.tables import markdown_table
 from .candidates import BASELINE
-from .config import ADVISE_RESULTS, AdviseConfig, AdvisePlan, preflight_advise
+from .config import BAKED_DIR, DEMO_OUTPUTS, DemoConfig
 from .confirm import RETRIEVAL_LABEL
+from .plan import AdvisePlan, preflight_advise
 from .race import RETRIEVAL_TASK
 from .run import AdviseResult, advise, contexts, write_advice
-
-BAKED_DIR = "baked"
-DEMO_LEARN_STEPS = 30  # the tiny model learns its per-head m and LongRoPE factors in seconds
-DEMO_OUTPUTS = outputs.Outputs(ADVISE_RESULTS, {BAKED_DIR: outputs.CHECKPOINT})  # demo's own; scores.db is resumed
-
-
-@dataclass(frozen=True, kw_only=True)
-class DemoConfig(AdviseConfig):
-    """``attntemp demo`` and :func:`run_demo` (per-model defaults in :data:`MODEL_DEFAULTS`)."""
-
-    length: int = option(0, "the length to advise for (default: 2x the trained length, where retrieval moves)")
-    out: str = option("attntemp-demo", "output folder (advise's report and files, the baked model)")
-    race_windows: int = option(8, "windows of the tuning pool the race may score")
-    n_docs: int = option(8, "evaluation-pool documents the survivors are confirmed on", flag="--docs")
-    trials: int = option(40, "passkey prompts of the retrieval step")
-    learn_steps: int = reuse(AdviseConfig, "learn_steps", DEMO_LEARN_STEPS)
-    bake: bool = option(True, "bake nothing", flag="--no-bake", invert=True)
-
-    def own_outputs(self) -> outputs.Outputs:
-        return DEMO_OUTPUTS
-
-
-# Per-model defaults: SmolLM2 (trained to 8192) at 12288 tokens, a forward of which takes minutes on
-# a 2-core CPU, so few windows and prompts.
-MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
-    "smollm2": {
-        "out": "attntemp-demo-smollm2",
-        "length": 12288,
-        "race_windows": 4,
-        "n_docs": 2,
-        "trials": 4,
-        "batch_size": 2,
-        "key_ngram": 4,
-        "key_distance": 4096,
-        "text": "gutenberg",
-        "tune_m": False,
-        "learn_steps": 0,
-        "check_lengths": (),
-    },
-}
-
-
-def default_out(model: str) -> str:
-    """``attntemp-demo`` for the tiny model, else ``attntemp-demo-<name>``."""
-    if model == "tiny":
-        return "attntemp-demo"
-    name = "".join(c if c.isalnum() or c in "-_." else "-" for c in Path(model.rstrip("/")).name)
-    return f"attntemp-demo-{name.strip('.') or 'model'}"
-
-
-def demo_config(model: str = "tiny", **overrides: Any) -> DemoConfig:
-    """The demo's config for ``model``: its defaults, then ``overrides`` (None values ignored);
-    a length left at 0 becomes twice the trained length read from the model's config."""
-    given = {k: v for k, v in overrides.items() if v is not None}
-    merged = {"out": default_out(model), **MODEL_DEFAULTS.get(model, {}), **given}
-    if not merged.get("length"):
-        trained = preflight.source_trained_length(preflight.source_config(model))
-        merged["length"] = 2 * trained if trained else 0
-    return DemoConfig(model=model, **merged)
 
 
 def _stage(cfg: DemoConfig, text: str) -> None:

@@ -29,9 +29,10 @@ from . import advice_page as report
 from . import diagnose, status
 from .candidates import BASELINE, Candidate, by_key, candidates, rotary, tuned_yarn
 from .carry import carries, with_engines
-from .config import STORE, AdviseConfig, AdvisePlan, preflight_advise, served_by
+from .config import STORE, AdviseConfig, served_by
 from .confirm import checks_for, confirm, on_yarn, recommendation, to_confirm
 from .learned import LearnJob, added_candidates, learned_candidates
+from .plan import AdvisePlan, preflight_advise
 from .race import RETRIEVAL_TASK, RaceResult, RaceSettings, race, retrieval_rows
 
 

@@ -19,7 +19,8 @@ from ..evaluate.task_base import get_task
 from ..utils.tables import markdown_table
 from .advice_page import confirm_table, interval_cell
 from .candidates import BASELINE, by_key
-from .config import STORE, AdvisePlan
+from .config import STORE
+from .plan import AdvisePlan
 from .race import RaceResult
 
 

@@ -11,12 +11,11 @@ into ``--out``.
 
 from __future__ import annotations
 
-import stat
 import sys
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,84 +25,16 @@ from tqdm.auto import tqdm
 from ..evaluate.corpus import heldout_windows, load_text, source_files
 from ..hf import preflight
 from ..hf.introspect import trained_length
-from ..hf.loading import ModelOptions, load_model
+from ..hf.loading import load_model
 from ..hf.patch import patch
 from ..ops.spec import TemperatureSpec
-from ..utils import checks, options, outputs
-from ..utils.options import option
+from ..utils import outputs
+from .config import GenerateConfig
 from .monitor import FlagOptions, Monitor, Step
 from .monitor_plot import plot_monitor
-from .reference_profile import DEFAULT_QUANTILE, DEFAULT_WINDOW, FLAGS, Reference, reference
+from .reference_profile import Reference, reference
 
 GENERATE_RESULTS = ("generated.txt", "monitor.jsonl", "monitor.png", "reference.json")
-
-
-@dataclass(frozen=True, kw_only=True)
-class GenerateConfig(ModelOptions):
-    """``attntemp generate`` and :func:`run_generate`."""
-
-    prompt_file: str = option(help="the prompt: a UTF-8 text file")
-    max_new_tokens: int = option(help="tokens to generate")
-    out: str = option(
-        "attntemp-generate", "output folder: generated.txt, and monitor.jsonl + monitor.png with --monitor"
-    )
-    spec: str | None = option(None, "a TemperatureSpec JSON file to generate under (temperatures and RoPE extension)")
-    monitor: bool = option(False, "record attention per generated token and flag departures from the reference")
-    every: int = option(1, "with --monitor: record every k-th generated token")
-    sample: bool = option(False, "sample (softmax temperature 1) instead of greedy decoding")
-    seed: int = option(0, "seed of the sampling")
-    reference: str | None = option(
-        None, "with --monitor: a reference.json of an earlier run (or measure's stats.json) instead of measuring one"
-    )
-    reference_text: str = option("stdlib", "with --monitor: held-out text of the reference at the trained length")
-    reference_docs: int = option(8, "with --monitor: documents (rows) of the reference")
-    window: int = option(DEFAULT_WINDOW, "with --monitor: flags compare the mean of a row's last WINDOW recorded steps")
-    quantile: float = option(
-        DEFAULT_QUANTILE, "with --monitor: each flag's margin is this quantile of the reference's spread"
-    )
-    stop_on: tuple[str, ...] = option(
-        (),
-        f"with --monitor: stop at the first step raising one of these flags ({','.join(FLAGS)})",
-        parse=options.names,
-    )
-    progress_bar: bool = option(False, "a progress bar instead of one line per step (the text streams to stdout)")
-    overwrite: bool = option(False, "replace the results already in --out")
-
-    def __post_init__(self) -> None:
-        for name in ("max_new_tokens", "every", "window", "reference_docs"):
-            checks.positive_int(name, getattr(self, name))
-        if not 0.5 < float(self.quantile) < 1:
-            raise ValueError(f"quantile={self.quantile!r} is not allowed; expected a number in (0.5, 1)")
-        for i, flag in enumerate(self.stop_on):
-            checks.choice(f"stop_on[{i}]", flag, FLAGS)
-        for name in ("prompt_file", "spec", "reference"):
-            path = getattr(self, name)
-            readable = path is not None and (Path(path).is_file() or (name == "prompt_file" and _stream(Path(path))))
-            if path is not None and not readable:
-                why = "a folder, not a file" if Path(path).is_dir() else "no such file"
-                raise ValueError(f"{name}={path!r} is not allowed: {why}")
-        self._check_monitor_options()
-
-    def _check_monitor_options(self) -> None:
-        """The options that only shape ``--monitor``, refused without it (they would be ignored)."""
-        if self.monitor:
-            return
-        defaults = {f.name: f.default for f in fields(self)}
-        for name in ("every", "reference", "reference_text", "reference_docs", "window", "quantile", "stop_on"):
-            if getattr(self, name) != defaults[name]:
-                raise ValueError(
-                    f"{name}={getattr(self, name)!r} is not allowed without monitor=True: it shapes the monitor, "
-                    "which is off; add monitor=True or leave it out"
-                )
-
-
-def _stream(path: Path) -> bool:
-    """A FIFO or character device (``--prompt-file <(...)``, ``/dev/stdin``): read once, as a file."""
-    try:
-        mode = path.stat().st_mode
-    except OSError:
-        return False
-    return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)
 
 
 @dataclass(frozen=True)

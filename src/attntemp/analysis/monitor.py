@@ -40,13 +40,10 @@ from ..hf.patch import PROBE, STATE, LayerState, query_positions
 from ..ops.rope.params import Rope
 from ..ops.spec import TemperatureSpec
 from ..utils import checks
+from .config import DEFAULT_QUANTILE, DEFAULT_WINDOW, FLAGS, STEP_STATS
 from .measure import AttentionStats
 from .monitor_rows import STACK_BYTES, RowGroup, assemble, group_stats, row_groups, stacked_stats
 from .reference_profile import (
-    DEFAULT_QUANTILE,
-    DEFAULT_WINDOW,
-    FLAGS,
-    STEP_STATS,
     Reference,
     probed,
     raise_flags,

@@ -26,9 +26,10 @@ from ..ops.intervals import mean_interval, wilson
 from ..ops.spec import TemperatureSpec
 from ..utils import checks
 from ..utils.tables import markdown_table
+from .config import FLAGS
 from .monitor import Monitor, Step
 from .monitor_plot import plot_runs
-from .reference_profile import FLAGS, Reference
+from .reference_profile import Reference
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
+from .config import FLAGS
 from .monitor import Step
-from .reference_profile import FLAGS, Reference
+from .reference_profile import Reference
 
 FLAG_COLOURS = {"collapse": "tab:red", "diffusion": "tab:blue", "sharpening": "tab:purple", "sink_loss": "tab:orange"}
 

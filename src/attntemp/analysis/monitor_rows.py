@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from ..ops.attention_stats import block_stats, last_query_stats
-from .reference_profile import STEP_STATS
+from .config import STEP_STATS
 
 STACK_BYTES = 2**18  # a layer whose seen keys are at most this size joins one stacked call
 

@@ -38,20 +38,11 @@ from ..hf.patch import is_patched, probes, probing, run_decoder
 from ..ops.attention_stats import attention_stats
 from ..ops.spec import TemperatureSpec
 from ..utils import checks
+from .config import DEFAULT_QUANTILE, FLAGS, STEP_STATS
 from .measure import AttentionStats, StatOptions
 
-STEP_STATS = ("entropy", "norm_entropy", "sink_mass", "recent_mass")
-# flag -> (statistic, direction): raised when direction * shift > margin
-FLAGS: dict[str, tuple[str, float]] = {
-    "collapse": ("recent_mass", 1.0),
-    "diffusion": ("norm_entropy", 1.0),
-    "sharpening": ("norm_entropy", -1.0),
-    "sink_loss": ("sink_mass", -1.0),
-}
 FLAG_STATS = np.array([STEP_STATS.index(s) for s, _ in FLAGS.values()])  # each flag's statistic
 FLAG_SIGNS = np.array([d for _, d in FLAGS.values()])  # and its direction
-DEFAULT_QUANTILE = 0.999
-DEFAULT_WINDOW = 8
 
 
 @contextmanager
@@ -307,3 +298,8 @@ def worst_heads(ref: Reference, stats: dict[str, np.ndarray], name: str = "norm_
     flat = np.nan_to_num(np.abs(z), nan=-1.0).reshape(len(z), -1).argmax(-1)  # [B]
     layer, head = np.unravel_index(flat, z.shape[1:])
     return np.stack([layer, head, z.reshape(len(z), -1)[np.arange(len(z)), flat]], axis=-1)
+
+
+from ..utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
+
+__getattr__ = legacy_getattr(__name__)  # old names that warn: attntemp.utils.deprecation.RENAMED

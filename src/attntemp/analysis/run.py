@@ -10,36 +10,14 @@ import numpy as np
 
 from ..evaluate.corpus import heldout_windows, load_text
 from ..hf import preflight
-from ..hf.loading import ModelOptions, load_model
+from ..hf.loading import load_model
 from ..ops.attention_stats import STATS
 from ..ops.spec import TemperatureSpec
-from ..utils import checks, outputs
-from ..utils.options import option
+from ..utils import outputs
 from ..utils.tables import markdown_table
 from . import plots
+from .config import MeasureConfig
 from .measure import AttentionStats, StatOptions, measure
-
-
-@dataclass(frozen=True, kw_only=True)
-class MeasureConfig(ModelOptions):
-    """``attntemp measure`` and :func:`run_measure`."""
-
-    out: str = option(help="output folder (stats.json, PNGs, summary.md)")
-    length: int = option(help="tokens per sequence")
-    text: str = option("stdlib", "held-out text: stdlib, gutenberg:<book>, a file or a folder")
-    n_docs: int = option(1, "held-out documents (batch rows)", flag="--docs")
-    spec: str | None = option(None, "a TemperatureSpec JSON file (temperatures and RoPE extension)")
-    buckets: int = option(16, "query-position buckets")
-    sink_tokens: int = option(4, "the first keys counted as the attention sink")
-    recent_tokens: int = option(64, "the last keys counted as recent")
-    overwrite: bool = option(False, "replace the results already in --out")
-
-    def __post_init__(self) -> None:
-        for name in ("length", "n_docs", "buckets", "sink_tokens", "recent_tokens"):
-            checks.positive_int(name, getattr(self, name))
-        for name in ("buckets", "sink_tokens", "recent_tokens"):
-            checks.at_most(name, getattr(self, name), self.length, f"length={self.length} tokens has no more")
-
 
 MEASURE_RESULTS = ("stats.json", "summary.md", "entropy_heatmap.png", "entropy_by_position.png", "sink_recency.png")
 

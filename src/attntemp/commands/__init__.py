@@ -32,34 +32,34 @@ class Plain:
 PLAIN_COMMANDS: dict[str, Plain] = {
     "measure": Plain(
         "entropy, sink and recency of attention per layer/head/position",
-        "analysis.run:MeasureConfig", "analysis.run:run_measure",
+        "analysis.config:MeasureConfig", "analysis.run:run_measure",
     ),
     "sweep": Plain(
         "sweep multipliers x lengths x RoPE methods x tasks (resumable)",
-        "evaluate.sweep.store:SweepConfig", "evaluate.sweep.run:run_sweep",
+        "evaluate.sweep.config:SweepConfig", "evaluate.sweep.run:run_sweep",
     ),
     "tune": Plain(
         "tune m = 1/T (global search, entropy matching or gradient)", "tune.config:TuneConfig", "tune.runner:run_tune"
     ),
     "eval": Plain(
         "lm-eval tasks without and with a spec, in one paired table (needs [eval])",
-        "evaluate.harness.paired:EvalHarnessConfig", "evaluate.harness.run:run_eval",
+        "evaluate.harness.config:EvalHarnessConfig", "evaluate.harness.run:run_eval",
     ),
     "bake": Plain(
         "write a checkpoint with the temperature in its weights (plain to serve)",
-        "ship.bake_runner:BakeConfig", "ship.bake_runner:run_bake",
+        "ship.config:BakeConfig", "ship.bake_runner:run_bake",
     ),
     "export": Plain(
         "print an engine's settings for a spec (rope_parameters or flags)",
-        "ship.export:ExportConfig", "ship.export:run_export",
+        "ship.config:ExportConfig", "ship.export:run_export",
     ),
     "audit": Plain(
         "check engines' RoPE scaling and temperature against a model's config.json, per position",
-        "ship.audit.run:AuditConfig", "ship.audit.run:run_audit", "differs",
+        "ship.config:AuditConfig", "ship.audit.run:run_audit", "differs",
     ),
     "verify": Plain(
         "run llama.cpp or vLLM with the shipped settings and compare with attntemp (KL, perplexity)",
-        "ship.verify:VerifyConfig", "ship.verify:run_verify", "!passed",
+        "ship.config:VerifyConfig", "ship.verify:run_verify", "!passed",
     ),
 }  # fmt: skip
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 
 from ..advise.config import AdviseConfig
-from ..advise.run import run_advise
-from ..advise.status import AdviseStatus
 from ..utils.options import add_options, from_args
 from .output import emit
 
@@ -22,6 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..advise.run import run_advise
+    from ..advise.status import AdviseStatus
+
     cfg = from_args(AdviseConfig, args)
     result = run_advise(cfg)
     if isinstance(result, AdviseStatus):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..logits import calibrate
-from ..logits.calibrate import CalibrateConfig, run_calibration
+from ..logits import config
+from ..logits.config import CalibrateConfig
 from ..utils.options import add_options, from_args
 from .output import emit
 
@@ -14,13 +14,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "calibrate",
         help="fit a temperature on held-out logits (Guo et al. 2017)",
-        description=(calibrate.__doc__ or "").replace("``", ""),
+        description=(config.__doc__ or "").replace("``", ""),
     )
     add_options(p, CalibrateConfig)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..logits.calibrate import run_calibration
+
     result = run_calibration(from_args(CalibrateConfig, args))
     emit(args, result.markdown(), result.to_dict())
     return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..advise.demo import MODEL_DEFAULTS, DemoConfig, demo_config, run_demo
+from ..advise.config import MODEL_DEFAULTS, DemoConfig, demo_config
 from ..utils.options import add_options, from_args, show
 from .output import emit
 
@@ -20,6 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..advise.demo import run_demo
+
     result = run_demo(from_args(DemoConfig, args, build=demo_config))
     emit(args, f"{result.markdown()}\nreport: {result.page.resolve()}", result.to_dict())
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..analysis.generate import GenerateConfig, run_generate
+from ..analysis.config import GenerateConfig
 from ..utils.options import add_options, from_args
 from .output import emit
 
@@ -19,6 +19,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..analysis.generate import run_generate
+
     as_json = bool(getattr(args, "json_out", False))
     result = run_generate(from_args(GenerateConfig, args), stream=not as_json)
     if as_json:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..report.build import ReportConfig, build_report
+from ..report.config import ReportConfig
 from ..utils.options import add_options, from_args
 from .output import emit
 
@@ -16,6 +16,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..report.build import build_report
+
     cfg = from_args(ReportConfig, args)
     result = build_report(cfg.dir, cfg.progress, cfg.overwrite)
     emit(args, f"{result.markdown()}\nreport: {result.page}", result.to_dict())

@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..report import tables
-from ..report.tables import TablesConfig
+from ..report.config import TablesConfig
 from ..utils.options import add_options, from_args
 
 
@@ -17,6 +16,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..report import tables
+
     cfg = from_args(TablesConfig, args)
     yarn, temp = tables.yarn_table(), tables.temperature_table()
     if cfg.json:

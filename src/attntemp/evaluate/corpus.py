@@ -20,11 +20,16 @@ import random
 import sysconfig
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from ..utils import checks
+from ..utils.lazy import lazy
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy("torch")
+
 
 TEXT_SUFFIXES = (".txt", ".py", ".md")
 SKIPPED_STDLIB_DIRS = frozenset({"site-packages", "dist-packages", "test", "tests", "idle_test"})

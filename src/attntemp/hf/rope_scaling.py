@@ -12,16 +12,21 @@ import copy
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from ..ops import rope
 from ..ops.geometry import stated_positions
 from ..ops.rope import EXTENSIONS
 from ..ops.rope.params import Rope
 from ..utils import checks
+from ..utils.lazy import lazy
 from .introspect import per_type_rope, rope_geometry, text_config, trained_length
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy("torch")
+
 
 SCALINGS = ("none", "linear", "ntk", "dynamic", "yarn")  # what `--rope` takes: s from the length alone
 _SAVED = "_attntemp_rope_saved"

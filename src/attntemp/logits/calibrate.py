@@ -1,10 +1,6 @@
-"""Temperature scaling of logits from a file (``attntemp calibrate``): fit one T on held-out logits
-(Guo et al. 2017, arXiv:1706.04599), the calibration metrics before and after, a reliability
-diagram and ``calibration.json``.
-
-The ``.npz`` holds arrays ``logits`` ([N, C] or [B, L, V], float) and ``labels`` ([N] or [B, L],
-integer, ``ignore_index`` for padding).
-"""
+"""``attntemp calibrate``'s run: the logits read from the file, one T fitted on them (Guo et al. 2017,
+arXiv:1706.04599), the calibration metrics before and after, a reliability diagram and
+``calibration.json``; the flags and the file's format are :mod:`.config`'s."""
 
 from __future__ import annotations
 
@@ -17,8 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..utils import checks, outputs, tables
-from ..utils.options import option
+from ..utils import outputs, tables
 from .calibration import (
     CalibrationFit,
     CalibrationMetrics,
@@ -27,26 +22,8 @@ from .calibration import (
     flatten_labelled,
     reliability_diagram,
 )
+from .config import CalibrateConfig
 
-
-@dataclass(frozen=True)
-class CalibrateConfig:
-    """``attntemp calibrate`` and :func:`run_calibration`."""
-
-    logits: str = option(help="npz holding arrays 'logits' and 'labels'", metavar="FILE.npz")
-    out: str = option(help="folder for reliability.png and calibration.json (created if missing)", metavar="DIR")
-    bins: int = option(15, "equal-width bins for the metrics")
-    ignore_index: int = option(-100, "label value of positions to skip")
-    overwrite: bool = option(False, "replace calibration.json and reliability.png already in --out")
-
-    def __post_init__(self) -> None:
-        checks.positive_int("bins", self.bins)
-        checks.at_most("bins", self.bins, MAX_BINS, "each bin is a bar of the reliability diagram")
-        if isinstance(self.ignore_index, bool) or not isinstance(self.ignore_index, int):
-            raise ValueError(f"ignore_index={self.ignore_index!r} is not allowed; expected an integer")
-
-
-MAX_BINS = 1000
 CALIBRATION_RESULTS = ("calibration.json", "reliability.png")
 
 

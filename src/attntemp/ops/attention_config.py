@@ -25,14 +25,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from ..utils import checks
+from ..utils.lazy import lazy
 from . import rope
 from .geometry import FULL, ModelGeometry, config_dict, rope_source, stated_l0
 from .schedules import Llama4, yarn_mscale
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy("torch")
+
 
 # softmax scale *= mscale(s, mscale_all_dim)^2 (Mistral 4: transformers' yarn_apply_mscale)
 DEEPSEEK_TYPES = ("deepseek_v2", "deepseek_v3", "mistral4")

@@ -16,10 +16,15 @@ import abc
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-
-import torch
+from typing import TYPE_CHECKING
 
 from ..utils import checks
+from ..utils.lazy import lazy
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy("torch")
 
 
 def yarn_mscale(s: float, mscale: float = 1.0) -> float:
@@ -253,6 +258,10 @@ def _shape(c: Coefficient) -> tuple[int, ...]:
         return ()
     first = c[0]
     return (len(c),) if isinstance(first, float) else (len(c), len(first))
+
+
+# the schedules a gradient learns (hf.learnable): the second learns b alone (a stays at init, 0: m = 1 up to L0)
+LEARNED_SCHEDULES = ("log_length", "log_length_slope")
 
 
 @dataclass(frozen=True)

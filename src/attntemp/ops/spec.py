@@ -19,14 +19,19 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from ..utils import checks
+from ..utils.lazy import is_tensor, lazy
 from . import schedules
 from .attention_config import MULTIPLIERS
 from .rope.params import PAIR_LISTS, Rope
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy("torch")
+
 
 GRANULARITIES = ("global", "layer", "head")  # one m for the model, one per layer, one per head
 FORMAT = "attntemp.TemperatureSpec/1"
@@ -65,7 +70,7 @@ Params = Mapping[str, Any] | Sequence[tuple[str, Any]] | None
 
 def _positive(name: str, value: Any) -> float:
     """A finite number > 0: an int or float (a tensor scalar too), never a string or a boolean."""
-    if torch.is_tensor(value) and value.numel() == 1:
+    if is_tensor(value) and value.numel() == 1:
         value = value.item()
     if isinstance(value, (str, bytes)) or value is None:
         raise ValueError(f"{name}={value!r} is not allowed; expected a finite number > 0")
@@ -86,7 +91,7 @@ def _row(name: str, values: Any) -> tuple[float, ...]:
 
 def _heads(heads: Any) -> tuple[tuple[float, ...], ...] | None:
     """Rows of per-head multipliers, one per layer, all of one length (a ValueError otherwise)."""
-    rows = heads.tolist() if isinstance(heads, torch.Tensor) else heads
+    rows = heads.tolist() if is_tensor(heads) else heads
     if rows is None:
         return None
     if isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence):
@@ -304,7 +309,7 @@ class TemperatureSpec:
     @classmethod
     def per_head(cls, heads: torch.Tensor | list, **kw: Any) -> TemperatureSpec:
         """A spec from a ``[layers, heads]`` table of multipliers."""
-        rows = heads.tolist() if torch.is_tensor(heads) else heads
+        rows = heads.tolist() if is_tensor(heads) else heads
         return cls(heads=tuple(tuple(r) for r in rows), **kw)
 
     @classmethod

@@ -15,7 +15,6 @@ from tqdm.auto import tqdm
 from ..evaluate.sweep import Store
 from ..evaluate.sweep.table import BEST_NOTE, best_table
 from ..utils import outputs
-from ..utils.options import option
 from .figures import (
     plot_heatmap_grid,
     plot_metric_vs_multiplier,
@@ -23,16 +22,6 @@ from .figures import (
     plot_tuning_entropy,
 )
 from .html import markdown_to_html
-
-
-@dataclass(frozen=True)
-class ReportConfig:
-    """``attntemp report`` and :func:`build_report`."""
-
-    dir: str = option(help="folder holding sweep.db and/or tuning runs (evidence.md)", positional=True)
-    progress: bool = option(True, "no progress bar", flag="--quiet", invert=True)
-    overwrite: bool = option(False, "replace the report.md, report.html and figures an earlier report wrote in DIR")
-
 
 FIGURES = ("ppl_vs_multiplier.png", "passkey_logp_vs_multiplier.png", "passkey_heatmap.png", "needle_heatmap.png")
 # report's own in DIR (and tunes' entropy_shift.png)

@@ -3,22 +3,13 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 
 from ..ops.schedules import yarn_mscale, yarn_multiplier, yarn_sqrt_multiplier
 from ..ops.softmax import entropy, tempered_softmax
-from ..utils.options import option
 from ..utils.tables import markdown_table
-
-
-@dataclass(frozen=True)
-class TablesConfig:
-    """``attntemp tables``."""
-
-    json: bool = option(False, "print JSON instead of markdown")
-
+from .config import TablesConfig as TablesConfig  # read here before its config module
 
 YARN_SCALES = (2, 4, 8, 16, 32, 64, 128)
 TEMPERATURES = (0.25, 0.5, 0.8, 1.0, 1.25, 2.0, 4.0)

@@ -5,17 +5,15 @@ The caller of both, so neither imports the other's caller."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from ..hf import preflight
-from ..hf.loading import ModelOptions, load_model
+from ..hf.loading import load_model
 from ..ops.spec import TemperatureSpec
-from ..utils import checks, install
-from ..utils.options import option
+from ..utils import install
 from .bake import (
     BakeResult,
     check_out_dir,
@@ -24,24 +22,8 @@ from .bake import (
     refuse_position_dependent,
     save_baked,
 )
+from .config import BakeConfig
 from .remote_code import save_schedule_checkpoint, schedule_start, tokens_past_start
-
-
-@dataclass(frozen=True, kw_only=True)
-class BakeConfig(ModelOptions):
-    """``attntemp bake`` and :func:`run_bake`."""
-
-    spec: str = option(help="a TemperatureSpec JSON file (multipliers m = 1/T, RoPE extension)")
-    out: str = option(help="output folder (must be new or empty)")
-    overwrite: bool = option(False, "replace a non-empty --out")
-    check_tokens: int = option(64, "tokens in the fp32 logit check")
-
-    def __post_init__(self) -> None:
-        checks.positive_int("check_tokens", self.check_tokens)
-        if self.dtype not in (None, "float32"):
-            raise ValueError(
-                f"dtype={self.dtype!r} is not allowed; bake folds m into float32 weights and checks them in float32"
-            )
 
 
 def run_bake(cfg: BakeConfig) -> BakeResult:

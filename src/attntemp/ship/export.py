@@ -18,16 +18,14 @@ layers only and the sliding-window layers keep their own.
 from __future__ import annotations
 
 import math
-import re
-from dataclasses import dataclass
 from typing import Any
 
-from ..ops.geometry import ModelGeometry, check_theta, config_dict
+from ..ops.geometry import ModelGeometry, config_dict
 from ..ops.spec import TemperatureSpec
 from ..utils import checks
-from ..utils.options import option
 from .audit.run import load_config
-from .engines import ENGINES, reading_gguf_arch
+from .config import ExportConfig
+from .engines import ENGINES
 from .engines.base import ExportResult, export_target, model_sizes
 from .engines.routes import export_spec
 
@@ -54,38 +52,6 @@ def export(
     target = export_target(config, rope_theta, gguf_arch)
     spec.check_rotary(target.rotary_dim)  # a longrope's factor lists against the model's, when known
     return export_spec(spec, ENGINES[engine], trained_length, target)
-
-
-@dataclass(frozen=True)
-class ExportConfig:
-    """``attntemp export`` and :func:`run_export`."""
-
-    spec: str = option(help="a TemperatureSpec JSON file")
-    engine: str = option(help=f"the engine: {', '.join(ENGINES)}")
-    trained_length: int | None = option(None, "the model's trained context (YaRN's L0)", parse=int)
-    rope_theta: float | None = option(None, "the model's rope_theta, written into rope_parameters", parse=float)
-    gguf_arch: str | None = option(None, "llama.cpp: the GGUF's general.architecture (for --override-kv)")
-    config: str | None = option(
-        None,
-        "the model's config.json, or a shipped config's name: its rope_theta, and its RoPE per layer type "
-        "(Gemma 3: the rope goes to the global layers only)",
-    )
-
-    def __post_init__(self) -> None:
-        checks.choice("engine", self.engine, ENGINES)
-        if self.rope_theta is not None:
-            check_theta(self.rope_theta)
-        if self.gguf_arch is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", self.gguf_arch):
-            raise ValueError(
-                f"gguf_arch={self.gguf_arch!r} is not allowed; expected a GGUF architecture name (letters, digits, "
-                "'_', '-', '.'), e.g. llama, qwen2, gpt-oss"
-            )
-        readers = reading_gguf_arch()
-        if self.gguf_arch is not None and self.engine not in readers:
-            raise ValueError(
-                f"gguf_arch={self.gguf_arch!r} is not allowed with engine={self.engine!r}: only "
-                f"{', '.join(readers)} reads it"
-            )
 
 
 ROPE_KEYS = ("rope_theta", "rope_parameters", "rope_scaling")

@@ -12,42 +12,11 @@ the mean KL(attntemp || engine) per token (which must be ~0 in float32).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ..hf import preflight
-from ..hf.loading import ModelOptions
 from ..ops.spec import TemperatureSpec
-from ..utils import checks
-from ..utils.options import option
-from .comparison import VerifyResult, check_work_dir, default_length
-from .engines import ENGINES, verified
-
-
-@dataclass(frozen=True, kw_only=True)
-class VerifyConfig(ModelOptions):
-    """``attntemp verify`` and :func:`run_verify`."""
-
-    engine: str = option(help=f"the engine to run: {', '.join(verified())}")
-    spec: str = option(help="a TemperatureSpec JSON file")
-    text: str = option("stdlib", "held-out text: stdlib, gutenberg:<book>, a file or a folder")
-    length: int | None = option(
-        None, "tokens per window (default: the spec's RoPE s * L0, else the trained length)", parse=int
-    )
-    chunks: int = option(2, "windows (held-out documents), each scored over its second half as llama-perplexity does")
-    engine_dir: str | None = option(None, "folder of the engine build (default: PATH, then ~/.cache/attntemp/engines)")
-    work_dir: str | None = option(None, "where the GGUF files, baked checkpoints and KL files go (default: a temp dir)")
-
-    def __post_init__(self) -> None:
-        checks.choice("engine", self.engine, verified())
-        checks.positive_int("chunks", self.chunks)
-        if self.length is not None and checks.positive_int("length", self.length) < 4:
-            raise ValueError(f"length={self.length} is not allowed; expected >= 4")
-        if self.dtype not in (None, "float32"):
-            raise ValueError(f"dtype={self.dtype!r} is not allowed; verify compares float32 models")
-
-    def window_length(self, spec: TemperatureSpec, trained: int) -> int:
-        """Tokens per window: ``length``, else the spec's RoPE s x L0, else the trained length."""
-        return self.length or default_length(spec, trained)
+from .comparison import VerifyResult, check_work_dir
+from .config import VerifyConfig
+from .engines import ENGINES
 
 
 # ----------------------------------------------------------------------------- before any work

@@ -29,10 +29,9 @@ from ..hf.learnable import LearnableTemperatures, base_spec, learnable, trained_
 from ..hf.rope_factors import factors_for
 from ..ops.spec import TemperatureSpec
 from ..utils import checks
+from .config import ROPE_FACTORS, ROPE_TEMPERATURES
 from .train import TrainOptions, TrainResult, train_temperatures
 
-ROPE_FACTORS = ("off", "learn")  # learn: LongRoPE's long_factor, one per rotary pair, by gradient
-ROPE_TEMPERATURES = ("learn", "none", "longrope")  # with learned factors: m learned, m = 1, LongRoPE's scale
 Targets = Callable[[int, int], tuple[torch.Tensor, torch.Tensor]]  # (length, n) -> ([n, L] ids, [n, L-1] mask)
 
 

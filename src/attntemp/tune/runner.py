@@ -30,10 +30,11 @@ from ..hf.patch import only_layer_types
 from ..hf.rope_scaling import rope_for
 from ..ops.spec import TemperatureSpec
 from ..utils import outputs
-from .config import TuneConfig, TunePlan, preflight_tune
+from .config import TuneConfig
 from .entropy import tune_entropy
 from .evidence import comparisons, evaluate_specs, evidence_markdown, evidence_specs
 from .gradient import run_gradient_tuning
+from .plan import TunePlan, preflight_tune
 from .resume import TUNE_OUTPUTS, TUNE_RESULTS, resumable
 from .search import tune_global
 

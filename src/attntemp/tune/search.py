@@ -16,8 +16,7 @@ from ..evaluate.tasks import EvalContext, get_task
 from ..ops.search import best_at_edge, grid_then_golden
 from ..ops.spec import TemperatureSpec
 from ..utils import checks
-
-SEARCH_OBJECTIVES = ("perplexity", "passkey", "key_tokens", "needles")  # tasks whose objective a search optimises
+from .config import SEARCH_OBJECTIVES
 
 
 @dataclass(frozen=True, kw_only=True)

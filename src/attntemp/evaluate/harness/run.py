@@ -14,9 +14,9 @@ from ...hf.loading import load_model, resolve
 from ...ops.spec import TemperatureSpec
 from .. import limits
 from . import task_folder as lm_eval_tasks
+from .config import EvalHarnessConfig
 from .lookup import task_metadata
 from .paired import (
-    EvalHarnessConfig,
     HarnessResult,
     Settings,
     both_runs,

@@ -28,7 +28,8 @@ from ...utils import outputs
 from .. import limits
 from ..distributed import preflight_ray, run_distributed
 from ..tasks import EvalOptions, eval_context
-from .store import LOCK_FILE, SETTINGS, Store, SweepConfig, check_exact, evaluate_group, mkey, multiplier_groups
+from .config import SweepConfig, mkey
+from .store import LOCK_FILE, SETTINGS, Store, check_exact, evaluate_group, multiplier_groups
 from .table import BEST_NOTE, best_table
 
 __all__ = [

@@ -13,58 +13,15 @@ import json
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ...hf.rope_scaling import SCALINGS, rope_for
+from ...hf.rope_scaling import rope_for
 from ...ops.spec import TemperatureSpec
-from ...utils import checks, options
-from ...utils.options import option
 from ..score import score_many
-from ..tasks import TASKS, EvalContext, EvalOptions
-
-
-@dataclass(frozen=True, kw_only=True)
-class SweepConfig(EvalOptions):
-    """``attntemp sweep`` and :func:`run_sweep`: every (length, rope, multiplier, task) point."""
-
-    out: str = option(help="output folder (sweep.db; a rerun resumes it)")
-    lengths: tuple[int, ...] = option((512, 1024), "tokens per window, comma list", parse=options.ints)
-    rope: tuple[str, ...] = option(
-        ("none", "yarn"),
-        f"RoPE extensions, comma list of {', '.join(SCALINGS)} (s = length / trained length)",
-        parse=options.names,
-    )
-    multipliers: tuple[float, ...] = option(
-        (0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4),
-        "logit multipliers m = 1/T: LO:HI:STEP or a comma list",
-        parse=options.multipliers,
-    )
-    tasks: tuple[str, ...] = option(("perplexity",), f"comma list of {', '.join(TASKS)}", parse=options.names)
-    batched: bool = option(True, "one forward per multiplier (no batching)", flag="--sequential", invert=True)
-    trained_length: int | None = option(None, "the model's trained context L0 (default: from its config)", parse=int)
-    workers: int = option(1, "Ray workers, one model each (one GPU each where there are GPUs); > 1 starts a local Ray")
-    ray_address: str | None = option(None, "join this Ray cluster (e.g. auto, or HOST:6379) instead of a local one")
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        for i, n in enumerate(self.lengths):
-            checks.positive_int(f"lengths[{i}]", n)
-        for r in self.rope:
-            checks.choice("rope", r, SCALINGS)
-        for i, t in enumerate(self.tasks):
-            checks.choice(f"tasks[{i}]", t, TASKS)
-        for i, m in enumerate(self.multipliers):
-            options.check_multiplier(f"multipliers[{i}]", m)
-        for name in ("lengths", "rope", "tasks", "multipliers"):
-            if not getattr(self, name):
-                raise ValueError(f"{name} is empty; give at least one value")
-        distinct_keys("multipliers", self.multipliers)
-        if self.trained_length is not None:
-            checks.positive_int("trained_length", self.trained_length)
-        checks.positive_int("workers", self.workers)
-
+from ..tasks import EvalContext
+from .config import SweepConfig, mkey
 
 SWEEP_SCHEMA = """
 CREATE TABLE IF NOT EXISTS points (
@@ -95,22 +52,6 @@ SETTINGS = (
     "model_weights",
     *DISTANT_SETTINGS,
 )
-
-
-def mkey(m: float) -> str:
-    return f"{m:.6g}"
-
-
-def distinct_keys(name: str, values: Sequence[float]) -> None:
-    """Raise when two multipliers share a database key (the same to 6 significant digits)."""
-    seen: dict[str, float] = {}
-    for i, m in enumerate(values):
-        if mkey(m) in seen and seen[mkey(m)] != m:
-            raise ValueError(
-                f"{name}[{i}]={m!r} and {seen[mkey(m)]!r} are the same to 6 significant digits, which is how "
-                "sweep.db keys a point; give multipliers that differ within 6 digits"
-            )
-        seen[mkey(m)] = m
 
 
 class Store:

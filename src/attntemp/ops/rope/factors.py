@@ -13,13 +13,19 @@ pairs (low frequencies are interpolated at least as much as high ones).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from ...utils import checks
+from ...utils.lazy import lazy
 from . import functions as rope
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy("torch")
+
 
 INITS = ("none", "linear", "ntk", "yarn")  # RoPE types whose frequencies are one divisor per pair
 

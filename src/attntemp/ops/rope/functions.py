@@ -10,13 +10,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-
-import torch
+from typing import TYPE_CHECKING, TypeAlias
 
 from ...utils import checks
+from ...utils.lazy import lazy
 from ..schedules import yarn_mscale
 
-RopeResult = tuple[torch.Tensor, float]
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy("torch")
+
+
+RopeResult: TypeAlias = "tuple[torch.Tensor, float]"
 EXTENSIONS = ("linear", "ntk", "dynamic", "yarn", "llama3", "longrope")  # context extensions of a model
 
 

@@ -23,14 +23,19 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from ...utils import checks
+from ...utils.lazy import lazy
 from ..attention_config import MAX_FACTOR
 from ..geometry import CONTEXT_KEY, L0_KEY, stated_l0
 from . import functions as rope_math
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy("torch")
+
 
 COMMON = ("rope_type", "factor")  # every extension states its type and its scale s >= 1
 PAIR_LISTS = ("short_factor", "long_factor")  # longrope: one factor per rotary pair (rotary_dim / 2) each

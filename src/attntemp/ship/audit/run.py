@@ -23,63 +23,13 @@ from ...assets import configs_path, shipped_configs
 from ...ops import attention_config
 from ...ops.geometry import config_dict
 from ...utils import checks
-from ...utils.options import ints, names, option
 from ...utils.tables import markdown_table
+from ..config import AuditConfig
 from ..engines import ENGINES
 from ..engines import transformers as reference_engine
 from ..engines.base import AuditRun
 from . import reading_checks as audit_readings
 from .expectation import config_reference, inv_lists, per_position
-
-TOLERANCE = 1e-5  # relative: engines compute cos/sin in float32
-MAX_POSITION = 2**31 - 1
-MAX_THREADS = 1024  # llama.cpp's threads: more is a typo, not a machine
-
-
-@dataclass(frozen=True, kw_only=True)
-class AuditConfig:
-    """``attntemp audit`` and :func:`run_audit`."""
-
-    config: str | None = option(
-        None,
-        "a model's config.json (no weights needed), or a shipped config's name: gpt_oss, ... "
-        "(needed unless --readings)",
-    )
-    engines: tuple[str, ...] = option(
-        tuple(ENGINES), f"engines to audit, comma-separated: {', '.join(ENGINES)}", parse=names
-    )
-    positions: tuple[int, ...] | None = option(
-        None, "query positions, comma-separated (default: 0, 1, around L0 and 2 L0, the schedule's steps, the end)",
-        parse=ints,
-    )  # fmt: skip
-    tolerance: float = option(TOLERANCE, "relative difference above which an engine differs", parse=float)
-    engine_dir: str | None = option(None, "llama.cpp build folder (default: PATH, then ~/.cache/attntemp/engines)")
-    threads: int | None = option(None, "llama.cpp threads (default: its own)", parse=int)
-    readings: bool = option(
-        False,
-        "check the engine readings (docs/readings.md) in the engines installed here: dynamic, yarn with an "
-        "explicit attention factor and longrope under and past L0 on a head_dim-64 Llama proxy",
-    )
-
-    def __post_init__(self) -> None:
-        if self.config is None and not self.readings:
-            raise ValueError("config is missing; give a model's config.json or a shipped config's name, or --readings")
-        if not self.engines:
-            raise ValueError(f"engines={self.engines!r} is not allowed; expected some of {', '.join(ENGINES)}")
-        for i, e in enumerate(self.engines):
-            checks.choice(f"engines[{i}]", e, ENGINES)
-        if self.positions is not None and not self.positions:
-            raise ValueError("positions is empty; give query positions, e.g. 0,4096, or leave it out for the defaults")
-        if self.engine_dir is not None and not Path(self.engine_dir).expanduser().is_dir():
-            why = "a file" if Path(self.engine_dir).exists() else "no such folder"
-            raise ValueError(f"engine_dir={self.engine_dir!r} is not allowed: {why}; expected llama.cpp's build folder")
-        for i, p in enumerate(self.positions or ()):
-            if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p <= MAX_POSITION:
-                raise ValueError(f"positions[{i}]={p!r} is not allowed; expected an integer in [0, {MAX_POSITION}]")
-        if checks.positive("tolerance", self.tolerance) >= 1:
-            raise ValueError(f"tolerance={self.tolerance!r} is not allowed; expected a number in (0, 1)")
-        if self.threads is not None and not 1 <= checks.positive_int("threads", self.threads) <= MAX_THREADS:
-            raise ValueError(f"threads={self.threads} is not allowed; expected an integer in [1, {MAX_THREADS}]")
 
 
 def load_config(path: str) -> dict[str, Any]:
