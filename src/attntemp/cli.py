@@ -1,17 +1,16 @@
-"""The ``attntemp`` command line: one sub-command per module in ``attntemp.commands``.
+"""The ``attntemp`` command line: one sub-command per row of ``attntemp.commands``' table or module.
 
-Every sub-command module defines ``register(subparsers)``, which adds its parser and sets
-``func(args) -> int``. A command line is first parsed by :func:`light_parser`, built from the
-flags snapshot (:mod:`attntemp.cli_flags`): ``--help``, argparse's errors and ``completion``
-answer from it without importing any command module (no torch, no transformers); only then is
-the module of the command being run imported and the line parsed again by the real parser.
-The top-level listing shows each command's own one-line help (the ``help`` its ``register``
-gives its parser), read from the snapshot. Bad input (a ``ValueError`` named by field and value,
-an ``OSError``, a damaged database: :func:`_bad_input`) becomes one line on stderr naming the
-flag (open progress bars ended first) and exit code 2, never a traceback; a program attntemp
-drove that failed (an engine: :class:`~attntemp.utils.errors.ExternalToolError`) is one line and
-exit code 1; Ctrl-C is one line (:func:`interrupted`, saying whether a rerun resumes) and exit
-code 130; see ``docs/errors.md``.
+Each command's flags come from its config (a torch-free module: ``tests/test_cli_help.py`` holds
+that), so the one parser of the command being run answers ``--help``, argparse's errors and
+``completion`` without importing torch or transformers; the runner and its libraries are
+imported only when the command runs. The top-level listing shows each command's one-line help
+(:func:`attntemp.commands.command_help`), no command's config imported. Bad input (a
+``ValueError`` named by field and value, an ``OSError``, a damaged database: :func:`_bad_input`)
+becomes one line on stderr naming the flag (open progress bars ended first) and exit code 2,
+never a traceback; a program attntemp drove that failed (an engine:
+:class:`~attntemp.utils.errors.ExternalToolError`) is one line and exit code 1; Ctrl-C is one
+line (:func:`interrupted`, saying whether a rerun resumes) and exit code 130; see
+``docs/errors.md``.
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
-from . import cli_flags
 from .utils.errors import ExternalToolError
 
 # Sub-command modules under attntemp.commands, in the order `attntemp --help` lists them.
@@ -65,12 +63,11 @@ def _top_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
 
 def build_parser(only: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The parser with every command's flags, or only those of the commands in ``only`` (the
-    others listed by name and their own help, read from the snapshot: their modules not imported)."""
-    from .commands import PLAIN_COMMANDS, register_plain
+    others listed by name and their one-line help: their configs not imported)."""
+    from .commands import PLAIN_COMMANDS, command_help, register_plain
     from .commands.output import add_json_flag
 
     parser, sub = _top_parser()
-    flags = cli_flags.load_snapshot() if only is not None else {}
     for name in COMMANDS:
         if only is None or name in only:
             if name in PLAIN_COMMANDS:  # a row of the lazy table
@@ -79,21 +76,7 @@ def build_parser(only: Sequence[str] | None = None) -> argparse.ArgumentParser:
                 importlib.import_module(f"attntemp.commands.{name}").register(sub)
             add_json_flag(sub.choices[name])
         else:
-            sub.add_parser(name, help=flags[name]["help"], add_help=False)
-    return parser
-
-
-def light_parser(only: Sequence[str] | None = None) -> argparse.ArgumentParser:
-    """:func:`build_parser`'s parser from the flags snapshot (:mod:`attntemp.cli_flags`): the same
-    flags, help and errors, no command module imported (no torch: help, bad flags and completion
-    answer at once). It has no ``func``: :func:`main` runs a command with the real parser."""
-    flags = cli_flags.load_snapshot()
-    parser, sub = _top_parser()
-    for name in COMMANDS:
-        if only is None or name in only:
-            cli_flags.add_light(sub, name, flags[name])
-        else:
-            sub.add_parser(name, help=flags[name]["help"], add_help=False)
+            sub.add_parser(name, help=command_help(name), add_help=False)
     return parser
 
 
@@ -232,15 +215,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(argv: list[str], parsed: list[argparse.Namespace]) -> int:
     """:func:`main`'s work: parse ``argv`` (its parsed arguments appended to ``parsed``), run the
     command, and turn bad input into one line and exit code 2."""
-    light = light_parser(only=argv[:1])
-    _one_line_errors(light)
-    light.parse_args(argv)  # --help and argparse's errors end here, before any command module is imported
     parser = build_parser(only=argv[:1])
     _one_line_errors(parser)
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv)  # --help and argparse's errors end here, before torch is imported
     parsed.append(args)
     if getattr(args, "full_parser", False) is None:  # `completion`: every command's flags, not only its own
-        args.full_parser = light_parser
+        args.full_parser = build_parser
     try:
         with _library_noise(parser, args):
             return int(args.func(args) or 0)

@@ -27,7 +27,7 @@ def test_demo_is_advise_with_retrieval_and_bakes_only_what_held(tmp_path, capsys
 def test_no_arguments_runs_the_demo(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     seen = []
-    monkeypatch.setattr("attntemp.commands.demo.run_demo", lambda cfg: seen.append(cfg.out) or 1 / 0)
+    monkeypatch.setattr("attntemp.advise.demo.run_demo", lambda cfg: seen.append(cfg.out) or 1 / 0)
     assert cli.DEFAULT_COMMAND == "demo"
     try:
         main([])
@@ -39,7 +39,7 @@ def test_no_arguments_runs_the_demo(monkeypatch, tmp_path):
 def test_model_defaults_then_flags(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)  # the default --out is relative: never the checkout's own attntemp-demo/
     seen = []
-    monkeypatch.setattr("attntemp.commands.demo.run_demo", lambda cfg: seen.append(cfg) or 1 / 0)
+    monkeypatch.setattr("attntemp.advise.demo.run_demo", lambda cfg: seen.append(cfg) or 1 / 0)
     for argv in (["demo", "--model", "smollm2"], ["demo", "--model", "smollm2", "--trials", "7", "--length", "16384"],
                  ["demo"]):  # fmt: skip
         try:
@@ -53,7 +53,7 @@ def test_model_defaults_then_flags(monkeypatch, tmp_path):
 
 
 def test_each_model_has_its_own_default_folder_and_a_refusal_leaves_none(tmp_path, monkeypatch, capsys):
-    from attntemp.advise.demo import demo_config
+    from attntemp.advise.config import demo_config
 
     monkeypatch.chdir(tmp_path)
     assert demo_config("tiny").out == "attntemp-demo"

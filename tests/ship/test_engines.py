@@ -573,8 +573,8 @@ def test_gemma3_llamacpp_carried_form_refuses_a_temperature_it_cannot_fold():
 
 
 def test_the_light_names_are_the_registrys():
-    """NAMES and VERIFIED (what configs and --help read without importing an engine) follow ENGINES."""
+    """ENGINE_NAMES and VERIFIED (what configs and --help read without importing an engine) follow ENGINES."""
     from attntemp.ship import engines
 
-    assert engines.NAMES == tuple(engines.ENGINES)
+    assert engines.ENGINE_NAMES == tuple(engines.ENGINES)
     assert engines.VERIFIED == engines.verified()

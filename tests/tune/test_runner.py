@@ -265,4 +265,4 @@ def test_the_configs_target_names_are_entropy_matchings():
     """TuneConfig reads the targets' names without importing the tuner; they are TARGETS' keys."""
     from attntemp.tune import config, entropy
 
-    assert config.TARGETS == tuple(entropy.TARGETS)
+    assert config.TARGET_NAMES == tuple(entropy.TARGETS)

@@ -13,7 +13,7 @@ from ..evaluate.corpus import HELDOUT_FOR_STDLIB
 from ..evaluate.sweep.config import SweepConfig
 from ..evaluate.task_base import EvalOptions
 from ..hf import preflight
-from ..ship.engines import NAMES as ENGINES
+from ..ship.engines import ENGINE_NAMES
 from ..utils import checks, deprecation, options, outputs
 from ..utils.options import option, reuse
 
@@ -35,7 +35,7 @@ class AdviseConfig(EvalOptions):
     length: int = option(help="the length the model will serve, in tokens")
     engine: str | None = option(
         None,
-        f"the engine that will serve it: {', '.join(ENGINES)} (default: every engine, one recommendation each, "
+        f"the engine that will serve it: {', '.join(ENGINE_NAMES)} (default: every engine, one recommendation each, "
         "transformers' in spec.json); each is recommended only candidates it computes as meant",
     )
     objective: str = option(
@@ -107,7 +107,7 @@ class AdviseConfig(EvalOptions):
         checks.positive_int("length", self.length)
         checks.positive_int("workers", self.workers)
         if self.engine is not None:
-            checks.choice("engine", self.engine, ENGINES)
+            checks.choice("engine", self.engine, ENGINE_NAMES)
         checks.choice("objective", self.objective, RACE_OBJECTIVES)
         if self.budget is not None:
             checks.positive_int("budget", self.budget)
@@ -162,7 +162,7 @@ class AdviseConfig(EvalOptions):
 
 def served_by(cfg: AdviseConfig) -> tuple[str, ...]:
     """The engines advise recommends for: ``--engine``, else every engine (transformers first)."""
-    return (cfg.engine,) if cfg.engine else (REFERENCE_ENGINE, *(e for e in ENGINES if e != REFERENCE_ENGINE))
+    return (cfg.engine,) if cfg.engine else (REFERENCE_ENGINE, *(e for e in ENGINE_NAMES if e != REFERENCE_ENGINE))
 
 
 BAKED_DIR = "baked"

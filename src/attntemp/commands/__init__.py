@@ -64,6 +64,25 @@ PLAIN_COMMANDS: dict[str, Plain] = {
 }  # fmt: skip
 
 
+# The one-line help of the commands that are modules here (the table's rows carry their own): the
+# top-level listing reads it without importing a command's config.
+MODULE_HELP: dict[str, str] = {
+    "demo": "advise's whole story on one model, as report.html (the default command)",
+    "advise": "what should this model run with at --length: diagnose, race candidates on distant context, "
+    "confirm, recommend per engine",
+    "tables": "print the YaRN and temperature tables",
+    "generate": "generate text; --monitor watches attention per token against the trained length",
+    "report": "report.md and report.html from sweep.db and evidence in DIR",
+    "calibrate": "fit a temperature on held-out logits (Guo et al. 2017)",
+    "completion": "print the shell completion script (bash, zsh, tcsh)",
+}
+
+
+def command_help(name: str) -> str:
+    """Command ``name``'s one-line help: its row's, or its module's (:data:`MODULE_HELP`)."""
+    return PLAIN_COMMANDS[name].help if name in PLAIN_COMMANDS else MODULE_HELP[name]
+
+
 def load_named(path: str) -> Any:
     """The object ``"module:name"`` names under ``attntemp`` (its module imported now)."""
     module, _, name = path.partition(":")

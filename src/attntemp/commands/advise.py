@@ -6,14 +6,14 @@ import argparse
 
 from ..advise.config import AdviseConfig
 from ..utils.options import add_options, from_args
+from . import command_help
 from .output import emit
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "advise",
-        help="what should this model run with at --length: diagnose, race candidates on distant context, "
-        "confirm, recommend per engine",
+        help=command_help("advise"),
     )
     add_options(p, AdviseConfig)
     p.set_defaults(func=run)

@@ -7,13 +7,14 @@ import argparse
 from ..logits import config
 from ..logits.config import CalibrateConfig
 from ..utils.options import add_options, from_args
+from . import command_help
 from .output import emit
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "calibrate",
-        help="fit a temperature on held-out logits (Guo et al. 2017)",
+        help=command_help("calibrate"),
         description=(config.__doc__ or "").replace("``", ""),
     )
     add_options(p, CalibrateConfig)

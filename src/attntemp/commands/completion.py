@@ -10,13 +10,14 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
+from . import command_help
 from .output import emit
 
 SHELLS = ("bash", "zsh", "tcsh")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("completion", help="print the shell completion script (bash, zsh, tcsh)")
+    p = sub.add_parser("completion", help=command_help("completion"))
     p.add_argument("shell", choices=SHELLS, help="the shell to complete in")
     p.set_defaults(func=run, full_parser=None)  # the CLI hands over its builder: every command's flags
 

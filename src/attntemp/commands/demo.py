@@ -6,11 +6,12 @@ import argparse
 
 from ..advise.config import MODEL_DEFAULTS, DemoConfig, demo_config
 from ..utils.options import add_options, from_args, show
+from . import command_help
 from .output import emit
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="advise's whole story on one model, as report.html (the default command)")
+    p = sub.add_parser("demo", help=command_help("demo"))
     shown = {
         name: f"{show(getattr(DemoConfig, name, None))}; {show(value)} for smollm2"
         for name, value in MODEL_DEFAULTS["smollm2"].items()

@@ -7,13 +7,12 @@ import sys
 
 from ..analysis.config import GenerateConfig
 from ..utils.options import add_options, from_args
+from . import command_help
 from .output import emit
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "generate", help="generate text; --monitor watches attention per token against the trained length"
-    )
+    p = sub.add_parser("generate", help=command_help("generate"))
     add_options(p, GenerateConfig)
     p.set_defaults(func=run)
 

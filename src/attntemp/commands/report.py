@@ -6,11 +6,12 @@ import argparse
 
 from ..report.config import ReportConfig
 from ..utils.options import add_options, from_args
+from . import command_help
 from .output import emit
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("report", help="report.md and report.html from sweep.db and evidence in DIR")
+    p = sub.add_parser("report", help=command_help("report"))
     add_options(p, ReportConfig)
     p.set_defaults(func=run)
 

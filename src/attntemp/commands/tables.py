@@ -7,10 +7,11 @@ import json
 
 from ..report.config import TablesConfig
 from ..utils.options import add_options, from_args
+from . import command_help
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("tables", help="print the YaRN and temperature tables")
+    p = sub.add_parser("tables", help=command_help("tables"))
     add_options(p, TablesConfig)
     p.set_defaults(func=run)
 

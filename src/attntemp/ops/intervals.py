@@ -21,10 +21,15 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from ..utils import checks
+from ..utils.lazy import lazy
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = lazy("numpy")
 
 LEVEL = 0.95
 RESAMPLES = 2000

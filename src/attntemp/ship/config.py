@@ -14,7 +14,7 @@ from ..hf.loading import ModelOptions
 from ..ops.geometry import check_theta
 from ..utils import checks
 from ..utils.options import ints, names, option
-from .engines import NAMES, VERIFIED
+from .engines import ENGINE_NAMES, VERIFIED
 
 if TYPE_CHECKING:
     from ..ops.spec import TemperatureSpec
@@ -42,7 +42,7 @@ class ExportConfig:
     """``attntemp export`` and :func:`run_export`."""
 
     spec: str = option(help="a TemperatureSpec JSON file")
-    engine: str = option(help=f"the engine: {', '.join(NAMES)}")
+    engine: str = option(help=f"the engine: {', '.join(ENGINE_NAMES)}")
     trained_length: int | None = option(None, "the model's trained context (YaRN's L0)", parse=int)
     rope_theta: float | None = option(None, "the model's rope_theta, written into rope_parameters", parse=float)
     gguf_arch: str | None = option(None, "llama.cpp: the GGUF's general.architecture (for --override-kv)")
@@ -53,7 +53,7 @@ class ExportConfig:
     )
 
     def __post_init__(self) -> None:
-        checks.choice("engine", self.engine, NAMES)
+        checks.choice("engine", self.engine, ENGINE_NAMES)
         if self.rope_theta is not None:
             check_theta(self.rope_theta)
         if self.gguf_arch is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", self.gguf_arch):
@@ -119,7 +119,7 @@ class AuditConfig:
         "(needed unless --readings)",
     )
     engines: tuple[str, ...] = option(
-        tuple(NAMES), f"engines to audit, comma-separated: {', '.join(NAMES)}", parse=names
+        tuple(ENGINE_NAMES), f"engines to audit, comma-separated: {', '.join(ENGINE_NAMES)}", parse=names
     )
     positions: tuple[int, ...] | None = option(
         None, "query positions, comma-separated (default: 0, 1, around L0 and 2 L0, the schedule's steps, the end)",
@@ -138,9 +138,9 @@ class AuditConfig:
         if self.config is None and not self.readings:
             raise ValueError("config is missing; give a model's config.json or a shipped config's name, or --readings")
         if not self.engines:
-            raise ValueError(f"engines={self.engines!r} is not allowed; expected some of {', '.join(NAMES)}")
+            raise ValueError(f"engines={self.engines!r} is not allowed; expected some of {', '.join(ENGINE_NAMES)}")
         for i, e in enumerate(self.engines):
-            checks.choice(f"engines[{i}]", e, NAMES)
+            checks.choice(f"engines[{i}]", e, ENGINE_NAMES)
         if self.positions is not None and not self.positions:
             raise ValueError("positions is empty; give query positions, e.g. 0,4096, or leave it out for the defaults")
         if self.engine_dir is not None and not Path(self.engine_dir).expanduser().is_dir():

@@ -1,12 +1,11 @@
 """``attntemp tune``'s config: its flags, help and checks, importable without torch (``--help``
-builds from it), and the tuners' options carved from it. What the run needs is worked out from it
-by :func:`attntemp.tune.plan.preflight_tune`.
+builds from it). What the run needs is worked out from it by
+:func:`attntemp.tune.plan.preflight_tune`, which carves the tuners' options from it too.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
 from ..evaluate import corpus
 from ..evaluate.corpus import HELDOUT_FOR_STDLIB
@@ -17,17 +16,12 @@ from ..ops.spec import GRANULARITIES, LAYER_TYPES
 from ..utils import checks, options
 from ..utils.options import option
 
-if TYPE_CHECKING:
-    from .entropy import EntropyOptions
-    from .gradient import GradientOptions
-    from .search import SearchOptions
-
 TUNE_METHODS = ("search", "gradient")
 TEXT_FREE = ("passkey",)  # tasks whose prompts do not come from the text: not scored again on the second one
 SEARCH_OBJECTIVES = ("perplexity", "passkey", "key_tokens", "needles")  # tasks whose objective a search optimises
 OBJECTIVES = (*SEARCH_OBJECTIVES, "entropy")
 # entropy matching's targets (:data:`attntemp.tune.entropy.TARGETS`' names: a test holds them to it)
-TARGETS = ("entropy", "norm_entropy", "entropy_growth", "max_weight")
+TARGET_NAMES = ("entropy", "norm_entropy", "entropy_growth", "max_weight")
 ROPE_FACTORS = ("off", "learn")  # learn: LongRoPE's long_factor, one per rotary pair, by gradient
 ROPE_TEMPERATURES = ("learn", "none", "longrope")  # with learned factors: m learned, m = 1, LongRoPE's scale
 GRADIENT_OBJECTIVES = ("perplexity", "key_tokens", "needles")  # the next-token loss on all / key / answer tokens
@@ -54,7 +48,7 @@ class TuneConfig(EvalOptions):
     tasks: tuple[str, ...] = option(("perplexity", "passkey"), "evidence tasks, comma list", parse=options.names)
     steps: int = option(60, "gradient steps (--method gradient)")
     target: str = option(
-        "entropy", f"--objective entropy: what to hold at its trained-length value: {', '.join(TARGETS)}"
+        "entropy", f"--objective entropy: what to hold at its trained-length value: {', '.join(TARGET_NAMES)}"
     )
     schedule: str | None = option(
         None,
@@ -104,7 +98,7 @@ class TuneConfig(EvalOptions):
         checks.choice("rope", self.rope, SCALINGS)
         checks.choice("method", self.method, TUNE_METHODS)
         checks.positive_int("steps", self.steps)
-        checks.choice("target", self.target, TARGETS)
+        checks.choice("target", self.target, TARGET_NAMES)
         if self.target != "entropy" and self.objective != "entropy":
             raise ValueError(
                 f"target={self.target!r} is not allowed with objective={self.objective!r}: it is what entropy "
@@ -161,46 +155,6 @@ class TuneConfig(EvalOptions):
         if self.heldout_text is None:
             return HELDOUT_FOR_STDLIB if self.text == "stdlib" else "stdlib"
         return None if self.heldout_text == "none" else self.heldout_text
-
-    def gradient_options(self, rope: dict[str, Any] | None) -> GradientOptions:
-        """``--method gradient``'s options: the tuning lengths, the training, the RoPE factors."""
-        from .gradient import GradientOptions
-        from .resume import settings
-        from .train import TrainOptions
-
-        train = TrainOptions(
-            steps=self.steps,
-            granularity=self.granularity,
-            schedule=self.schedule,
-            rope=rope,
-            progress=self.progress,
-            settings=settings(self),
-        )
-        lengths = (self.length, *self.lengths)
-        return GradientOptions(
-            lengths=lengths, train=train, rope_factors=self.rope_factors, rope_temperature=self.rope_temperature
-        )
-
-    def search_options(self, rope: dict[str, Any] | None) -> SearchOptions:
-        """The 1-D search's options: the objective at ``length``, the bracket, grid and steps."""
-        from .search import SearchOptions
-
-        lo, hi = self.bracket
-        return SearchOptions(
-            length=self.length,
-            objective=self.objective,
-            rope=rope,
-            bracket=(lo, hi),
-            grid=self.grid,
-            iters=self.iters,
-            progress=self.progress,
-        )
-
-    def entropy_options(self, rope: dict[str, Any] | None) -> EntropyOptions:
-        """Entropy matching's options: the granularity and the target held."""
-        from .entropy import EntropyOptions
-
-        return EntropyOptions(granularity=self.granularity, rope=rope, target=self.target, progress=self.progress)
 
     def _check_rope_factors(self) -> None:
         checks.choice("rope_factors", self.rope_factors, ROPE_FACTORS)

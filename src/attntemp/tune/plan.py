@@ -1,7 +1,9 @@
 """``attntemp tune``'s plan: every fact the run needs, worked out once before the model loads (the
 trained length, the held-out lengths and the notes on those left out, the second text and its
 documents, the needles that fit) by :func:`preflight_tune` and handed to
-:func:`attntemp.tune.runner.run_tune` whole. The flags and their checks are :mod:`.config`
+the runner whole, and the tuners' options carved from the config
+(:func:`gradient_options`, :func:`search_options`, :func:`entropy_options`) for
+:func:`attntemp.tune.runner.run_tune`. The flags and their checks are :mod:`.config`
 (torch-free)."""
 
 from __future__ import annotations
@@ -14,8 +16,12 @@ from ..evaluate.corpus import Document, heldout_windows
 from ..evaluate.tasks import TASKS
 from ..hf import introspect, preflight
 from .config import TEXT_FREE, TuneConfig
+from .entropy import EntropyOptions
 from .evidence import pick_check_lengths
-from .resume import check_resume, check_tune_out
+from .gradient import GradientOptions
+from .resume import check_resume, check_tune_out, settings
+from .search import SearchOptions
+from .train import TrainOptions
 
 
 def second_text(cfg: TuneConfig, tok: Any, held_out: tuple[int, ...]) -> SecondText | None:
@@ -126,3 +132,38 @@ class TunePlan:
             return self
         held_out, notes = held_out_lengths(self.cfg, trained, self.tok)
         return TunePlan(self.cfg, self.tok, trained, held_out, tuple(notes), self.second)
+
+
+def gradient_options(cfg: TuneConfig, rope: dict[str, Any] | None) -> GradientOptions:
+    """``--method gradient``'s options: the tuning lengths, the training, the RoPE factors."""
+    train = TrainOptions(
+        steps=cfg.steps,
+        granularity=cfg.granularity,
+        schedule=cfg.schedule,
+        rope=rope,
+        progress=cfg.progress,
+        settings=settings(cfg),
+    )
+    lengths = (cfg.length, *cfg.lengths)
+    return GradientOptions(
+        lengths=lengths, train=train, rope_factors=cfg.rope_factors, rope_temperature=cfg.rope_temperature
+    )
+
+
+def search_options(cfg: TuneConfig, rope: dict[str, Any] | None) -> SearchOptions:
+    """The 1-D search's options: the objective at ``length``, the bracket, grid and steps."""
+    lo, hi = cfg.bracket
+    return SearchOptions(
+        length=cfg.length,
+        objective=cfg.objective,
+        rope=rope,
+        bracket=(lo, hi),
+        grid=cfg.grid,
+        iters=cfg.iters,
+        progress=cfg.progress,
+    )
+
+
+def entropy_options(cfg: TuneConfig, rope: dict[str, Any] | None) -> EntropyOptions:
+    """Entropy matching's options: the granularity and the target held."""
+    return EntropyOptions(granularity=cfg.granularity, rope=rope, target=cfg.target, progress=cfg.progress)

@@ -34,7 +34,7 @@ from .config import TuneConfig
 from .entropy import tune_entropy
 from .evidence import comparisons, evaluate_specs, evidence_markdown, evidence_specs
 from .gradient import run_gradient_tuning
-from .plan import TunePlan, preflight_tune
+from .plan import TunePlan, entropy_options, gradient_options, preflight_tune, search_options
 from .resume import TUNE_OUTPUTS, TUNE_RESULTS, resumable
 from .search import tune_global
 
@@ -68,10 +68,10 @@ def _tune(cfg: TuneConfig, model: Any, tok: Any, ctx: EvalContext, out: Path) ->
     tctx = tuning_context(ctx)
     if cfg.method == "gradient":
         targets = None if cfg.objective == "perplexity" else functools.partial(TARGETS_OF[cfg.objective], tok, ctx=tctx)
-        return run_gradient_tuning(model, tok, cfg.gradient_options(rope), out, list(tctx.docs), targets)
+        return run_gradient_tuning(model, tok, gradient_options(cfg, rope), out, list(tctx.docs), targets)
     if cfg.objective == "entropy":
         ids = heldout_windows(tok, cfg.length, n=cfg.n_docs, docs=tctx.docs, n_name="n_docs")  # [n, L]
-        match = tune_entropy(model, ids, ctx.trained_length, cfg.entropy_options(rope))
+        match = tune_entropy(model, ids, ctx.trained_length, entropy_options(cfg, rope))
         info = {
             "target": match.target,
             "passes": match.passes,
@@ -81,7 +81,7 @@ def _tune(cfg: TuneConfig, model: Any, tok: Any, ctx: EvalContext, out: Path) ->
         }
         (out / "entropy.json").write_text(json.dumps(info))
         return match.spec, {"entropy_passes": match.passes}
-    opts = cfg.search_options(rope)
+    opts = search_options(cfg, rope)
     found = tune_global(model, tok, tctx, opts)
     if found["at_edge"]:
         lo, hi = found["grid"]

@@ -21,7 +21,10 @@ from __future__ import annotations
 import importlib
 import sys
 import types
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeGuard
+
+if TYPE_CHECKING:
+    import torch
 
 
 class LazyModule(types.ModuleType):
@@ -39,7 +42,7 @@ def lazy(name: str) -> Any:
     return sys.modules.get(name) or LazyModule(name)
 
 
-def is_tensor(value: Any) -> bool:
+def is_tensor(value: Any) -> TypeGuard[torch.Tensor]:
     """Whether ``value`` is a torch tensor, without importing torch (none exists before it is)."""
     torch = sys.modules.get("torch")
     return torch is not None and bool(torch.is_tensor(value))

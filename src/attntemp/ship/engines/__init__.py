@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 # The registry's names, in order, and those ``verify`` runs: what a config's help and checks read,
 # without importing an engine module (which imports torch). ``tests/ship/test_engines.py`` holds
 # them to :data:`ENGINES`, built at its first read (:func:`__getattr__`).
-NAMES = ("transformers", "llama.cpp", "vllm")
+ENGINE_NAMES = ("transformers", "llama.cpp", "vllm")
 VERIFIED = ("llama.cpp", "vllm")
 
 

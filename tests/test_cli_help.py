@@ -1,11 +1,11 @@
-"""The CLI answers ``--help``, argparse's errors and completion from the flags snapshot, without
-importing torch or transformers (``attntemp.cli_flags``), and the snapshot is the real parsers'."""
+"""The CLI answers ``--help``, argparse's errors and completion from the real parsers, built from
+the commands' torch-free configs: no torch, transformers or numpy imported."""
 
 import json
 import subprocess
 import sys
 
-from attntemp import cli, cli_flags
+from attntemp import cli
 
 # Run in a fresh interpreter where importing torch, transformers or numpy raises: every command's
 # --help, a bad flag, a missing value and the completion script must not need them.
@@ -57,18 +57,15 @@ def test_help_errors_and_completion_need_no_torch():
     assert script["code"] == 0 and "--engine-dir" in script["out"] and "--lengths" in script["out"]
 
 
-def test_snapshot_is_the_real_parsers():
-    """Fails after a flag changed until ``python scripts/cli_flags.py`` writes the snapshot again."""
-    assert cli_flags.snapshot(cli.build_parser()) == cli_flags.load_snapshot(), "run: python scripts/cli_flags.py"
-
-
-def test_light_help_is_the_real_help(capsys):
-    for name in cli.COMMANDS:
-        texts = []
-        for build in (cli.build_parser, cli.light_parser):
-            try:
-                build(only=[name]).parse_args([name, "--help"])
-            except SystemExit:
-                pass
-            texts.append(capsys.readouterr().out)
-        assert texts[0] == texts[1] and texts[0].startswith(f"usage: attntemp {name}"), name
+def test_each_commands_config_imports_without_torch():
+    """The configs (the plain commands' table rows and the command modules) leave torch,
+    transformers and numpy out of ``sys.modules``: --help builds from them alone."""
+    code = (
+        "import importlib, sys\n"
+        "from attntemp.commands import PLAIN_COMMANDS, MODULE_HELP, load_named\n"
+        "for row in PLAIN_COMMANDS.values(): load_named(row.config)\n"
+        "for name in MODULE_HELP: importlib.import_module('attntemp.commands.' + name)\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'numpy') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
