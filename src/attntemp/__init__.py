@@ -13,7 +13,6 @@ stay importable under their old names (``attntemp.rope``, ``attntemp.attention``
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.util
 import sys
 from types import ModuleType
@@ -148,8 +147,11 @@ def _moved(short: str) -> ModuleType:
     return importlib.import_module(f"{__name__}.{MOVED[short]}")
 
 
-class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """``import attntemp.rope`` gives the module ``attntemp.ops.rope`` itself (one module object)."""
+class _MovedFinder:
+    """``import attntemp.rope`` gives the module ``attntemp.ops.rope`` itself (one module object).
+    A meta path finder and loader by protocol (``find_spec``; ``create_module``, ``exec_module``),
+    not by the ``importlib.abc`` classes, whose import takes importlib.resources along (20 ms of
+    every ``attntemp --help``)."""
 
     def find_spec(self, fullname, path=None, target=None):
         short = fullname.removeprefix(__name__ + ".")
