@@ -11,7 +11,7 @@ from attntemp.ops.spec import TemperatureSpec
 
 
 def test_past_the_trained_length_every_family_is_raced_and_gated_ones_change_nothing_up_to_l0():
-    cs = {c.name: c for c in candidates(1024, 256)}
+    cs = {c.name: c for c in candidates(1024 / 256, 256)}
     assert next(iter(cs)) == BASELINE
     assert {c.family for c in cs.values()} >= {"baseline", "softening", "sharpening", "rope", "rope + temperature"}
     yarn_m = cs["YaRN s = 4, YaRN's m = 1.296"].spec
@@ -27,7 +27,7 @@ def test_past_the_trained_length_every_family_is_raced_and_gated_ones_change_not
 
 
 def test_within_the_trained_length_only_the_temperature_is_checked():
-    cs = candidates(256, 256)
+    cs = candidates(256 / 256, 256)
     assert [bool(c.spec.rope) for c in cs] == [False, False, False]
     assert [c.spec.multiplier for c in cs] == [1.0, 0.9, 1.1]
 
@@ -92,7 +92,7 @@ def test_llamacpp_bakes_the_carried_form_of_a_yarn_factor_on_gemma3():
     """llama.cpp's one cos/sin factor reaches the sliding layers too: YaRN at m = 1 (attention
     factor 1) on Gemma 3 is baked as YaRN's own factor with m on the global layers; on a model
     with one RoPE the factor is a setting."""
-    m1 = next(c for c in candidates(512, 256) if c.name == "YaRN s = 2, m = 1").spec
+    m1 = next(c for c in candidates(512 / 256, 256) if c.name == "YaRN s = 2, m = 1").spec
     rope = {"full_attention": {"rope_type": "default", "rope_theta": 1e6},
             "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}  # fmt: skip
     gemma = {"model_type": "gemma3_text", "layer_types": ["sliding_attention", "full_attention"],
@@ -116,7 +116,7 @@ def test_yarn_past_l0_is_the_model_as_trained_below_l0_and_yarn_past_it(tiny):
     from attntemp.hf.patch import patch
 
     model, _ = tiny
-    cands = candidates(512, 256, rotary(model.config.to_dict()))
+    cands = candidates(512 / 256, 256, rotary(model.config.to_dict()))
     ids = torch.randint(5, 250, (1, 512), generator=torch.Generator().manual_seed(0))
 
     def nll(key, n):
@@ -133,14 +133,14 @@ def test_yarn_past_l0_is_the_model_as_trained_below_l0_and_yarn_past_it(tiny):
 def test_static_ntk_states_its_alpha_and_theta():
     from attntemp.advise.candidates import static_ntk_alpha
 
-    cands = candidates(512, 256, (64, 10000.0))
+    cands = candidates(512 / 256, 256, (64, 10000.0))
     ntk = next(c for c in cands if c.key == "ntk-static")
     assert static_ntk_alpha(2.0) == 3.0 and dict(ntk.spec.rope) == {"rope_type": "ntk", "factor": 3.0}
     assert f"{10000.0 * 3.0 ** (64 / 62):.4g}" in ntk.name
-    assert [c.key for c in candidates(512, 256)].count("ntk-static") == 0  # no geometry: not raced
+    assert [c.key for c in candidates(512 / 256, 256)].count("ntk-static") == 0  # no geometry: not raced
 
 
 def test_every_candidate_key_is_unique_and_stable():
-    keys = [c.key for c in candidates(512, 256, (16, 10000.0))]
+    keys = [c.key for c in candidates(512 / 256, 256, (16, 10000.0))]
     assert len(set(keys)) == len(keys) and all(keys)
     assert keys[:2] == ["baseline", "soft"] and {"yarn", "yarn+m", "yarn-past-l0", "yarn-past-l0+gated-m"} <= set(keys)

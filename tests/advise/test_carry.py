@@ -14,7 +14,7 @@ from attntemp.ops.spec import TemperatureSpec
 def raced():
     model, _ = load_model("tiny")
     config = model.config.to_dict()
-    return with_engines(candidates(512, 256, rotary(config)), 256, 512, config), config
+    return with_engines(candidates(512 / 256, 256, rotary(config)), 256, 512, config), config
 
 
 @pytest.mark.parametrize(

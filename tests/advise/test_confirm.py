@@ -10,7 +10,7 @@ from attntemp.evaluate import tasks  # noqa: F401 (registers the tasks checks_fo
 
 
 def race_of(length: int, trained: int, left: set[str]) -> RaceResult:
-    entries = [Entry(c, reason="left" if c.name in left else None) for c in candidates(length, trained)]
+    entries = [Entry(c, reason="left" if c.name in left else None) for c in candidates(length / trained, trained)]
     return RaceResult(entries, "tied", 0, 6, entries[0].name)
 
 
@@ -18,7 +18,10 @@ def race_of(length: int, trained: int, left: set[str]) -> RaceResult:
 def test_every_yarn_with_a_temperature_is_paired_against_yarn_at_m_1(length, trained):
     race = race_of(length, trained, set())
     m1 = f"{yarn_label(length / trained)}, m = 1"
-    names = on_yarn(race, m1)
+    by_key = {e.key: e.name for e in race.entries}
+    keys = on_yarn(race, "yarn")
+    assert keys[0] == "yarn" and "yarn+logn" in keys and "yarn+m" in keys
+    names = [by_key[k] for k in keys]
     assert names[0] == m1 and f"{yarn_label(length / trained)} + log-n" in names
     assert any("YaRN's m" in n for n in names)
     assert all(n.startswith(yarn_label(length / trained)) for n in names)  # a smaller YaRN's RoPE differs
@@ -28,12 +31,13 @@ def test_every_yarn_with_a_temperature_is_paired_against_yarn_at_m_1(length, tra
 
 def test_without_the_reference_nothing_is_paired():
     race = race_of(12288, 8192, set())
-    assert on_yarn(race, "YaRN s = 7, m = 1") == []
+    assert on_yarn(race, "no-such-key") == []
+    assert on_yarn(race_of(256, 256, set())) == []  # at L0 no YaRN is raced
 
 
 def test_the_references_are_confirmed_even_after_they_left_the_race():
     race = race_of(12288, 8192, {"YaRN s = 1.5, m = 1", "YaRN s = 1.5 + log-n"})
-    picked = [e.name for e in to_confirm(race, on_yarn(race, "YaRN s = 1.5, m = 1"))]
+    picked = [e.name for e in to_confirm(race, on_yarn(race, "yarn"))]
     assert picked[0] == "no change" and {"YaRN s = 1.5, m = 1", "YaRN s = 1.5 + log-n"} <= set(picked)
 
 

@@ -35,7 +35,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..hf.rope_scaling import rope_for
+from ..hf.rope_scaling import rope_at
 from ..ops import rope as rope_math
 from ..ops.geometry import FULL, ModelGeometry
 from ..ops.rope.factors import init_factors, longrope_parameters
@@ -46,7 +46,6 @@ SOFT = 0.9  # the softening multiplier raced (T = 1.11)
 SHARP = 1.1  # the sharpening multiplier raced at or below the trained length
 BASELINE = "no change"  # its label in reports and evidence.json
 BASELINE_KEY = "baseline"  # its id in code
-TUNED_YARN = "YaRN s, tuned m"
 
 
 @dataclass(frozen=True)
@@ -73,10 +72,11 @@ class Candidate:
         }
 
 
-def _yarn(length: int, trained: int, factor: float | None = None) -> dict[str, Any]:
-    rope = rope_for("yarn", length, trained)
+def _yarn(s: float, trained: int) -> dict[str, Any]:
+    """YaRN's RoPE setting at scale ``s`` (transformers' keys: :func:`attntemp.hf.rope_scaling.rope_at`)."""
+    rope = rope_at("yarn", s, trained)
     assert rope is not None
-    return rope if factor is None else {**rope, "factor": float(factor)}
+    return rope
 
 
 def rotary(config: dict[str, Any] | None) -> tuple[int, float] | None:
@@ -96,20 +96,18 @@ def static_ntk_alpha(s: float) -> float:
     return s * s - s + 1.0
 
 
-def yarn_past_l0(length: int, trained: int, dim: int, base: float, multiplier: float = 1.0) -> dict[str, Any]:
+def yarn_past_l0(s: float, trained: int, dim: int, base: float, multiplier: float = 1.0) -> dict[str, Any]:
     """YaRN's frequencies past L0 only: a ``longrope`` dict, ``short_factor`` 1, ``long_factor`` YaRN's
     per-pair divisor ``inv_freq / inv_freq_yarn`` (arXiv:2309.00071 eq. 15-16), ``attention_factor``
     sqrt(``multiplier``) on cos and sin (so ``multiplier`` on the logits, at every position)."""
-    s = length / trained
     long = init_factors("yarn", dim, base, s, trained)  # [d/2]
     return longrope_parameters(long, s, trained, rope_math.cos_sin_factor(multiplier))
 
 
-def extension_candidates(length: int, trained: int, geometry: tuple[int, float] | None = None) -> list[Candidate]:
-    """The candidates past the trained length (s = length / trained > 1), simplest first; those
+def extension_candidates(s: float, trained: int, geometry: tuple[int, float] | None = None) -> list[Candidate]:
+    """The candidates past the trained length at scale ``s`` = N / L0 > 1, simplest first; those
     that need the rotary dim and theta (static NTK, YaRN past L0) only with ``geometry``."""
-    s = length / trained
-    yarn = _yarn(length, trained)
+    yarn = _yarn(s, trained)
     gate_b = math.log(SOFT) / math.log(s)  # m = (n / L0)^b: 1 up to L0, SOFT at n = length
     logn: dict[str, Any] = {"schedule": "logn", "schedule_params": {"trained_len": trained}}
     smaller = 1.0 + (s - 1.0) / 2.0
@@ -135,7 +133,7 @@ def extension_candidates(length: int, trained: int, geometry: tuple[int, float] 
         ),
         Candidate(
             f"dynamic NTK s = {s:g}",
-            TemperatureSpec(rope=rope_for("dynamic", length, trained)),
+            TemperatureSpec(rope=rope_at("dynamic", s, trained)),
             "rope",
             True,
             key="dynamic",
@@ -156,7 +154,7 @@ def extension_candidates(length: int, trained: int, geometry: tuple[int, float] 
         out += [
             Candidate(
                 f"YaRN past L0 (longrope), m = {m:.4g}",
-                TemperatureSpec(rope=yarn_past_l0(length, trained, dim, base, m)),
+                TemperatureSpec(rope=yarn_past_l0(s, trained, dim, base, m)),
                 "rope" if m == 1 else "rope + temperature",
                 m == 1,
                 "YaRN's frequencies past L0 only" + ("" if m == 1 else "; its attention_factor at every position"),
@@ -171,7 +169,7 @@ def extension_candidates(length: int, trained: int, geometry: tuple[int, float] 
         out.append(
             Candidate(
                 f"YaRN past L0 (longrope), m = {m_yarn:.4g} past L0",
-                TemperatureSpec(rope=yarn_past_l0(length, trained, dim, base), **gate),
+                TemperatureSpec(rope=yarn_past_l0(s, trained, dim, base), **gate),
                 "rope + temperature",
                 True,
                 "YaRN's frequencies and YaRN's m past L0 only (m on the queries that see more than L0 keys)",
@@ -193,7 +191,7 @@ def extension_candidates(length: int, trained: int, geometry: tuple[int, float] 
         ),
         Candidate(
             f"{yarn_label(smaller)}, m = 1",
-            TemperatureSpec(rope=_yarn(length, trained, smaller)),
+            TemperatureSpec(rope=_yarn(smaller, trained)),
             "rope",
             False,
             key="yarn-smaller",
@@ -210,11 +208,11 @@ def temperature_candidates() -> list[Candidate]:
     ]
 
 
-def tuned_yarn(length: int, trained: int, m: float) -> Candidate:
-    """YaRN at s with the global m a search found (on windows the race does not score)."""
+def tuned_yarn(s: float, trained: int, m: float) -> Candidate:
+    """YaRN at ``s`` with the global m a search found (on windows the race does not score)."""
     return Candidate(
-        TUNED_YARN.replace("s", f"s = {length / trained:g}", 1),
-        TemperatureSpec(multiplier=m, rope=_yarn(length, trained)),
+        f"{yarn_label(s)}, tuned m",
+        TemperatureSpec(multiplier=m, rope=_yarn(s, trained)),
         "rope + temperature",
         False,
         f"m = {m:.4g} tuned on the tuning pool's spare windows",
@@ -227,10 +225,10 @@ def yarn_label(s: float) -> str:
     return f"YaRN s = {s:g}"
 
 
-def candidates(length: int, trained: int, geometry: tuple[int, float] | None = None) -> list[Candidate]:
-    """The race's candidates at ``length`` for a model trained to ``trained`` tokens (``geometry``:
-    its rotary dim and theta, :func:`rotary`)."""
-    return extension_candidates(length, trained, geometry) if length > trained else temperature_candidates()
+def candidates(s: float, trained: int, geometry: tuple[int, float] | None = None) -> list[Candidate]:
+    """The race's candidates at scale ``s`` = N / L0 (the plan's :attr:`~.plan.AdvisePlan.scale`)
+    for a model trained to ``trained`` tokens (``geometry``: its rotary dim and theta, :func:`rotary`)."""
+    return extension_candidates(s, trained, geometry) if s > 1 else temperature_candidates()
 
 
 def by_key(cands: Any, key: str) -> Any:

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..evaluate.task_base import get_task
 from ..ops.spec import TemperatureSpec
-from .candidates import BASELINE, BASELINE_KEY, Candidate
+from .candidates import BASELINE, BASELINE_KEY, Candidate, by_key
 from .carry import carries
 from .race import PLAIN, RETRIEVAL_METRIC, RETRIEVAL_TASK, SHORT_METRIC, SHORT_TASK, Entry, RaceResult, objective_label
 
@@ -116,20 +116,21 @@ def confirm(
     return out
 
 
-def on_yarn(race: RaceResult, reference: str) -> list[str]:
-    """The race's candidates with the RoPE of ``reference`` (YaRN at m = 1): it, YaRN with its own
-    m, with log-n, with a tuned m; each temperature is paired against the reference (what it adds)
-    whatever its name says. Empty when the race has no such reference."""
-    rope = next((e.candidate.spec.rope for e in race.entries if e.name == reference), None)
-    return [e.name for e in race.entries if rope and e.candidate.spec.rope == rope]
+def on_yarn(race: RaceResult, reference: str = "yarn") -> list[str]:
+    """The keys of the race's candidates with the RoPE of the one keyed ``reference`` (YaRN at
+    m = 1): it, YaRN with its own m, with log-n, with a tuned m; each temperature is paired against
+    the reference (what it adds) whatever its name says. Empty when the race has no such reference."""
+    ref = by_key(race.entries, reference)
+    rope = ref.candidate.spec.rope if ref is not None else None
+    return [e.key for e in race.entries if rope and e.candidate.spec.rope == rope]
 
 
 def to_confirm(race: RaceResult, extra: Sequence[str], most: int = 4) -> list[Entry]:
-    """The survivors (at most ``most``, the race's order) and the named references (YaRN with and
-    without a temperature: what the temperature adds), "no change" first."""
-    by_name = {e.name: e for e in race.entries}
-    picked = [by_name[BASELINE], *[e for e in race.survivors if e.name != BASELINE][:most]]
-    return picked + [by_name[n] for n in extra if n in by_name and by_name[n] not in picked]
+    """The survivors (at most ``most``, the race's order) and the references keyed in ``extra``
+    (YaRN with and without a temperature: what the temperature adds), "no change" first."""
+    keyed = {e.key: e for e in race.entries}
+    picked = [keyed[BASELINE_KEY], *[e for e in race.survivors if e.key != BASELINE_KEY][:most]]
+    return picked + [keyed[k] for k in extra if k in keyed and keyed[k] not in picked]
 
 
 def pick(race: RaceResult, engine: str) -> tuple[Entry | None, str]:

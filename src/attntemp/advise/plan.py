@@ -38,6 +38,11 @@ class AdvisePlan:
     def extends(self) -> bool:
         return self.cfg.length > self.trained
 
+    @property
+    def scale(self) -> float:
+        """s = N / L0, the RoPE scale factor at the serving length: computed here alone."""
+        return self.cfg.length / self.trained
+
 
 def short_lengths(length: int, trained: int) -> tuple[int, ...]:
     """L0 / 4, L0 / 2 and L0, those below ``length`` (at least 32 tokens each)."""

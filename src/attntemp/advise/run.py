@@ -130,7 +130,7 @@ def setup(plan: AdvisePlan, model: Any, store: ScoreStore) -> Setup:
         with reporting(_scoring(cfg, stage)):
             return count.add(stage, score_many(model, tok, list(specs), task, length, pool, store, model_id))
 
-    cands = candidates(cfg.length, plan.trained, rotary(plan.config))
+    cands = candidates(plan.scale, plan.trained, rotary(plan.config))
     if plan.extends and cfg.tune_m:
         _say(cfg, "searching YaRN's global m on the tuning pool's spare windows")
         try:
@@ -229,7 +229,7 @@ def _tuned(plan: AdvisePlan, model, tctx: EvalContext, kept: Kept, count: Counte
     opts = SearchOptions(length=cfg.length, objective=cfg.objective, rope=yarn, bracket=(0.8, 1.6), grid=5, iters=3)
     found = tune_global(model, plan.tok, spare, opts, kept=kept)
     count.rows["tuning"] = len(found["curve"]) * plan.spare
-    return tuned_yarn(cfg.length, plan.trained, float(found["multiplier"]))
+    return tuned_yarn(plan.scale, plan.trained, float(found["multiplier"]))
 
 
 def _learned(plan: AdvisePlan, model, tctx: EvalContext, count: Counter) -> list[Candidate]:
@@ -277,7 +277,7 @@ def _confirm(plan: AdvisePlan, result: RaceResult, model, s: Setup):
         else None
     )
     yarn, default = by_key(result.entries, "yarn"), by_key(result.entries, "yarn+m")
-    yarns = on_yarn(result, yarn.name) if yarn else []  # YaRN at m = 1, with its m, with log-n, with the tuned m
+    yarns = on_yarn(result, "yarn")  # YaRN at m = 1, with its m, with log-n, with the tuned m
     entries = to_confirm(result, yarns, most=len(result.entries))  # every survivor: the decision pairs them
     checks = checks_for(
         cfg.objective, cfg.length, plan.check_lengths, plan.short_lengths, plan.needles > 0, bool(second),

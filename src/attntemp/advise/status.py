@@ -17,6 +17,7 @@ from typing import Any
 from ..evaluate.score import Result, ScoreStore, merged
 from ..evaluate.task_base import get_task
 from ..utils.tables import markdown_table
+from . import confirm
 from .advice_page import confirm_table, interval_cell
 from .candidates import BASELINE, by_key
 from .config import STORE
@@ -58,11 +59,11 @@ def candidate_rows(plan: AdvisePlan, result: RaceResult) -> list[dict[str, Any]]
     task, key = get_task(cfg.objective), (cfg.objective, cfg.length)
     parts = {e.name: e.parts.get(key, []) for e in result.entries}
     yarn = by_key(result.entries, "yarn")
-    on_yarn = {e.name for e in result.entries if yarn and e.candidate.spec.rope == yarn.candidate.spec.rope}
+    on_yarn = set(confirm.on_yarn(result, "yarn"))  # keys
     out = []
     for e in result.entries:
         mine = parts[e.name]
-        reference = yarn.name if yarn and e.name in on_yarn and e is not yarn else None
+        reference = yarn.name if yarn and e.key in on_yarn and e is not yarn else None
         out.append(
             {
                 "key": e.candidate.key,

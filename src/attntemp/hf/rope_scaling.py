@@ -196,10 +196,14 @@ def rope_for(method: str, length: int, trained_length: int) -> dict[str, Any] | 
 
     YaRN's own attention factor is set to 1, so the swept multiplier is the whole logit
     multiplier (YaRN's default temperature is m = (0.1 ln s + 1)^2 on that axis)."""
+    return rope_at(method, max(1.0, length / trained_length), trained_length)
+
+
+def rope_at(method: str, s: float, trained_length: int) -> dict[str, Any] | None:
+    """:func:`rope_for` at scale ``s`` (= length / trained length), given once by the caller."""
     checks.choice("rope", method, SCALINGS)
     if method == "none":
         return None
-    s = max(1.0, length / trained_length)
     params: dict[str, Any] = {"rope_type": method, "factor": s}
     if method == "yarn":
         params.update(original_max_position_embeddings=trained_length, attention_factor=1.0)
