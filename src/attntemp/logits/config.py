@@ -4,9 +4,9 @@ diagram and ``calibration.json``.
 
 The ``.npz`` holds arrays ``logits`` ([N, C] or [B, L, V], float) and ``labels`` ([N] or [B, L],
 integer, ``ignore_index`` for padding).
-
-The config is importable without torch (``--help`` builds from it); the run is :mod:`.calibrate`.
 """
+# This docstring is ``attntemp calibrate --help``'s description. The module imports without torch
+# (--help builds from it); the run is attntemp.logits.calibrate.
 
 from __future__ import annotations
 
