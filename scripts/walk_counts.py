@@ -59,7 +59,7 @@ def command(value: str, out: str) -> list[str]:
                 "--docs", "2", "--trials", "2", "--retrieval-per-window", "1", "--no-tune", "--check-length", "0",
                 "--quiet", "--out", out]  # fmt: skip
     return ["tune", "--length", "512", "--method", "search", "--grid", "3", "--iters", "1", "--docs", "2",
-            "--trials", "2", "--check-lengths", "0", "--quiet", "--out", out]  # fmt: skip
+            "--trials", "2", "--quiet", "--out", out]  # fmt: skip
 
 
 def carrier(value: str) -> Callable[[Any], bool]:
