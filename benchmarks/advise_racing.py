@@ -21,8 +21,9 @@ from pathlib import Path
 
 from _harness import machine
 
-from attntemp.advise.config import AdviseConfig, preflight_advise
+from attntemp.advise.config import AdviseConfig
 from attntemp.advise.confirm import pick
+from attntemp.advise.plan import preflight_advise
 from attntemp.advise.race import race
 from attntemp.advise.run import setup
 from attntemp.evaluate.score import ScoreStore

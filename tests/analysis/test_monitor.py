@@ -13,10 +13,11 @@ import transformers as tf
 from tiny_configs import ARCHS
 from tiny_configs import model as tiny_arch
 
+from attntemp.analysis.config import FLAGS, STEP_STATS
 from attntemp.analysis.measure import measure
 from attntemp.analysis.monitor import Monitor, monitor
 from attntemp.analysis.monitor_rows import last_row_stats
-from attntemp.analysis.reference_profile import FLAGS, STEP_STATS, Reference, trailing_means
+from attntemp.analysis.reference_profile import Reference, trailing_means
 from attntemp.evaluate.corpus import heldout_windows
 from attntemp.hf.patch import is_patched, patch, probing
 from attntemp.ops.attention_stats import attention_stats

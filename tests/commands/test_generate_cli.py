@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from attntemp.analysis.reference_profile import FLAGS
+from attntemp.analysis.config import FLAGS
 from attntemp.cli import main
 from attntemp.ops.spec import TemperatureSpec
 
