@@ -17,6 +17,7 @@ from matplotlib.ticker import MaxNLocator
 from .config import FLAGS
 from .monitor import Step
 from .reference_profile import Reference
+from .style import DPI
 
 FLAG_COLOURS = {"collapse": "tab:red", "diffusion": "tab:blue", "sharpening": "tab:purple", "sink_loss": "tab:orange"}
 
@@ -83,7 +84,7 @@ def plot_runs(runs: dict[str, Sequence[Step]], reference: Reference | None, path
         last.set_xlabel("generated token")
         last.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.legend(loc="outside upper center", ncol=3, fontsize=7, frameon=False)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=DPI)
     plt.close(fig)
     return Path(path)
 

@@ -389,9 +389,11 @@ def reliability_diagram(
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
+    from ..analysis.style import DPI
+
     panels = [("before", probs)] if after is not None else [("", probs)]
     panels += [("after", after)] if after is not None else []
-    fig = Figure(figsize=(5 * len(panels), 5.8), dpi=100, layout="constrained")
+    fig = Figure(figsize=(5 * len(panels), 5.8), dpi=DPI, layout="constrained")
     FigureCanvasAgg(fig)
     for i, (name, p) in enumerate(panels):
         ece = calibration_error(p, labels, n_bins, "l1", ignore_index)
