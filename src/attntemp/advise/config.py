@@ -12,7 +12,6 @@ from ..evaluate import corpus
 from ..evaluate.corpus import HELDOUT_FOR_STDLIB
 from ..evaluate.sweep.config import SweepConfig
 from ..evaluate.task_base import EvalOptions
-from ..hf import preflight
 from ..ship.engines import ENGINE_NAMES
 from ..utils import checks, deprecation, options, outputs
 from ..utils.options import option, reuse
@@ -224,6 +223,8 @@ def demo_config(model: str = "tiny", **overrides: Any) -> DemoConfig:
     given = {k: v for k, v in overrides.items() if v is not None}
     merged = {"out": default_out(model), **MODEL_DEFAULTS.get(model, {}), **given}
     if not merged.get("length"):
+        from ..hf import preflight  # the model's config: read when a demo is made, not for --help
+
         trained = preflight.source_trained_length(preflight.source_config(model))
         merged["length"] = 2 * trained if trained else 0
     return DemoConfig(model=model, **merged)

@@ -8,7 +8,7 @@ import stat
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from ..hf.loading import ModelOptions
+from ..hf.model_options import ModelOptions
 from ..utils import checks, options
 from ..utils.options import option
 

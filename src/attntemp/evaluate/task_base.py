@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from ..hf.loading import ModelOptions
+from ..hf.model_options import ModelOptions
 from ..ops import intervals
 from ..ops.intervals import Interval
 from ..utils import checks

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 from ..assets import tiny_path
 from ..utils import noise
 from ..utils.lazy import lazy
-from ..utils.options import option
 from . import devices, dtype_probe
+from .model_options import ModelOptions as ModelOptions  # read here before its own module
 from .models import shipped
 from .models import where as source
 
@@ -131,29 +131,3 @@ def auto_dtype(src: str | Path, device: str) -> torch.dtype:
     found = dtype_probe.probe_cpu_dtype(*shape, cache=cache_dir() / dtype_probe.PROBE_FILE)
     print(f"attntemp: {found.line()}", file=sys.stderr)
     return devices.torch_dtype(found.dtype)
-
-
-@dataclass(frozen=True, kw_only=True)
-class ModelOptions:
-    """The model a command loads, where and in what precision (every command that loads one has these flags)."""
-
-    model: str = option("tiny", "tiny, smollm2, gemma3-270m, a hub id or a local folder")
-    device: str = option(
-        "cpu",
-        "cpu, cuda, cuda:N or auto (accelerate's device_map: the GPUs, then CPU memory, then disk)",
-        parse=devices.parse_device,
-    )
-    dtype: str | None = option(
-        None,
-        f"{', '.join(devices.DTYPES)} or auto (measured: the faster of float32 and bfloat16 on this CPU for the "
-        "model's linear layers, cached; bfloat16 on CUDA) (default: float32 on the CPU, bfloat16 on CUDA)",
-        parse=devices.parse_dtype,
-    )
-    threads: int | None = option(None, "CPU threads for torch (default: torch's own)", parse=devices.parse_threads)
-    verbose: bool = option(False, "show transformers' own loading bars and warnings")
-
-    def load_args(self, **override: Any) -> dict[str, Any]:
-        """``load_model``'s keyword arguments for where and how to load, ``override`` on top:
-        ``load_model(cfg.model, **cfg.load_args())``."""
-        where = {"device": self.device, "dtype": self.dtype, "threads": self.threads, "verbose": self.verbose}
-        return {**where, **override}

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..hf.loading import ModelOptions
+from ..hf.model_options import ModelOptions
 from ..ops.geometry import check_theta
 from ..utils import checks
 from ..utils.options import ints, names, option

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...hf.loading import ModelOptions
+from ...hf.model_options import ModelOptions
 from ...utils import checks
 from ...utils.options import ints, names, option
 from .lookup import task_metadata
