@@ -35,7 +35,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..hf.rope_scaling import rope_at
+from ..hf.rope_scaling import rope_at_scale
 from ..ops import rope as rope_math
 from ..ops.geometry import FULL, ModelGeometry
 from ..ops.rope.factors import init_factors, longrope_parameters
@@ -73,8 +73,8 @@ class Candidate:
 
 
 def _yarn(s: float, trained: int) -> dict[str, Any]:
-    """YaRN's RoPE setting at scale ``s`` (transformers' keys: :func:`attntemp.hf.rope_scaling.rope_at`)."""
-    rope = rope_at("yarn", s, trained)
+    """YaRN's RoPE setting at scale ``s`` (transformers' keys: :func:`attntemp.hf.rope_scaling.rope_at_scale`)."""
+    rope = rope_at_scale("yarn", s, trained)
     assert rope is not None
     return rope
 
@@ -133,7 +133,7 @@ def extension_candidates(s: float, trained: int, geometry: tuple[int, float] | N
         ),
         Candidate(
             f"dynamic NTK s = {s:g}",
-            TemperatureSpec(rope=rope_at("dynamic", s, trained)),
+            TemperatureSpec(rope=rope_at_scale("dynamic", s, trained)),
             "rope",
             True,
             key="dynamic",

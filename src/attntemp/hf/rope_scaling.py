@@ -196,10 +196,10 @@ def rope_for(method: str, length: int, trained_length: int) -> dict[str, Any] | 
 
     YaRN's own attention factor is set to 1, so the swept multiplier is the whole logit
     multiplier (YaRN's default temperature is m = (0.1 ln s + 1)^2 on that axis)."""
-    return rope_at(method, max(1.0, length / trained_length), trained_length)
+    return rope_at_scale(method, max(1.0, length / trained_length), trained_length)
 
 
-def rope_at(method: str, s: float, trained_length: int) -> dict[str, Any] | None:
+def rope_at_scale(method: str, s: float, trained_length: int) -> dict[str, Any] | None:
     """:func:`rope_for` at scale ``s`` (= length / trained length), given once by the caller."""
     checks.choice("rope", method, SCALINGS)
     if method == "none":
