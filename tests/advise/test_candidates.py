@@ -144,3 +144,15 @@ def test_every_candidate_key_is_unique_and_stable():
     keys = [c.key for c in candidates(512 / 256, 256, (16, 10000.0))]
     assert len(set(keys)) == len(keys) and all(keys)
     assert keys[:2] == ["baseline", "soft"] and {"yarn", "yarn+m", "yarn-past-l0", "yarn-past-l0+gated-m"} <= set(keys)
+
+
+def test_the_old_length_call_still_works_with_a_warning():
+    """candidates(length, trained) (before 0.2.0) gives what candidates(length / trained, trained) does."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        new = candidates(512 / 256, 256)
+    with pytest.warns(DeprecationWarning, match=r"candidates\(length, trained, \.\.\.\) is deprecated"):
+        old = candidates(512, 256)
+    assert [(c.key, c.spec) for c in old] == [(c.key, c.spec) for c in new]

@@ -41,6 +41,7 @@ from ..ops.geometry import FULL, ModelGeometry
 from ..ops.rope.factors import init_factors, longrope_parameters
 from ..ops.schedules import yarn_multiplier
 from ..ops.spec import TemperatureSpec
+from ..utils import deprecation
 
 SOFT = 0.9  # the softening multiplier raced (T = 1.11)
 SHARP = 1.1  # the sharpening multiplier raced at or below the trained length
@@ -79,6 +80,16 @@ def _yarn(s: float, trained: int) -> dict[str, Any]:
     return rope
 
 
+def scale_of(s: float, trained: int, name: str) -> float:
+    """``s`` as the scale N / L0 these functions take since 0.2.0; a value of at least ``trained``
+    is the length they took before (N, as in ``candidates(512, 256)``), read as such with a
+    DeprecationWarning (no model is extended to L0 squared)."""
+    if s >= trained > 1:
+        deprecation.warn(f"{name}(length, trained, ...)", f"{name}(length / trained, trained, ...)", stacklevel=4)
+        return s / trained
+    return float(s)
+
+
 def rotary(config: dict[str, Any] | None) -> tuple[int, float] | None:
     """(rotary dim, rope_theta) of the model's global (full-attention) layers; None unknown."""
     if not config:
@@ -100,6 +111,7 @@ def yarn_past_l0(s: float, trained: int, dim: int, base: float, multiplier: floa
     """YaRN's frequencies past L0 only: a ``longrope`` dict, ``short_factor`` 1, ``long_factor`` YaRN's
     per-pair divisor ``inv_freq / inv_freq_yarn`` (arXiv:2309.00071 eq. 15-16), ``attention_factor``
     sqrt(``multiplier``) on cos and sin (so ``multiplier`` on the logits, at every position)."""
+    s = scale_of(s, trained, "yarn_past_l0")
     long = init_factors("yarn", dim, base, s, trained)  # [d/2]
     return longrope_parameters(long, s, trained, rope_math.cos_sin_factor(multiplier))
 
@@ -107,6 +119,7 @@ def yarn_past_l0(s: float, trained: int, dim: int, base: float, multiplier: floa
 def extension_candidates(s: float, trained: int, geometry: tuple[int, float] | None = None) -> list[Candidate]:
     """The candidates past the trained length at scale ``s`` = N / L0 > 1, simplest first; those
     that need the rotary dim and theta (static NTK, YaRN past L0) only with ``geometry``."""
+    s = scale_of(s, trained, "extension_candidates")
     yarn = _yarn(s, trained)
     gate_b = math.log(SOFT) / math.log(s)  # m = (n / L0)^b: 1 up to L0, SOFT at n = length
     logn: dict[str, Any] = {"schedule": "logn", "schedule_params": {"trained_len": trained}}
@@ -210,6 +223,7 @@ def temperature_candidates() -> list[Candidate]:
 
 def tuned_yarn(s: float, trained: int, m: float) -> Candidate:
     """YaRN at ``s`` with the global m a search found (on windows the race does not score)."""
+    s = scale_of(s, trained, "tuned_yarn")
     return Candidate(
         f"{yarn_label(s)}, tuned m",
         TemperatureSpec(multiplier=m, rope=_yarn(s, trained)),
@@ -228,6 +242,7 @@ def yarn_label(s: float) -> str:
 def candidates(s: float, trained: int, geometry: tuple[int, float] | None = None) -> list[Candidate]:
     """The race's candidates at scale ``s`` = N / L0 (the plan's :attr:`~.plan.AdvisePlan.scale`)
     for a model trained to ``trained`` tokens (``geometry``: its rotary dim and theta, :func:`rotary`)."""
+    s = scale_of(s, trained, "candidates")
     return extension_candidates(s, trained, geometry) if s > 1 else temperature_candidates()
 
 
