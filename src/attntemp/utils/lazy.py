@@ -29,12 +29,16 @@ if TYPE_CHECKING:
 
 class LazyModule(types.ModuleType):
     """Stands for module ``name``: the first attribute read imports it and copies its namespace in
-    (later reads are plain attribute reads)."""
+    (later reads are plain attribute reads); a name the module serves itself (its own
+    ``__getattr__``) is kept once read."""
 
     def __getattr__(self, attr: str) -> Any:
         module = importlib.import_module(self.__name__)
-        self.__dict__.update(module.__dict__)
-        return getattr(module, attr)
+        if "__file__" not in self.__dict__:  # the first read: the whole namespace at once
+            self.__dict__.update(module.__dict__)
+        value = getattr(module, attr)
+        self.__dict__[attr] = value
+        return value
 
 
 def lazy(name: str) -> Any:
