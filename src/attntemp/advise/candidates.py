@@ -35,10 +35,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..hf.rope_scaling import rope_at_scale
 from ..ops import rope as rope_math
 from ..ops.geometry import FULL, ModelGeometry
 from ..ops.rope.factors import init_factors, longrope_parameters
+from ..ops.rope.scalings import rope_at_scale
 from ..ops.schedules import yarn_multiplier
 from ..ops.spec import TemperatureSpec
 from ..utils import deprecation

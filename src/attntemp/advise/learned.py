@@ -29,7 +29,7 @@ import torch
 
 from ..evaluate.corpus import heldout_windows
 from ..evaluate.task_base import EvalContext
-from ..hf.rope_scaling import rope_for
+from ..ops.rope.scalings import rope_for
 from ..ops.spec import TemperatureSpec
 from ..tune.gradient import GradientOptions, learn
 from ..tune.runner import TARGETS_OF

@@ -20,7 +20,7 @@ from ..evaluate.corpus import load_text
 from ..evaluate.score import Kept, NotStored, ScoreStore, merged, model_identity, reporting, score_many
 from ..evaluate.task_base import EvalContext, eval_context, tuning_context
 from ..hf.loading import load_model
-from ..hf.rope_scaling import rope_for
+from ..ops.rope.scalings import rope_for
 from ..ops.spec import TemperatureSpec
 from ..report.html import markdown_to_html
 from ..tune.search import SearchOptions, tune_global

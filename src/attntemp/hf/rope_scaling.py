@@ -18,6 +18,9 @@ from ..ops import rope
 from ..ops.geometry import stated_positions
 from ..ops.rope import EXTENSIONS
 from ..ops.rope.params import Rope
+from ..ops.rope.scalings import SCALINGS as SCALINGS  # read here before its own module
+from ..ops.rope.scalings import rope_at_scale as rope_at_scale
+from ..ops.rope.scalings import rope_for as rope_for
 from ..utils import checks
 from ..utils.lazy import lazy
 from .introspect import per_type_rope, rope_geometry, text_config, trained_length
@@ -28,7 +31,6 @@ else:
     torch = lazy("torch")
 
 
-SCALINGS = ("none", "linear", "ntk", "dynamic", "yarn")  # what `--rope` takes: s from the length alone
 _SAVED = "_attntemp_rope_saved"
 
 
@@ -189,22 +191,3 @@ def extended(model: torch.nn.Module, method: str, factor: float, **kw: Any) -> I
         yield model
     finally:
         restore_rope(model)
-
-
-def rope_for(method: str, length: int, trained_length: int) -> dict[str, Any] | None:
-    """The RoPE extension for ``length``: scale s = length / trained length (at least 1).
-
-    YaRN's own attention factor is set to 1, so the swept multiplier is the whole logit
-    multiplier (YaRN's default temperature is m = (0.1 ln s + 1)^2 on that axis)."""
-    return rope_at_scale(method, max(1.0, length / trained_length), trained_length)
-
-
-def rope_at_scale(method: str, s: float, trained_length: int) -> dict[str, Any] | None:
-    """:func:`rope_for` at scale ``s`` (= length / trained length), given once by the caller."""
-    checks.choice("rope", method, SCALINGS)
-    if method == "none":
-        return None
-    params: dict[str, Any] = {"rope_type": method, "factor": s}
-    if method == "yarn":
-        params.update(original_max_position_embeddings=trained_length, attention_factor=1.0)
-    return params

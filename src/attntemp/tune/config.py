@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from ..evaluate import corpus
 from ..evaluate.corpus import HELDOUT_FOR_STDLIB
 from ..evaluate.task_base import TASK_NAMES, EvalOptions
-from ..hf.rope_scaling import SCALINGS
+from ..ops.rope.scalings import SCALINGS
 from ..ops.schedules import LEARNED_SCHEDULES
 from ..ops.spec import GRANULARITIES, LAYER_TYPES
 from ..utils import checks, options

@@ -27,7 +27,7 @@ from ..evaluate.tasks import EvalContext, eval_context, tuning_context
 from ..hf import introspect
 from ..hf.loading import load_model
 from ..hf.patch import only_layer_types
-from ..hf.rope_scaling import rope_for
+from ..ops.rope.scalings import rope_for
 from ..ops.spec import TemperatureSpec
 from ..utils import outputs
 from .config import TuneConfig

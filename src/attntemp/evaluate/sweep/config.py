@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ...hf.rope_scaling import SCALINGS
+from ...ops.rope.scalings import SCALINGS
 from ...utils import checks, options
 from ...utils.options import option
 from ..task_base import TASK_NAMES, EvalOptions

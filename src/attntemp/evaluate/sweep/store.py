@@ -17,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ...hf.rope_scaling import rope_for
+from ...ops.rope.scalings import rope_for
 from ...ops.spec import TemperatureSpec
 from ..score import score_many
 from ..tasks import EvalContext
