@@ -25,7 +25,7 @@ from ..utils import checks
 from ..utils.lazy import is_tensor, lazy
 from . import schedules
 from .attention_config import MULTIPLIERS
-from .rope.params import PAIR_LISTS, Rope
+from .rope.params import PAIR_LISTS, Rope, deep_list, frozen_pairs
 
 if TYPE_CHECKING:
     import torch
@@ -37,32 +37,6 @@ GRANULARITIES = ("global", "layer", "head")  # one m for the model, one per laye
 FORMAT = "attntemp.TemperatureSpec/1"
 FIELDS = ("multiplier", "layers", "heads", "schedule", "schedule_params", "rope", "layer_types")
 LAYER_TYPES = ("full_attention", "sliding_attention")  # transformers' config.layer_types values
-
-
-def _freeze(name: str, params: Params) -> tuple[tuple[str, Any], ...]:
-    """A dict (or pairs) as sorted ``(key, value)`` pairs, lists made tuples (hashable)."""
-    if params is None:
-        return ()
-    if isinstance(params, Mapping):
-        items = list(params.items())
-    elif (
-        isinstance(params, Sequence)
-        and not isinstance(params, str)
-        and all(isinstance(p, (tuple, list)) and len(p) == 2 for p in params)
-    ):
-        items = [tuple(p) for p in params]
-    else:
-        raise ValueError(f"{name}={params!r} is not allowed; expected an object of named values")
-    return tuple(sorted((str(k), _deep_tuple(v)) for k, v in items))
-
-
-def _deep_tuple(v: Any) -> Any:
-    """Lists (and lists of lists) as tuples: a spec is hashable."""
-    return tuple(_deep_tuple(x) for x in v) if isinstance(v, (list, tuple)) else v
-
-
-def _deep_list(v: Any) -> Any:
-    return [_deep_list(x) for x in v] if isinstance(v, (list, tuple)) else v
 
 
 Params = Mapping[str, Any] | Sequence[tuple[str, Any]] | None
@@ -151,7 +125,7 @@ class TemperatureSpec:
         if not isinstance(schedule, str):
             raise ValueError(f"schedule={schedule!r} is not allowed; expected one of {sorted(schedules.SCHEDULES)}")
         set_(self, "schedule", checks.choice("schedule", schedule, schedules.SCHEDULES))
-        set_(self, "schedule_params", _freeze("schedule_params", schedule_params))
+        set_(self, "schedule_params", frozen_pairs(schedule_params, "schedule_params"))
         set_(self, "rope", Rope(rope))
         set_(self, "layer_types", _layer_types(layer_types))
         try:
@@ -248,7 +222,7 @@ class TemperatureSpec:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("_schedule", None)
-        d["schedule_params"] = {k: _deep_list(v) for k, v in self.schedule_params}
+        d["schedule_params"] = {k: deep_list(v) for k, v in self.schedule_params}
         d["rope"] = self.rope.to_dict() or None
         if self.layer_types is None:
             d.pop("layer_types")

@@ -71,12 +71,14 @@ def _deep_tuple(v: Any) -> Any:
     return tuple(_deep_tuple(x) for x in v) if isinstance(v, (list, tuple)) else v
 
 
-def _deep_list(v: Any) -> Any:
-    return [_deep_list(x) for x in v] if isinstance(v, tuple) else v
+def deep_list(v: Any) -> Any:
+    """Nested tuples (or lists) as nested lists: a frozen value as JSON writes it."""
+    return [deep_list(x) for x in v] if isinstance(v, (list, tuple)) else v
 
 
-def _pairs(params: Any) -> tuple[tuple[str, Any], ...]:
-    """A mapping (or ``(key, value)`` pairs) as sorted pairs, lists made tuples (hashable)."""
+def frozen_pairs(params: Any, name: str = "rope") -> tuple[tuple[str, Any], ...]:
+    """A mapping (or ``(key, value)`` pairs) as sorted pairs, lists made tuples (hashable); a
+    ValueError naming ``name`` for anything else (a spec's rope and its schedule_params)."""
     if params is None:
         return ()
     if isinstance(params, Mapping):
@@ -88,7 +90,7 @@ def _pairs(params: Any) -> tuple[tuple[str, Any], ...]:
     ):
         items = [tuple(p) for p in params]
     else:
-        raise ValueError(f"rope={params!r} is not allowed; expected an object of named values")
+        raise ValueError(f"{name}={params!r} is not allowed; expected an object of named values")
     return tuple(sorted((str(k), _deep_tuple(v)) for k, v in items))
 
 
@@ -99,7 +101,7 @@ class Rope(Mapping[str, Any]):
     _pairs: tuple[tuple[str, Any], ...]
 
     def __init__(self, params: Any = None) -> None:
-        pairs = params._pairs if isinstance(params, Rope) else _pairs(params)
+        pairs = params._pairs if isinstance(params, Rope) else frozen_pairs(params)
         object.__setattr__(self, "_pairs", pairs)
         if pairs:
             _check(dict(pairs))
@@ -136,10 +138,10 @@ class Rope(Mapping[str, Any]):
         if isinstance(other, Rope):
             return self._pairs == other._pairs
         if isinstance(other, Mapping):
-            return self._pairs == _pairs(other)
+            return self._pairs == frozen_pairs(other)
         if isinstance(other, tuple):  # the (key, value) pairs TemperatureSpec.rope was before 0.2.0
             try:
-                return self._pairs == _pairs(other)
+                return self._pairs == frozen_pairs(other)
             except ValueError:
                 return False
         return NotImplemented
@@ -167,11 +169,11 @@ class Rope(Mapping[str, Any]):
     @property
     def params(self) -> dict[str, Any]:
         """The type's own keys (everything but :data:`COMMON` and L0), lists as lists."""
-        return {k: _deep_list(v) for k, v in self._pairs if k not in (*COMMON, L0_KEY)}
+        return {k: deep_list(v) for k, v in self._pairs if k not in (*COMMON, L0_KEY)}
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON / engine form: a plain dict, lists as lists (``{}`` for no extension)."""
-        return {k: _deep_list(v) for k, v in self._pairs}
+        return {k: deep_list(v) for k, v in self._pairs}
 
     def arguments(self, trained: int, seq_len: int | None = None) -> dict[str, Any]:
         """The keyword arguments of :mod:`.rope`'s function of this type for a sequence of
@@ -248,6 +250,6 @@ def _check(rope: dict[str, Any]) -> None:
         raise ValueError(f"rope.truncate={rope['truncate']!r} is not allowed; expected true or false")
     dim = 2 * _check_pair_lists(rope) if kind.name == "longrope" else 64
     try:
-        rope_math.ROPE_FUNCTIONS[kind.name](dim, 10000.0, **Rope._unchecked(_pairs(rope)).arguments(2048))
+        rope_math.ROPE_FUNCTIONS[kind.name](dim, 10000.0, **Rope._unchecked(frozen_pairs(rope)).arguments(2048))
     except (TypeError, ValueError) as exc:
         raise ValueError(f"rope ({kind.name}): {exc}") from None
