@@ -20,7 +20,7 @@ from ..evaluate.corpus import load_text
 from ..evaluate.score import Kept, NotStored, ScoreStore, merged, model_identity, reporting, score_many
 from ..evaluate.task_base import EvalContext, eval_context, tuning_context
 from ..hf.loading import load_model
-from ..ops.rope.scalings import rope_for
+from ..ops.rope.scalings import rope_at_scale
 from ..ops.spec import TemperatureSpec
 from ..report.html import markdown_to_html
 from ..tune.search import SearchOptions, tune_global
@@ -225,7 +225,7 @@ def _tuned(plan: AdvisePlan, model, tctx: EvalContext, kept: Kept, count: Counte
     """YaRN's global m searched on the spare windows past the race's (never raced on)."""
     cfg = plan.cfg
     spare = replace(tctx, window_range=(cfg.race_windows, cfg.race_windows + plan.spare))
-    yarn = rope_for("yarn", cfg.length, plan.trained)
+    yarn = rope_at_scale("yarn", plan.scale, plan.trained)  # the plan's s, as the candidates
     opts = SearchOptions(length=cfg.length, objective=cfg.objective, rope=yarn, bracket=(0.8, 1.6), grid=5, iters=3)
     found = tune_global(model, plan.tok, spare, opts, kept=kept)
     count.rows["tuning"] = len(found["curve"]) * plan.spare
