@@ -645,6 +645,19 @@ ISSUE_54_REST = [  # (id, argv, text the one error line must contain); issue 54'
     ),
 ]
 
+ISSUE_62 = [  # (id, argv, text the one error line must contain); issue 62's findings and their siblings
+    (  # was: the deprecation warning, then the 768 check the user turned off
+        "advise-both-spellings-old-last",
+        with_(A, "--check-lengths", "0", "--check-length", "768"),
+        "--check-length=768 is not allowed with --check-lengths=0: --check-length is the old spelling",
+    ),
+    (
+        "advise-both-spellings-old-first",
+        with_(A, "--check-length", "768", "--check-lengths", "0"),
+        "--check-length=768 is not allowed with --check-lengths=0: --check-length is the old spelling",
+    ),
+]
+
 # (id, argv, text the one error line must contain); {w} is the workspace
 CASES = [
     # --- --model, in every loading command (item 1)
@@ -1053,6 +1066,7 @@ CASES = [
     *ISSUE_54,
     *MODEL_FOLDERS,
     *ISSUE_54_REST,
+    *ISSUE_62,
 ]
 
 PROGRESS = ("%|", "it/s]", "s/it]")

@@ -40,3 +40,30 @@ def test_the_old_spelling_parses_into_the_new_field_and_warns(argv, value, warne
 def test_the_old_spelling_is_hidden_from_help():
     text = _parser().format_help()
     assert "--check-lengths" in text and "--check-length " not in text and "--check-length\n" not in text
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--check-lengths", "0", "--check-length", "768"],
+        ["--check-length", "768", "--check-lengths", "0"],
+        ["--check-length", "512", "--check-length", "768", "--check-lengths", "0"],
+    ],
+)
+def test_both_spellings_together_are_refused_whichever_comes_first(argv, capsys):
+    """Which value wins is the user's to say (argparse would take the last one given): one line,
+    the error, without the deprecation warning."""
+    parser = _parser()
+    parser.error = lambda message: parser.exit(2, f"demo: error: {message}\n")  # type: ignore[method-assign]
+    with pytest.raises(SystemExit) as exc:
+        parser.parse_args(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2 and err == [
+        "demo: error: --check-length=768 is not allowed with --check-lengths=0: --check-length is the old "
+        "spelling of --check-lengths; give --check-lengths only"
+    ]
+
+
+def test_the_old_spelling_twice_warns_once_and_the_last_wins(capsys):
+    cfg = from_args(Lengths, _parser().parse_args(["--check-length", "512", "--check-length", "768"]))
+    assert cfg.check_lengths == (768,) and len(capsys.readouterr().err.strip().splitlines()) == 1

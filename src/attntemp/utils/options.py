@@ -143,8 +143,9 @@ def add_options(parser: argparse.ArgumentParser, cls: type, defaults: dict[str, 
             required = f.default is dataclasses.MISSING
             metavar = meta["metavar"] or flag_of(f).lstrip("-").upper().replace("-", "_")
             parser.add_argument(
-                flag_of(f), dest=f.name, required=required, default=argparse.SUPPRESS, metavar=metavar, help=text
-            )
+                flag_of(f), dest=f.name, required=required, default=argparse.SUPPRESS, metavar=metavar, help=text,
+                action=NewSpelling if meta.get("aliases") else "store",
+            )  # fmt: skip
             for old in meta.get("aliases", ()):
                 parser.add_argument(
                     old, dest=f.name, default=argparse.SUPPRESS, metavar=metavar, help=argparse.SUPPRESS,
@@ -152,9 +153,32 @@ def add_options(parser: argparse.ArgumentParser, cls: type, defaults: dict[str, 
                 )  # fmt: skip
 
 
+SPELLED = "_old_spellings"  # on the parsed namespace: {field: (old flag, its deprecation line)}
+
+
+def _both(parser: argparse.ArgumentParser, old: str, old_value: Any, new: str, new_value: Any) -> None:
+    """Refuse a flag given in both spellings: which should win is the user's to say, not argparse's
+    (the last one given)."""
+    parser.error(
+        f"{old}={old_value} is not allowed with {new}={new_value}: {old} is the old spelling of {new}; give {new} only"
+    )
+
+
+class NewSpelling(argparse._StoreAction):
+    """A flag that has old spellings (:class:`OldSpelling`): refused when one of them was given too."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option_string: Any = None):
+        spelled = getattr(namespace, SPELLED, {})
+        if self.dest in spelled:
+            _both(parser, spelled[self.dest][0], getattr(namespace, self.dest), option_string, values)
+        setattr(namespace, self.dest, values)
+
+
 class OldSpelling(argparse.Action):
-    """A flag's old spelling: stores the value under the new flag's field and says, one line on
-    stderr, that the old spelling is deprecated (removed in the release ``utils.deprecation`` names)."""
+    """A flag's old spelling: stores the value under the new flag's field; the line on stderr saying
+    that the old spelling is deprecated (removed in the release ``utils.deprecation`` names) comes
+    when the config is built (:func:`given`), so a refusal of both spellings together
+    (:class:`NewSpelling`) is the only line."""
 
     def __init__(self, option_strings: Sequence[str], dest: str, new: str = "", **kw: Any) -> None:
         super().__init__(option_strings, dest, **kw)
@@ -163,10 +187,11 @@ class OldSpelling(argparse.Action):
     def __call__(self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option_string: Any = None):
         from .deprecation import REMOVAL
 
-        print(
-            f"{parser.prog}: warning: {option_string} is deprecated; use {self.new} (removed in {REMOVAL})",
-            file=sys.stderr,
-        )
+        spelled = getattr(namespace, SPELLED, {})
+        if hasattr(namespace, self.dest) and self.dest not in spelled:  # the new spelling came first
+            _both(parser, option_string, values, self.new, getattr(namespace, self.dest))
+        line = f"{parser.prog}: warning: {option_string} is deprecated; use {self.new} (removed in {REMOVAL})"
+        setattr(namespace, SPELLED, {**spelled, self.dest: (option_string, line)})
         setattr(namespace, self.dest, values)
 
 
@@ -187,7 +212,12 @@ def _convert(f: dataclasses.Field, raw: Any) -> Any:
 
 
 def given(cls: type, args: argparse.Namespace) -> dict[str, Any]:
-    """The option fields of ``cls`` that were given on the command line, converted."""
+    """The option fields of ``cls`` that were given on the command line, converted; an old
+    spelling among them is said deprecated on stderr (once)."""
+    for _, line in getattr(args, SPELLED, {}).values():
+        print(line, file=sys.stderr)
+    if hasattr(args, SPELLED):
+        delattr(args, SPELLED)
     return {f.name: _convert(f, getattr(args, f.name)) for f in _cli_fields(cls) if hasattr(args, f.name)}
 
 
