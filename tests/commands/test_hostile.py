@@ -22,7 +22,7 @@ import pytest
 from attntemp.assets import tiny_path
 from attntemp.cli import main
 from attntemp.evaluate.sweep import LOCK_FILE, Store
-from attntemp.utils.outputs import LOCK_NAME, exclusive
+from attntemp.utils.outputs import LOCK_NAME
 
 SPECS = {
     "s_layers": {"layers": 1.1},
@@ -140,6 +140,9 @@ def ws(tmp_path_factory):
     (w / "linked").symlink_to(w / "users")  # the same, through a symlinked --out
     for lock in (LOCK_FILE, LOCK_NAME):  # the lock files a running writer holds there
         (w / "locked" / lock).touch()
+    for where in LOCKS.values():  # bake's beside the checkpoint, verify's in a --work-dir of its own
+        (w / where).parent.mkdir(exist_ok=True)
+        (w / where).touch()
     # broken checkpoints
     trunc = _tiny_copy(w / "trunc")
     os.truncate(trunc / "model.safetensors", 100_000)
@@ -645,7 +648,18 @@ ISSUE_54_REST = [  # (id, argv, text the one error line must contain); issue 54'
     ),
 ]
 
+LOCKS = {"sweep": f"locked/{LOCK_FILE}", "bake": f".locked{LOCK_NAME}", "verify": f"vlocked/{LOCK_NAME}"}
+IN_USE = "--out='{w}/locked' is in use by another"
 ISSUE_62 = [  # (id, argv, text the one error line must contain); issue 62's findings and their siblings
+    # item 1: every writer locks its folder before any check or work (was: measure, the check after the work)
+    ("measure-out-locked", with_(M, "--out", "{w}/locked"), IN_USE + " measure (pid"),
+    ("calibrate-out-locked", with_(C, "--out", "{w}/locked"), IN_USE + " calibrate (pid"),
+    ("generate-out-locked", with_(G, "--out", "{w}/locked"), IN_USE + " generate (pid"),
+    ("tune-out-locked", with_(T, "--out", "{w}/locked"), IN_USE + " tune (pid"),
+    ("eval-out-locked", with_(E, "--out", "{w}/locked"), IN_USE + " eval (pid"),
+    ("bake-out-locked", with_(B, "--out", "{w}/locked"), IN_USE + " bake (pid"),
+    ("report-locked", ["report", "{w}/locked"], "dir='{w}/locked' is in use by another report (pid"),
+    ("verify-work-dir-locked", with_(V, "--work-dir", "{w}/vlocked"), "--work-dir='{w}/vlocked' is in use by"),
     (  # was: the deprecation warning, then the 768 check the user turned off
         "advise-both-spellings-old-last",
         with_(A, "--check-lengths", "0", "--check-length", "768"),
@@ -1092,7 +1106,7 @@ def run_main(argv: list[str], capsys) -> tuple[int, list[str]]:
 
 
 @pytest.mark.parametrize("name, argv, expected", CASES, ids=[c[0] for c in CASES])
-def test_hostile_input_is_one_line_naming_the_flag_and_exit_2(ws, name, argv, expected, capsys, monkeypatch):
+def test_hostile_input_is_one_line_naming_the_flag_and_exit_2(ws, name, argv, expected, capsys, monkeypatch, held_lock):
     monkeypatch.chdir(ws)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     argv = [a.replace("{w}", str(ws)) for a in argv]
@@ -1101,9 +1115,9 @@ def test_hostile_input_is_one_line_naming_the_flag_and_exit_2(ws, name, argv, ex
         monkeypatch.setenv("HOME", str(ws))
     if name == "audit-no-engine-runs":  # the same on a machine with vLLM installed (scripts/build_vllm_cpu.sh)
         monkeypatch.setattr("attntemp.ship.engines.vllm.unavailable", lambda: "vLLM is not installed (this test)")
-    if name.endswith("-out-locked"):  # another run of the command is writing there
-        lock = LOCK_FILE if argv[0] == "sweep" else LOCK_NAME
-        with exclusive(ws / "locked" / lock, argv[0]):  # the command opens it again: the lock conflicts
+    if name.endswith("-locked"):  # another run of the command is writing there
+        lock = ws / LOCKS.get(argv[0], f"locked/{LOCK_NAME}")
+        with held_lock(lock):  # another process: this one's own lock it would take again
             code, err = run_main(argv, capsys)
     else:
         code, err = run_main(argv, capsys)

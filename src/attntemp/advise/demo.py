@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..evaluate import corpus
+from ..evaluate import corpus, multikey
 from ..evaluate.lm import answer_and_generate, first_integer
 from ..evaluate.score import score_key
 from ..evaluate.tasks import passkey_prompts
@@ -37,9 +37,8 @@ from ..utils import noise, outputs
 from ..utils.tables import markdown_table
 from .candidates import BASELINE
 from .config import BAKED_DIR, DEMO_OUTPUTS, DemoConfig
-from .confirm import RETRIEVAL_LABEL
-from .plan import AdvisePlan, preflight_advise
-from .race import RETRIEVAL_TASK
+from .confirm import RETRIEVAL_LABELS
+from .plan import MULTIKEY, AdvisePlan, Retrieval, preflight_advise
 from .run import AdviseResult, advise, contexts, write_advice
 
 
@@ -49,8 +48,14 @@ def _stage(cfg: DemoConfig, text: str) -> None:
 
 
 def retrieval_check(ev: dict[str, Any]) -> str | None:
-    """The confirmation's label of passkeys found at N (None: no retrieval axis)."""
-    return next((k for k in ev["confirmation"] if k.startswith(RETRIEVAL_LABEL)), None)
+    """The confirmation's label of keys found at N (None: no retrieval axis)."""
+    return next((k for k in ev["confirmation"] if k.startswith(tuple(RETRIEVAL_LABELS.values()))), None)
+
+
+def retrieval_of(ev: dict[str, Any]) -> Retrieval:
+    """The retrieval axis the run settled on, read back from its evidence."""
+    r = ev["question"].get("retrieval") or {}
+    return Retrieval(r.get("task"), r.get("keys_per_prefill", 1), r.get("prefills_per_window", 0), r.get("why", ""))
 
 
 def refuted(ev: dict[str, Any]) -> str | None:
@@ -62,7 +67,7 @@ def refuted(ev: dict[str, Any]) -> str | None:
     for field, who in (("vs_no_change", "no change"), ("vs_default", "YaRN's default")):
         c = (cell or {}).get(field)
         if c and c.get("verdict") == "worse":
-            return f"it finds fewer passkeys than {who}: {c['value']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}]"
+            return f"it finds fewer keys than {who}: {c['value']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}]"
     return None
 
 
@@ -83,17 +88,32 @@ def retrieval(ev: dict[str, Any]) -> list[str]:
             (n + (" (recommended)" if n == rec and n != BASELINE else ""), cell["value"],
              _signed(cell.get("vs_no_change")), _signed(cell.get("vs_default")))
         )  # fmt: skip
-    prompts = ev["question"]["retrieval_prompts"]["confirmation"]
     return [
         f"## Retrieval at {ev['question']['length']} tokens",
         "",
-        f"{prompts} passkey prompts (the YaRN paper's), answered by greedy generation with a KV cache "
-        "(transformers' generate), none of them seen by the race; the same prompts for every spec. Share found "
-        "with its Wilson 95% interval; differences paired on the same prompts (Newcombe's 95% interval).",
+        _retrieval_said(ev),
         "",
-        markdown_table(("spec", "passkeys found", "- no change", "- YaRN's default"), rows),
+        markdown_table(("spec", "keys found", "- no change", "- YaRN's default"), rows),
         "",
     ]
+
+
+def _retrieval_said(ev: dict[str, Any]) -> str:
+    """How the retrieval table was made: multikey haystacks or passkey prompts, and its intervals."""
+    trials, r = ev["question"]["retrieval_prompts"]["confirmation"], retrieval_of(ev)
+    if r.task == MULTIKEY:
+        return (
+            f"{trials} keys, {r.keys} hidden in each haystack of real text, each haystack prefilled once and every "
+            "key asked from a copy of its KV cache, answered by greedy generation (transformers' generate), none "
+            "of them seen by the race; the same haystacks for every spec. Share found with its 95% interval over "
+            f"haystacks (bootstrap); differences paired on the same haystacks. ({r.why})"
+        )
+    return (
+        f"{trials} passkey prompts (the YaRN paper's), answered by greedy generation with a KV cache "
+        "(transformers' generate), none of them seen by the race; the same prompts for every spec. Share found "
+        "with its Wilson 95% interval; differences paired on the same prompts (Newcombe's 95% interval)."
+        + (f" ({r.why})" if r.why else "")
+    )
 
 
 def _signed(c: dict[str, Any] | None) -> str:
@@ -139,23 +159,33 @@ def plain_retrieval(plan: AdvisePlan, result: AdviseResult, path: Path) -> list[
         return []
     from transformers import AutoModelForCausalLM
 
-    n, (ctx, _) = plan.cfg.length, contexts(plan)
-    ctx = replace(ctx, trials=plan.cfg.retrieval_prompts or plan.cfg.trials)  # the confirmation's prompts
-    prompts = passkey_prompts(plan.tok, n, ctx)
+    n, (ctx, _), r = plan.cfg.length, contexts(plan), retrieval_of(result.evidence)
+    ctx = r.confirm_pool(ctx, plan.cfg.retrieval_prompts or plan.cfg.trials)  # the confirmation's prompts
     with noise.quiet_libraries():
         model = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True, dtype=torch.float32).eval()
-    hits = []
-    for ids, answer, key in prompts:
-        _, gen = answer_and_generate(model, torch.tensor([ids]), torch.tensor([answer]), len(answer) + 2)
-        hits.append(int(first_integer(plan.tok.decode(gen[0], skip_special_tokens=True)) == key))
+    hits = _plain_hits(model, plan.tok, n, ctx, r)
     spec = TemperatureSpec.from_dict(result.evidence["recommendation"]["spec"])
-    stored = result.store.get(score_key(spec, RETRIEVAL_TASK, n, ctx, result.model_id)) if result.store else None
-    said = f"In plain transformers (`generate`, greedy), the baked checkpoint finds {sum(hits)} of {len(hits)} passkeys"
+    task = r.task or "passkey"
+    stored = result.store.get(score_key(spec, task, n, ctx, result.model_id)) if result.store else None
+    said = f"In plain transformers (`generate`, greedy), the baked checkpoint finds {sum(hits)} of {len(hits)} keys"
     if stored is None:
         return [said + ".", ""]
-    mine = [int(h) for h in stored[0]["hits"]]
+    mine = [int(h) for row in stored[0]["key_hits"] for h in row] if r.task == MULTIKEY else stored[0]["hits"]
     same = sum(a == b for a, b in zip(hits, mine, strict=True))
-    return [f"{said}; attntemp's patched model found {sum(mine)} on the same prompts (the same answer on {same}).", ""]
+    return [f"{said}; attntemp's patched model found {sum(mine)} on the same trials (the same answer on {same}).", ""]
+
+
+def _plain_hits(model: Any, tok: Any, n: int, ctx: Any, r: Retrieval) -> list[int]:
+    """Keys found by ``model`` (no attntemp patch) on the confirmation's trials, in the store's order."""
+    if r.task == MULTIKEY:
+        return [
+            int(found) for h in multikey.haystacks(tok, n, ctx) for found, _ in multikey.score_haystack(model, tok, h)
+        ]
+    hits = []
+    for ids, answer, key in passkey_prompts(tok, n, ctx):
+        _, gen = answer_and_generate(model, torch.tensor([ids]), torch.tensor([answer]), len(answer) + 2)
+        hits.append(int(first_integer(tok.decode(gen[0], skip_special_tokens=True)) == key))
+    return hits
 
 
 @dataclass(frozen=True)
@@ -183,7 +213,11 @@ def run_demo(cfg: DemoConfig) -> DemoResult:
         if text:  # a missing text is one line naming its flag, before the model downloads
             corpus.source_files(text, name=flag)
     resolve(cfg.model)  # a bad --model is one line, before any progress is printed
-    plan = preflight_advise(cfg)
+    with outputs.claimed(cfg.out, "demo"):  # a second demo on this --out is refused before any check reads it
+        return _demo(cfg, preflight_advise(cfg), t0)
+
+
+def _demo(cfg: DemoConfig, plan: AdvisePlan, t0: float) -> DemoResult:
     with outputs.output_folder(
         cfg.out, replace=DEMO_OUTPUTS if cfg.overwrite else (), writer="demo", own=DEMO_OUTPUTS
     ) as out:

@@ -189,8 +189,13 @@ def _generate(
 def run_generate(cfg: GenerateConfig, stream: bool = True) -> GenerateResult:
     """Generate, monitor when asked, write the outputs under ``cfg.out``; returns the result (its
     summary holds the text). ``stream=False`` keeps stdout for the caller (the step lines still go
-    to stderr)."""
-    plan = preflight_generate(cfg)
+    to stderr). ``out`` is locked first."""
+    with outputs.claimed(cfg.out, "generate"):
+        return _run(preflight_generate(cfg), stream)
+
+
+def _run(plan: GeneratePlan, stream: bool) -> GenerateResult:
+    cfg = plan.cfg
     prompt, spec, ref = plan.prompt, plan.spec, plan.reference
     model, tok = load_model(cfg.model, **cfg.load_args())
     ids = tok(prompt, return_tensors="pt").input_ids  # [1, P]

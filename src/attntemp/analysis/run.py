@@ -69,9 +69,15 @@ def summary_table(stats: AttentionStats) -> str:
 
 
 def run_measure(cfg: MeasureConfig) -> MeasureResult:
-    """Measure, write the outputs under ``cfg.out``; returns the result. Everything is checked
-    before the model loads (:func:`preflight_measure`)."""
-    plan = preflight_measure(cfg)
+    """Measure, write the outputs under ``cfg.out``; returns the result. ``out`` is locked first
+    (a second measure there is refused at once), then everything is checked before the model loads
+    (:func:`preflight_measure`)."""
+    with outputs.claimed(cfg.out, "measure"):
+        return _measure(preflight_measure(cfg))
+
+
+def _measure(plan: MeasurePlan) -> MeasureResult:
+    cfg = plan.cfg
     model, tok = load_model(cfg.model, **cfg.load_args())
     ids = heldout_windows(tok, cfg.length, n=cfg.n_docs, docs=plan.docs, n_name="n_docs")
     stats = measure(model, ids, plan.spec, opts=StatOptions(cfg.sink_tokens, cfg.recent_tokens, cfg.buckets))

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from contextlib import nullcontext
 
 from ..advise.config import AdviseConfig
+from ..utils import outputs
 from ..utils.options import add_options, from_args
 from . import command_help
 from .output import emit
@@ -24,7 +26,9 @@ def run(args: argparse.Namespace) -> int:
     from ..advise.status import AdviseStatus
 
     cfg = from_args(AdviseConfig, args)
-    result = run_advise(cfg)
+    # --out locked before any check reads it (--status writes nothing: no lock), held to the last write
+    with nullcontext() if cfg.status else outputs.claimed(cfg.out, "advise"):
+        result = run_advise(cfg)
     if isinstance(result, AdviseStatus):
         emit(args, result.markdown(), result.to_dict())
         return 0

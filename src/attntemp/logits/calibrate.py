@@ -133,8 +133,13 @@ def preflight_calibrate(cfg: CalibrateConfig) -> CalibratePlan:
 
 def run_calibration(cfg: CalibrateConfig) -> CalibrateResult:
     """Fit, write ``reliability.png`` and ``calibration.json`` under ``cfg.out``; returns the
-    result: the report and the before/after markdown table."""
-    plan = preflight_calibrate(cfg)
+    result: the report and the before/after markdown table. ``out`` is locked first."""
+    with outputs.claimed(cfg.out, "calibrate"):
+        return _calibrate(preflight_calibrate(cfg))
+
+
+def _calibrate(plan: CalibratePlan) -> CalibrateResult:
+    cfg = plan.cfg
     logits, labels = plan.logits, plan.labels
     fit = fit_temperature(logits, labels, ignore_index=cfg.ignore_index)
     z, y = flatten_labelled(logits, labels, cfg.ignore_index)  # [N, C], [N]

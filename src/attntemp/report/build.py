@@ -71,6 +71,11 @@ def build_report(folder: str | Path, progress: bool = False, overwrite: bool = F
     if not folder.is_dir():
         what = "is a file; expected a folder" if folder.exists() else "does not exist"
         raise FileNotFoundError(f"report folder {str(folder)!r} {what}")
+    with outputs.claimed(folder, "report", name="dir"):  # one writer at a time, from the first check
+        return _build(folder, progress, overwrite)
+
+
+def _build(folder: Path, progress: bool, overwrite: bool) -> ReportResult:
     outputs.check_out(folder, REPORT_OUTPUTS, overwrite, name="dir")  # report.md, report.html and PNGs go here
     rows, recorded = _store_rows(folder)  # a damaged sweep.db refused before anything is removed
     if overwrite:

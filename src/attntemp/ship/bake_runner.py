@@ -13,7 +13,7 @@ import torch
 from ..hf import preflight
 from ..hf.loading import load_model
 from ..ops.spec import TemperatureSpec
-from ..utils import install
+from ..utils import install, outputs
 from .bake import (
     BakeResult,
     check_out_dir,
@@ -30,7 +30,14 @@ def run_bake(cfg: BakeConfig) -> BakeResult:
     """Check everything before the (slow) model load: the spec against the model's config, ``out``
     (writable; new, empty or ``overwrite``; not the current folder nor one holding the spec or the
     model), ``check_tokens`` against positions and memory, the source not baked already; then
-    :func:`save_baked`."""
+    :func:`save_baked`. The folder is locked first (beside it: a checkpoint is replaced whole), so a
+    second bake into it is refused at once."""
+    target = install.target(cfg.out).absolute()
+    with outputs.claimed(cfg.out, "bake", lock_file=target.parent / f".{target.name}{outputs.LOCK_NAME}"):
+        return _bake(cfg)
+
+
+def _bake(cfg: BakeConfig) -> BakeResult:
     spec = TemperatureSpec.load(cfg.spec)
     if spec.position_dependent and (preflight.source_config(cfg.model) or {}).get("model_type") != "llama":
         refuse_position_dependent(spec, why="only a Llama checkpoint can carry it (remote code: ship/remote_code.py)")

@@ -68,7 +68,7 @@ def marked(path: Path) -> set[str]:
 
 
 def _mark(path: Path, names: set[str]) -> None:
-    (path / WORK_MARK).write_text(json.dumps(sorted(names - {WORK_MARK})) + "\n", encoding="utf-8")
+    (path / WORK_MARK).write_text(json.dumps(sorted(names - {WORK_MARK, outputs.LOCK_NAME})) + "\n", encoding="utf-8")
 
 
 def check_work_dir(work_dir: str | None) -> None:
@@ -81,7 +81,7 @@ def check_work_dir(work_dir: str | None) -> None:
     if path.exists() and not path.is_dir():
         raise ValueError(f"work_dir={work_dir!r} is a file; expected a folder (new, empty, or an earlier verify's)")
     if path.is_dir():
-        found = sorted(p.name for p in path.iterdir() if p.name != WORK_MARK)
+        found = sorted(p.name for p in path.iterdir() if p.name not in (WORK_MARK, outputs.LOCK_NAME))
         if not (path / WORK_MARK).exists() and found:
             raise ValueError(
                 f"work_dir={work_dir!r} holds files verify did not write ({outputs.shown(found)}); expected a "

@@ -12,8 +12,11 @@ the mean KL(attntemp || engine) per token (which must be ~0 in float32).
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 from ..hf import preflight
 from ..ops.spec import TemperatureSpec
+from ..utils import outputs
 from .comparison import VerifyResult, check_work_dir
 from .config import VerifyConfig
 from .engines import ENGINES
@@ -34,11 +37,14 @@ def check_size(cfg: VerifyConfig, spec: TemperatureSpec) -> None:
 def run_verify(cfg: VerifyConfig) -> VerifyResult:
     """Load the spec, check the work folder and the sizes, then the engine's own verify (see the module doc)."""
     spec = TemperatureSpec.load(cfg.spec)
-    check_work_dir(cfg.work_dir)
-    check_size(cfg, spec)
-    engine = ENGINES[cfg.engine].verify
-    assert engine is not None  # VerifyConfig takes verified engines only
-    return engine(cfg, spec)
+    check_work_dir(cfg.work_dir)  # its own words for a file in the way, before the lock makes the folder
+    claim = outputs.claimed(cfg.work_dir, "verify", name="work_dir") if cfg.work_dir else nullcontext()
+    with claim:  # --work-dir locked, then checked again: a second verify there is refused at once
+        check_work_dir(cfg.work_dir)
+        check_size(cfg, spec)
+        engine = ENGINES[cfg.engine].verify
+        assert engine is not None  # VerifyConfig takes verified engines only
+        return engine(cfg, spec)
 
 
 from ..utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)

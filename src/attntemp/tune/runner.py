@@ -125,9 +125,14 @@ def _second_text(plan: TunePlan, model: Any, spec: TemperatureSpec, ctx: EvalCon
 def run_tune(cfg: TuneConfig, model=None, tok=None) -> TuneResult:
     """Tune, save the spec and the evidence under ``cfg.out``; returns the result. Everything is
     checked and worked out before the model loads (:func:`~.config.preflight_tune`); a failed run
-    leaves no empty ``out``."""
-    plan = preflight_tune(cfg, model, tok)
-    limits.say_needles(cfg, plan.cfg, plan.lengths)
+    leaves no empty ``out``; ``out`` is locked first (a second tune there is refused at once)."""
+    with outputs.claimed(cfg.out, "tune"):
+        plan = preflight_tune(cfg, model, tok)
+        limits.say_needles(cfg, plan.cfg, plan.lengths)
+        return _run(plan, model)
+
+
+def _run(plan: TunePlan, model: Any) -> TuneResult:
     cfg = plan.cfg
     own = TUNE_OUTPUTS if cfg.overwrite else outputs.Outputs(TUNE_RESULTS) if resumable(cfg) else ()
     with outputs.output_folder(cfg.out, replace=own, writer="tune", own=TUNE_OUTPUTS) as out:

@@ -19,17 +19,12 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
 
 from .digest import file_digest
+from .locks import LOCK_NAME, exclusive
 
-try:  # POSIX; elsewhere a run takes no lock
-    import fcntl
-except ImportError:  # pragma: no cover
-    fcntl = None  # type: ignore[assignment]
+__all__ = ["LOCK_NAME", "exclusive"]  # the lock's (utils.locks), read here too
 
-
-LOCK_NAME = ".attntemp.lock"  # one writer per output folder (sweep keeps its own .sweep.lock)
 RECORD = ".attntemp-outputs.json"  # the files a run wrote in its folder, with their digests
 SIGNATURES = (b"attntemp", b"Matplotlib")  # in what attntemp writes before the record existed
 
@@ -109,6 +104,14 @@ class Outputs:
         return found
 
 
+def holds_results(name: str, out: Path, found: list[str]) -> ValueError:
+    """The refusal of a folder holding the command's own results ``found``."""
+    return ValueError(
+        f"{name}={str(out)!r} already holds results ({shown(found)}); pass overwrite=True to replace them, "
+        "or choose another folder"
+    )
+
+
 def check_out(
     path: str | os.PathLike[str],
     results: Iterable[str] | Outputs = (),
@@ -132,10 +135,7 @@ def check_out(
             else own.present(out)
         )
         if found:
-            raise ValueError(
-                f"{name}={str(out)!r} already holds results ({shown(found)}); pass overwrite=True to replace them, "
-                "or choose another folder"
-            )
+            raise holds_results(name, out, found)
     if out.is_dir() and overwrite:
         strangers = not_ours(out, own)
         if strangers:
@@ -264,18 +264,17 @@ def output_folder(
     the folders it created that are still empty (after the ``scratch`` files in ``path``, e.g. a
     lock file), so a failed run leaves no empty ``out`` behind. ``writer`` (the command's name): hold
     :data:`LOCK_NAME` in ``path`` for the run, taken before anything is removed, so a second writer
-    is refused naming the first's pid and never clears or mixes the first's files. ``own``: the
-    command's own outputs, recorded with their digests when the run ends well (:func:`record`)."""
+    is refused naming the first's pid and never clears or mixes the first's files (a run holds it
+    from its start where it :func:`claimed` the folder). ``own``: the command's own outputs, refused
+    when present and not ``replace``-d (written since the check by a run that ended since), recorded
+    with their digests when the run ends well (:func:`record`)."""
     out = Path(path)
-    made = []
-    p = out.absolute()
-    while not p.exists() and p != p.parent:
-        made.append(p)
-        p = p.parent
-    out.mkdir(parents=True, exist_ok=True)
+    made = _make(out)
     scratch = (*scratch, *((LOCK_NAME,) if writer else ()))
     try:
         with exclusive(out / LOCK_NAME, writer) if writer else nullcontext():
+            if own is not None and not replace and (found := _as_outputs(own).present(out)):
+                raise holds_results("out", out, found)  # written since the check, by a writer that ended since
             clear(out, replace)
             yield out
             if own is not None:
@@ -288,6 +287,38 @@ def output_folder(
         raise
 
 
+def _make(folder: Path) -> list[Path]:
+    """Make ``folder`` and its missing parents; returns those made, deepest first."""
+    made, p = [], folder.absolute()
+    while not p.exists() and p != p.parent:
+        made.append(p)
+        p = p.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    return made
+
+
+@contextmanager
+def claimed(
+    path: str | os.PathLike[str], writer: str, name: str = "out", lock_file: Path | None = None
+) -> Iterator[Path]:
+    """One ``writer`` in ``path`` from the start of a run to its last write: the folder checked (a
+    folder or nothing yet, writable), made, and locked (:data:`LOCK_NAME` in it, or ``lock_file``:
+    beside a folder replaced whole) before any other check or work, so a second run on it is
+    refused at once, naming the first's pid, and the checks of what it holds (:func:`check_out`)
+    see what the first left. The lock file goes when the run ends; a failed run leaves no folder
+    it made."""
+    out = Path(path)
+    check_out(out, name=name)
+    lock = lock_file or out / LOCK_NAME
+    made = _make(lock.parent)
+    try:
+        with exclusive(lock, writer, name=name, folder=out):
+            yield out
+    except BaseException:
+        remove_empty(made)
+        raise
+
+
 def remove_empty(folders: Iterable[Path]) -> None:
     """Remove each folder (deepest first, as listed) while it is empty."""
     for folder in folders:
@@ -295,37 +326,6 @@ def remove_empty(folders: Iterable[Path]) -> None:
             folder.rmdir()
         except OSError:
             return
-
-
-def _holder(handle: IO[str]) -> str:
-    handle.seek(0)
-    pid = handle.read().strip()
-    return f" (pid {pid})" if pid.isdigit() else ""
-
-
-@contextmanager
-def exclusive(lock_file: Path, what: str, name: str = "out") -> Iterator[None]:
-    """Hold an exclusive lock on ``lock_file`` (fcntl, released by the kernel even on ``kill -9``);
-    raise at once, naming the holder's pid, when another process holds it."""
-    if fcntl is None:  # pragma: no cover
-        yield
-        return
-    with open(lock_file, "a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            raise ValueError(
-                f"{name}={str(lock_file.parent)!r} is in use by another {what}{_holder(handle)}; "
-                "wait for it to finish (a rerun then resumes), or use another folder"
-            ) from None
-        try:
-            handle.seek(0)
-            handle.truncate()
-            handle.write(str(os.getpid()))
-            handle.flush()
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def umask() -> int:

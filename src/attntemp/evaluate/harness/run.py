@@ -12,6 +12,7 @@ from typing import Any
 
 from ...hf.loading import load_model, resolve
 from ...ops.spec import TemperatureSpec
+from ...utils import outputs
 from .. import limits
 from . import task_folder as lm_eval_tasks
 from .config import EvalHarnessConfig
@@ -78,8 +79,10 @@ def _remade_tasks(cfg: EvalHarnessConfig, folder: Path) -> Path | None:
 
 
 def run_eval(cfg: EvalHarnessConfig) -> HarnessResult:
-    """Check and plan (:func:`preflight_eval`), then load the model and run (:func:`evaluate_plan`)."""
-    return evaluate_plan(preflight_eval(cfg))
+    """Lock ``out`` (a second eval there is refused at once), check and plan (:func:`preflight_eval`),
+    then load the model and run (:func:`evaluate_plan`)."""
+    with outputs.claimed(cfg.out, "eval"):
+        return evaluate_plan(preflight_eval(cfg))
 
 
 def evaluate_plan(plan: EvalPlan) -> HarnessResult:

@@ -1,0 +1,70 @@
+"""The hostile cases of issue 62 that are not one command line each (the table is
+``test_hostile.py``): two runs racing for one folder, what a finished run leaves, and the like."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from attntemp.cli import main
+from attntemp.utils.outputs import LOCK_NAME, RECORD
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+
+def attntemp(*argv: str, cwd: Path) -> subprocess.CompletedProcess:
+    """``attntemp argv`` in another process (offline, this checkout's source)."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run([sys.executable, "-m", "attntemp", *argv], capture_output=True, text=True, env=env, cwd=cwd)
+
+
+def test_a_second_measure_on_the_folder_is_refused_while_the_first_works(tmp_path, monkeypatch, capsys):
+    """Issue 62 item 1: `measure --length 512`, then the same with `--length 384` on the same --out
+    while the first works. Was: both exit 0 and say they wrote the files, one run's files lost; now
+    the second is refused at once, naming the first's pid, and the first's files are all there."""
+    import attntemp.analysis.run as run
+
+    out = tmp_path / "D"
+    second: list[subprocess.CompletedProcess] = []
+    preflight = run.preflight_measure
+
+    def while_the_first_works(cfg):  # the first holds --out from its start: its checks, load and writes
+        second.append(attntemp("measure", "--length", "96", "--docs", "1", "--out", str(out), cwd=tmp_path))
+        return preflight(cfg)
+
+    monkeypatch.setattr(run, "preflight_measure", while_the_first_works)
+    assert main(["measure", "--length", "64", "--docs", "1", "--out", str(out)]) == 0
+    err = second[0].stderr.strip().splitlines()
+    assert second[0].returncode == 2 and len(err) == 1, second[0].stderr
+    assert err[0].startswith(f"attntemp measure: error: --out='{out}' is in use by another measure (pid {os.getpid()})")
+    assert json.loads((out / "stats.json").read_text())["length"] == 64
+    assert LOCK_NAME not in os.listdir(out)  # item 8: the lock goes with the run
+    capsys.readouterr()
+    assert main(["measure", "--length", "96", "--docs", "1", "--out", str(out)]) == 2  # a third: refused up front
+    assert "already holds results (entropy_by_position.png" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["measure", "calibrate"])
+def test_a_finished_run_leaves_only_its_own_files(tmp_path, command, capsys):
+    """Issue 62 item 8: no .attntemp.lock in a user's folder after a run (nor after a refusal)."""
+    import numpy as np
+
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "notes.txt").write_text("the user's")
+    if command == "measure":
+        argv = ["measure", "--length", "64", "--docs", "1", "--out", str(out)]
+    else:
+        logits = tmp_path / "l.npz"
+        np.savez(logits, logits=np.random.default_rng(0).normal(size=(40, 3)), labels=np.zeros(40, dtype=int))
+        argv = ["calibrate", "--logits", str(logits), "--out", str(out)]
+    assert main(argv) == 0
+    assert LOCK_NAME not in os.listdir(out) and RECORD in os.listdir(out)
+    before = sorted(os.listdir(out))
+    assert main(argv) == 2  # refused: its results are there
+    assert sorted(os.listdir(out)) == before
