@@ -39,6 +39,6 @@ def test_the_demo_never_bakes_what_its_retrieval_table_refutes():
                 "vs_default": {"value": -0.2, "low": -0.3, "high": -0.05, "verdict": vs_default}}  # fmt: skip
         return {"recommendation": {"name": "pick"}, "confirmation": {"passkeys found at 512": {"pick": cell}}}
 
-    assert "fewer passkeys than YaRN's default" in refuted(ev("worse"))
+    assert "fewer keys than YaRN's default" in refuted(ev("worse"))
     assert refuted(ev("not distinguishable")) is None
-    assert "fewer passkeys than no change" in refuted(ev("not distinguishable", "worse"))
+    assert "fewer keys than no change" in refuted(ev("not distinguishable", "worse"))

@@ -61,7 +61,7 @@ def _cell(verdict):
 def test_decide_passes_over_a_survivor_another_survivor_beats_on_retrieval():
     from attntemp.advise.confirm import checks_for, decide
 
-    checks = checks_for("key_tokens", 512, (), (), False, False, retrieval=True)
+    checks = checks_for("key_tokens", 512, (), (), False, False, retrieval="passkey")
     race = _survivors("A", "B")
     confirmed = {
         checks[0].label: {
@@ -79,7 +79,7 @@ def test_decide_passes_over_a_survivor_another_survivor_beats_on_retrieval():
 def test_decide_keeps_the_race_pick_and_says_so_when_every_survivor_is_beaten_somewhere():
     from attntemp.advise.confirm import checks_for, decide
 
-    checks = checks_for("key_tokens", 512, (), (), False, False, retrieval=True)
+    checks = checks_for("key_tokens", 512, (), (), False, False, retrieval="passkey")
     confirmed = {
         checks[0].label: {"A": {"vs": {"B": _cell("better")}}, "B": {"vs": {"A": _cell("worse")}}},
         checks[1].label: {"A": {"vs": {"B": _cell("worse")}}, "B": {"vs": {"A": _cell("better")}}},

@@ -15,7 +15,7 @@ from ..analysis.style import DPI, NULL, integer_ticks, plain_ticks, plt
 from ..evaluate.task_base import get_task
 from ..utils.tables import markdown_table
 from .race import PLAIN as PLAIN_OBJECTIVE
-from .race import RETRIEVAL_TASK
+from .race import RETRIEVAL_TASKS
 
 
 def engines_served(ev: dict[str, Any]) -> list[str]:
@@ -114,6 +114,9 @@ def headline_lines(ev: dict[str, Any]) -> list[str]:
     """What to run, first: the pick, its gain at N, its passkeys against no change and YaRN's
     default, its cost below L0 (each with its interval), and every axis where another spec is better."""
     rec = ev["recommendation"]
+    if rec["status"] == "trade-off":
+        return [f"**No setting {ev['question']['engine']} carries meets both limits**: {rec['why']}", "",
+                *per_engine_lines(ev)]  # fmt: skip
     if rec["name"] is None:
         return [
             f"**Undecided**: {rec['why']}. Still in the race: {', '.join(rec['still_in'])}. Give a larger --budget."
@@ -132,7 +135,7 @@ def headline_lines(ev: dict[str, Any]) -> list[str]:
     if h.get("below_default_on_retrieval"):
         lines += [
             "",
-            "**It finds fewer passkeys than YaRN's default** (above): a lower cost or a better score bought it.",
+            "**It finds fewer keys than YaRN's default** (above): a lower cost or a better score bought it.",
         ]
     why_left = {c["name"]: c["reason"] for c in ev["candidates"]}
     better = h.get("better_elsewhere", [])
@@ -141,7 +144,7 @@ def headline_lines(ev: dict[str, Any]) -> list[str]:
         for b in better:
             signed = _signed(b)
             reason = why_left.get(b["name"]) or "it stayed in the race; the simpler pick came first"
-            lines.append(f"- {b['name']}, {b['label']}: {_vs(b['vs_pick'], signed)} against the pick ({reason})")
+            lines.append(f"- {b['name']}, {b['label']}: {_vs(b['vs'], signed)} against the pick ({reason})")
     return [*lines, "", *engine_lines(ev)]
 
 
@@ -169,9 +172,9 @@ def per_engine_lines(ev: dict[str, Any]) -> list[str]:
     rows = []
     for engine, rec in recs.items():
         h = rec.get("headline") or {"axes": [], "cost": None}
-        found = next((a for a in h["axes"] if a["task"] == RETRIEVAL_TASK), None)
+        found = next((a for a in h["axes"] if a["task"] in RETRIEVAL_TASKS), None)
         first = h["axes"][0] if h["axes"] else None
-        run = rec["name"] if rec["status"] == "recommended" else f"no change ({rec['status']})"
+        run = rec["name"] if rec["status"] == "recommended" else _not_run(rec)
         how = rec["engines"][engine]["how"] if rec.get("engines") else "-"
         alt = rec.get("if_cost_allowed")
         rows.append(
@@ -191,8 +194,8 @@ def per_engine_lines(ev: dict[str, Any]) -> list[str]:
         "run",
         "how",
         "objective at N vs no change",
-        "passkeys vs no change",
-        "passkeys vs YaRN's default",
+        "keys found vs no change",
+        "keys found vs YaRN's default",
         "cost below L0",
         "best on the objective without the cost limit",
     )
@@ -213,6 +216,13 @@ def per_engine_lines(ev: dict[str, Any]) -> list[str]:
         markdown_table(head, rows),
         *said,
     ]
+
+
+def _not_run(rec: dict[str, Any]) -> str:
+    """What an engine's row says when nothing is recommended: the trade-off's sentence, or no change."""
+    if rec["status"] == "trade-off":
+        return f"trade-off: {rec['trade_off']['sentence']}"
+    return f"no change ({rec['status']})"
 
 
 def recommendation_lines(ev: dict[str, Any]) -> list[str]:

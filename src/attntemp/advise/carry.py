@@ -34,21 +34,40 @@ PROBE_GEOMETRY = (128, 10000.0)  # rotary dim and theta where the model's are no
 AS_MEANT = ("nothing", "settings", "bake", "remote code")  # the routes that compute what the spec means
 
 
-def carry(spec: TemperatureSpec, engine: str, trained: int, config: dict[str, Any] | None) -> dict[str, Any]:
+def carry(
+    spec: TemperatureSpec, engine: str, trained: int, config: dict[str, Any] | None, length: int | None = None
+) -> dict[str, Any]:
     """How ``engine`` carries ``spec`` on the model of ``config`` (its config dict: the settings take
-    its rope_theta and, on Gemma 3, its per-layer-type RoPE): ``{"how": one of the module's routes,
-    "settings" or "command", "spec" (nearest or baked), "why"}``."""
+    its rope_theta and, on Gemma 3, its per-layer-type RoPE), served to ``length`` tokens (default:
+    s L0 of its rope): ``{"how": one of the module's routes, "settings" or "command", "spec" (nearest
+    or baked), "why"}``."""
+    served = length if length and length > trained else None  # within L0 every engine serves as it is
     if spec.is_identity and not spec.rope:
-        return {"how": "nothing", "settings": "serve the model as it is"}
+        said = export(spec, engine, trained_length=trained, config=config, length=served) if served else None
+        return {"how": "nothing", "settings": said.render() if said and said.args else "serve the model as it is"}
     try:
-        result = export(spec, engine, trained_length=trained, config=config)
+        result = export(spec, engine, trained_length=trained, config=config, length=served)
     except ValueError as exc:
         why = str(exc)
+        baked = ENGINES[engine].to_bake(spec, config) if not spec.position_dependent else spec
+        if spec.rope and baked == spec and not rope_exported(spec, engine, trained, config, served):
+            return {"how": "not carried", "why": why}  # its RoPE itself: a bake would not carry it either
     else:
         if result.nearest is None:
             return {"how": "settings", "settings": result.render()}
         return {"how": "nearest", "settings": result.render(), "spec": result.nearest, "why": result.nearest_why}
     return _not_settings(spec, engine, config, why)
+
+
+def rope_exported(
+    spec: TemperatureSpec, engine: str, trained: int, config: dict[str, Any] | None, length: int | None
+) -> bool:
+    """Whether ``engine`` carries ``spec``'s RoPE alone (m = 1) as settings at ``length``."""
+    try:
+        export(TemperatureSpec(rope=spec.rope), engine, trained_length=trained, config=config, length=length)
+    except ValueError:
+        return False
+    return True
 
 
 def _not_settings(spec: TemperatureSpec, engine: str, config: dict[str, Any] | None, why: str) -> dict[str, Any]:
@@ -88,12 +107,13 @@ def reads_alike(
 
 
 def with_engines(cands: list[Candidate], trained: int, length: int, config: dict[str, Any] | None) -> list[Candidate]:
-    """``cands``, each with how every engine carries it on the model of ``config``; a ``nearest``
+    """``cands``, each with how every engine carries it on the model of ``config``, served to
+    ``length`` tokens (the length asked: each engine's limit raised to it); a ``nearest``
     route names (``as``) the raced candidate that reads alike, None where none was raced."""
     geometry = rotary(config)
     out = []
     for c in cands:
-        engines = {e: carry(c.spec, e, trained, config) for e in ENGINES}
+        engines = {e: carry(c.spec, e, trained, config, length) for e in ENGINES}
         for route in engines.values():
             if route["how"] == "nearest":
                 near = TemperatureSpec.from_dict(route["spec"])

@@ -11,7 +11,7 @@ from typing import Any
 from ..evaluate import corpus
 from ..evaluate.corpus import HELDOUT_FOR_STDLIB
 from ..evaluate.sweep.config import SweepConfig
-from ..evaluate.task_base import EvalOptions
+from ..evaluate.task_base import MAX_NEEDLES, EvalOptions
 from ..ship.engines import ENGINE_NAMES
 from ..utils import checks, deprecation, options, outputs
 from ..utils.options import option, reuse
@@ -25,6 +25,7 @@ ADVISE_OUTPUTS = outputs.Outputs(ADVISE_RESULTS)
 STORE = "scores.db"  # every scored (spec, task, length, windows): a rerun resumes from it
 SPARE = 2  # windows of the tuning pool past the race's own, where YaRN's m is searched
 LEARN_WINDOWS = 4  # windows past those that --learn-steps trains on (advise.learned)
+RETRIEVAL_KEYS = 8  # keys per retrieval haystack by default (RULER's multi-key NIAH asks up to 4 of many)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,13 +58,21 @@ class AdviseConfig(EvalOptions):
     )
     retrieval_per_window: int = option(
         4,
-        "passkey prompts per race window answered by greedy generation at --length (retrieval by generation, "
-        "an axis of the race; --trials prompts confirm it); 0: no retrieval axis",
+        "retrieval prefills per race window at --length, each answered by greedy generation (retrieval by "
+        "generation, an axis of the race): haystacks of --retrieval-keys keys, or passkey prompts; 0: no "
+        "retrieval axis",
+    )
+    retrieval_keys: int | None = option(
+        None,
+        f"keys hidden in each retrieval haystack, each asked from the one prefill and answered by generation "
+        f"(default: {RETRIEVAL_KEYS} where the model finds keys that way at its trained length, else 1); 1: one "
+        "passkey prompt per prefill",
+        parse=int,
     )
     retrieval_prompts: int | None = option(
         None,
-        "passkey prompts the confirmation answers by generation at --length (default: --trials); on a real model "
-        "each is a prefill at --length",
+        "retrieval trials the confirmation answers by generation at --length (default: --trials): keys in "
+        "haystacks of --retrieval-keys, or passkey prompts (each a prefill at --length)",
         parse=int,
     )
     min_retrieval: float | None = option(
@@ -117,6 +126,8 @@ class AdviseConfig(EvalOptions):
             raise ValueError(f"add_spec={','.join(self.add_spec)!r} is not allowed: a file is given twice")
         if self.min_retrieval is not None:
             checks.within("min_retrieval", self.min_retrieval, 0.0, 1.0)
+        if self.retrieval_keys is not None:
+            checks.int_within("retrieval_keys", self.retrieval_keys, 1, MAX_NEEDLES)
         if self.retrieval_prompts is not None:
             checks.positive_int("retrieval_prompts", self.retrieval_prompts)
         for name in ("race_windows", "block", "min_windows"):

@@ -22,7 +22,17 @@ from ..evaluate.task_base import get_task
 from ..ops.spec import TemperatureSpec
 from .candidates import BASELINE, BASELINE_KEY, Candidate, by_key
 from .carry import carries
-from .race import PLAIN, RETRIEVAL_METRIC, RETRIEVAL_TASK, SHORT_METRIC, SHORT_TASK, Entry, RaceResult, objective_label
+from .race import (
+    PLAIN,
+    RETRIEVAL_METRIC,
+    RETRIEVAL_TASK,
+    RETRIEVAL_TASKS,
+    SHORT_METRIC,
+    SHORT_TASK,
+    Entry,
+    RaceResult,
+    objective_label,
+)
 
 # score(specs, task, length, text) -> metrics per spec (the evaluation pool, or the second text)
 Confirmer = Callable[[Sequence[TemperatureSpec], str, int, str], list[dict[str, Any]]]
@@ -40,6 +50,8 @@ class Check:
 
 
 RETRIEVAL_LABEL = "passkeys found"
+MULTIKEY_LABEL = "keys found"  # k keys per prefilled haystack, answered by generation
+RETRIEVAL_LABELS = {RETRIEVAL_TASK: RETRIEVAL_LABEL, "multikey": MULTIKEY_LABEL}
 COST_LABEL = "cost at {n}: perplexity ratio"
 
 
@@ -50,13 +62,15 @@ def checks_for(
     shorts: Sequence[int],
     needles: bool,
     second: bool,
-    retrieval: bool = False,
+    retrieval: str | None = None,
 ):
-    """Every confirmation, the objective at N first; retrieval by generation at N second."""
+    """Every confirmation, the objective at N first; retrieval by generation at N second (on the
+    task ``retrieval``: passkey prompts or multikey haystacks; None: no retrieval check)."""
     metric, plain = get_task(objective).objective, objective_label(objective)
     out = [Check(f"{plain} at {length}", objective, metric, length, "evaluation")]
     if retrieval:
-        out.append(Check(f"{RETRIEVAL_LABEL} at {length}", RETRIEVAL_TASK, RETRIEVAL_METRIC, length, "evaluation"))
+        label = RETRIEVAL_LABELS[retrieval]
+        out.append(Check(f"{label} at {length}", retrieval, RETRIEVAL_METRIC, length, "evaluation"))
     if needles and objective != "needles":
         out.append(Check(f"{PLAIN['needles']} at {length}", "needles", "logp", length, "evaluation"))
     out += [Check(f"{plain} at {n} (held out)", objective, metric, n, "evaluation") for n in held_out]
@@ -77,13 +91,12 @@ def confirm(
     scorer: Confirmer,
     against: dict[str, str] | None = None,
     default: str | None = None,
-    refs: Sequence[str] = (),
 ) -> dict[str, Any]:
     """``{check label: {spec name: {"value", "vs_no_change", "vs_reference", "vs_default", "vs"}}}``:
     each spec paired against "no change", those named in ``against`` also against their reference
     (YaRN with a temperature against YaRN at m = 1: what the temperature adds), every spec against
-    ``default`` (YaRN's own default) and, in ``vs``, against each of ``refs`` (the race's survivors:
-    the decision among them reads these)."""
+    ``default`` (YaRN's own default) and, in ``vs``, against every other confirmed spec (whichever an
+    engine picks, the report reads who beats it there)."""
     against = against or {}
     names = list(specs)
     out: dict[str, Any] = {}
@@ -94,26 +107,22 @@ def confirm(
         except ValueError as exc:  # e.g. no key tokens in the second text's windows: said, not fatal
             out[c.label] = {"error": str(exc)}
             continue
-        base = results[BASELINE]
-        row: dict[str, Any] = {}
-        for n in names:
-            row[n] = {
-                "value": task.describe(results[n], c.metric),
-                "vs_no_change": None if n == BASELINE else _paired(task, results[n], base, c.metric),
-            }
-            if n in against and against[n] in results:
-                row[n]["vs_reference"] = {
-                    "against": against[n],
-                    **(_paired(task, results[n], results[against[n]], c.metric) or {}),
-                }
-            if default in results and n != default:
-                row[n]["vs_default"] = {
-                    "against": default,
-                    **(_paired(task, results[n], results[default], c.metric) or {}),
-                }
-            row[n]["vs"] = {r: _paired(task, results[n], results[r], c.metric) for r in refs if r in results and r != n}
-        out[c.label] = row
+        out[c.label] = {n: _cells(task, c.metric, results, n, against.get(n), default) for n in names}
     return out
+
+
+def _cells(task: Any, metric: str, results: dict[str, Any], n: str, ref: str | None, default: str | None):
+    """One spec's cells on one check: its value and its paired comparisons."""
+    cell: dict[str, Any] = {
+        "value": task.describe(results[n], metric),
+        "vs_no_change": None if n == BASELINE else _paired(task, results[n], results[BASELINE], metric),
+    }
+    if ref is not None and ref in results:
+        cell["vs_reference"] = {"against": ref, **(_paired(task, results[n], results[ref], metric) or {})}
+    if default in results and n != default:
+        cell["vs_default"] = {"against": default, **(_paired(task, results[n], results[default], metric) or {})}
+    cell["vs"] = {r: _paired(task, results[n], results[r], metric) for r in results if r != n}
+    return cell
 
 
 def on_yarn(race: RaceResult, reference: str = "yarn") -> list[str]:
@@ -196,15 +205,7 @@ def decide(race: RaceResult, confirmed: dict[str, Any], axes: Sequence[Check], e
 
 def beaten_by(confirmed: dict[str, Any], axes: Sequence[Check], name: str) -> list[tuple[str, str]]:
     """``(check label, spec)`` for each confirmed spec distinguishably better than ``name`` on an axis."""
-    out = []
-    for c in axes:
-        row = confirmed.get(c.label, {})
-        if "error" in row:
-            continue
-        out += [
-            (c.label, n) for n, v in row.items() if ((v.get("vs") or {}).get(name) or {}).get("verdict") == "better"
-        ]
-    return out
+    return [(c.label, n) for c in axes for n, _ in _better_than(confirmed.get(c.label, {}), name)]
 
 
 def decision_axes(checks: Sequence[Check]) -> list[Check]:
@@ -212,18 +213,111 @@ def decision_axes(checks: Sequence[Check]) -> list[Check]:
     return [c for c in checks if c.length == checks[0].length and c.text == "evaluation" and c.task != SHORT_TASK]
 
 
-def recommendation(race: RaceResult, confirmed: dict[str, Any], checks: Sequence[Check], engine: str) -> dict[str, Any]:
-    """What to run: the decided survivor when it holds on the evaluation pool; no change said
-    plainly otherwise; with its :func:`headline`."""
-    first, retrieval = checks[0], next((c for c in checks if c.task == RETRIEVAL_TASK), None)
-    axes = [c for c in decision_axes(checks) if c.task in (first.task, RETRIEVAL_TASK)]
+def recommendation(
+    race: RaceResult, confirmed: dict[str, Any], checks: Sequence[Check], engine: str, max_short_cost: float = 0.01
+) -> dict[str, Any]:
+    """What to run: the decided survivor when it holds on the evaluation pool and its own
+    confirmation does not refute it (:func:`objections`); else the simplest confirmed spec ``engine``
+    carries that holds unrefuted; else the trade-off, said with numbers; no change said plainly
+    when nothing beats it; with its :func:`headline`."""
+    first, retrieval = checks[0], next((c for c in checks if c.task in RETRIEVAL_TASKS), None)
+    axes = [c for c in decision_axes(checks) if c.task == first.task or c.task in RETRIEVAL_TASKS]
     chosen, why = decide(race, confirmed, axes, engine)
-    alternative = if_cost_allowed(confirmed, first, None if chosen is None else chosen.name)
+    alternative = if_cost_allowed(confirmed, checks, None if chosen is None else chosen.name)
     if chosen is None:
         still = [e.name for e in race.survivors]
         return {"name": None, "status": "undecided", "why": why, "still_in": still, "if_cost_allowed": alternative}
     rec = _recommend(race, confirmed, first, chosen, why, retrieval)
+    if rec["status"] == "recommended" and (said := objections(confirmed, checks, chosen.name, max_short_cost)):
+        rec = _unrefuted(race, confirmed, checks, engine, max_short_cost, (chosen.name, said))
+    if rec["name"] is None:
+        return {**rec, "if_cost_allowed": alternative}
     return {**rec, "if_cost_allowed": alternative, "headline": headline(confirmed, checks, rec["name"])}
+
+
+def objections(confirmed: dict[str, Any], checks: Sequence[Check], name: str, max_short_cost: float) -> list[str]:
+    """What ``name``'s own confirmation holds against it: fewer keys found than YaRN's default
+    (distinguishably), a cost below L0 over ``1 + max_short_cost`` for certain (the interval wholly above)."""
+    out = []
+    retrieval = next((c for c in checks if c.task in RETRIEVAL_TASKS), None)
+    found = _cell(confirmed, retrieval, name, "vs_default")
+    if retrieval and found and found.get("verdict") == "worse":
+        out.append(f"it finds fewer keys than YaRN's default ({found['against']}): {_signed(found)}")
+    for c in (c for c in checks if c.task == SHORT_TASK):
+        cost = _cell(confirmed, c, name, "vs_no_change")
+        if cost and cost["low"] > 1 + max_short_cost:
+            out.append(f"it costs {_ratio(cost)} of no change at {c.length}, over the {max_short_cost:.0%} limit")
+    return out
+
+
+def _signed(c: dict[str, Any]) -> str:
+    return f"{c['value']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}]"
+
+
+def _ratio(c: dict[str, Any]) -> str:
+    return f"{c['value']:.4f} [{c['low']:.4f}, {c['high']:.4f}]"
+
+
+def _unrefuted(
+    race: RaceResult, confirmed: dict[str, Any], checks: Sequence[Check], engine: str, limit: float, refuted
+) -> dict[str, Any]:
+    """The simplest confirmed spec ``engine`` carries that holds and meets both limits, in place of
+    the ``refuted`` pick (its name and objections); else the trade-off (status ``trade-off``)."""
+    first, retrieval = checks[0], next((c for c in checks if c.task in RETRIEVAL_TASKS), None)
+    name, said = refuted
+    held = [
+        e
+        for e in race.entries
+        if e.key != BASELINE_KEY and e.name in confirmed.get(first.label, {}) and carries(e.candidate, engine)
+        and holds(confirmed, first, e.name, retrieval)[0]
+    ]  # fmt: skip
+    why = f"{name!r} was picked but its own confirmation refutes it: {'; '.join(said)}"
+    for e in held:
+        if not objections(confirmed, checks, e.name, limit):
+            evidence = holds(confirmed, first, e.name, retrieval)[1]
+            better = f"{why}; the simplest confirmed spec {engine} carries that holds and meets both"
+            return _rec(e.candidate, "recommended", better, evidence)
+    return trade_off(confirmed, checks, engine, limit, [e.name for e in held], why)
+
+
+def trade_off(
+    confirmed: dict[str, Any], checks: Sequence[Check], engine: str, limit: float, names: list[str], why: str
+) -> dict[str, Any]:
+    """Nothing ``engine`` carries meets both limits: the best retrieval at its cost and the lowest cost
+    at its retrieval (among ``names``, the confirmed specs it carries that beat no change), in one sentence."""
+    retrieval = next((c for c in checks if c.task in RETRIEVAL_TASKS), None)
+    rows = [(n, _cell(confirmed, retrieval, n, "vs_default"), worst_cost(confirmed, checks, n)) for n in names]
+    best = max(rows, key=lambda r: r[1]["value"] if r[1] and "value" in r[1] else float("-inf"), default=None)
+    cheap = min(rows, key=lambda r: r[2]["value"] if r[2] else float("inf"), default=None)
+
+    def told(r) -> str:
+        found = _signed(r[1]) if r[1] and "value" in r[1] else "not measured"
+        return f"{r[0]} (keys found against YaRN's default {found}; cost below L0 {_ratio(r[2]) if r[2] else '-'})"
+
+    sentence = (
+        f"Nothing {engine} carries both finds as many keys as YaRN's default and stays within the {limit:.0%} "
+        "cost below the trained length"
+        + (f": best retrieval {told(best)}; lowest cost {told(cheap)}." if best and cheap else "; and nothing it "
+           "carries beats no change on the objective.")
+    )  # fmt: skip
+    return {
+        "name": None,
+        "status": "trade-off",
+        "why": f"{why}. {sentence}",
+        "trade_off": {
+            "sentence": sentence,
+            "best_retrieval": None if best is None else {"name": best[0], "vs_default": best[1], "cost": best[2]},
+            "lowest_cost": None if cheap is None else {"name": cheap[0], "vs_default": cheap[1], "cost": cheap[2]},
+        },
+        "still_in": names,
+    }
+
+
+def worst_cost(confirmed: dict[str, Any], checks: Sequence[Check], name: str) -> dict[str, Any] | None:
+    """``name``'s worst cost below L0 (paired against no change), with its check's label and length."""
+    costs = [(c, _cell(confirmed, c, name, "vs_no_change")) for c in checks if c.task == SHORT_TASK]
+    worst = max(((c, v) for c, v in costs if v), key=lambda cv: cv[1]["value"], default=None)
+    return None if worst is None else {"label": worst[0].label, "length": worst[0].length, **worst[1]}
 
 
 def _recommend(
@@ -241,12 +335,11 @@ def _recommend(
 
 
 def headline(confirmed: dict[str, Any], checks: Sequence[Check], name: str) -> dict[str, Any]:
-    """What the report says first about ``name``: per axis at N (the objective, passkeys found) its
+    """What the report says first about ``name``: per axis at N (the objective, keys found) its
     comparison with no change and with YaRN's default, its worst cost below L0, and each confirmed
     spec distinguishably better than it on an axis (paired against it on the same windows)."""
     out: dict[str, Any] = {"axes": [], "better_elsewhere": []}
-    axes = decision_axes(checks)
-    for c in axes:
+    for c in decision_axes(checks):
         row = confirmed.get(c.label, {})
         out["axes"].append(
             {
@@ -258,24 +351,29 @@ def headline(confirmed: dict[str, Any], checks: Sequence[Check], name: str) -> d
                 "vs_default": _cell(confirmed, c, name, "vs_default"),
             }
         )
-        better = (
-            [] if "error" in row else [n for n, v in row.items() if (v.get("vs_pick") or {}).get("verdict") == "better"]
-        )
         out["better_elsewhere"] += [
-            {"label": c.label, "task": c.task, "metric": c.metric, "name": n, "vs_pick": row[n]["vs_pick"]}
-            for n in better
+            {"label": c.label, "task": c.task, "metric": c.metric, "name": n, "vs": vs}
+            for n, vs in _better_than(row, name)
         ]
-    costs = [(c, _cell(confirmed, c, name, "vs_no_change")) for c in checks if c.task == SHORT_TASK]
-    worst = max(((c, v) for c, v in costs if v), key=lambda cv: cv[1]["value"], default=None)
-    out["cost"] = None if worst is None else {"label": worst[0].label, "length": worst[0].length, **worst[1]}
-    found = next((a for a in out["axes"] if a["task"] == RETRIEVAL_TASK), None)
+    out["cost"] = worst_cost(confirmed, checks, name)
+    found = next((a for a in out["axes"] if a["task"] in RETRIEVAL_TASKS), None)
     out["below_default_on_retrieval"] = bool(found and (found["vs_default"] or {}).get("verdict") == "worse")
     return out
 
 
-def if_cost_allowed(confirmed: dict[str, Any], first: Check, chosen: str | None) -> dict[str, Any] | None:
+def _better_than(row: dict[str, Any], name: str) -> list[tuple[str, dict[str, Any]]]:
+    """``(spec, its comparison with name)`` for each spec of a check's row distinguishably better than ``name``."""
+    if "error" in row:
+        return []
+    return [
+        (n, v["vs"][name]) for n, v in row.items() if ((v.get("vs") or {}).get(name) or {}).get("verdict") == "better"
+    ]
+
+
+def if_cost_allowed(confirmed: dict[str, Any], checks: Sequence[Check], chosen: str | None) -> dict[str, Any] | None:
     """The confirmed spec best on the objective at N against no change, when it is not the one
     chosen: what the short-cost limit gave up, with its worst cost below L0."""
+    first = checks[0]
     row = confirmed.get(first.label, {})
     if "error" in row:
         return None
@@ -288,9 +386,12 @@ def if_cost_allowed(confirmed: dict[str, Any], first: Check, chosen: str | None)
     name, gain = max(scored, key=lambda x: sign * x[1]["value"])
     if name == chosen:
         return None
-    costs = [v[name]["vs_no_change"] for k, v in confirmed.items() if k.startswith("cost at") and "error" not in v]
-    worst = max((c for c in costs if c), key=lambda c: c["value"], default=None)
-    return {"name": name, "gain": gain, "worst_cost": worst}
+    worst = worst_cost(confirmed, checks, name)
+    return {
+        "name": name,
+        "gain": gain,
+        "worst_cost": worst and {k: v for k, v in worst.items() if k not in ("label", "length")},
+    }
 
 
 def _rec(c: Candidate, status: str, why: str, evidence: str) -> dict[str, Any]:

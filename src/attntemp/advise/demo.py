@@ -42,9 +42,10 @@ from .plan import MULTIKEY, AdvisePlan, Retrieval, preflight_advise
 from .run import AdviseResult, advise, contexts, write_advice
 
 
-def _stage(cfg: DemoConfig, text: str) -> None:
-    if cfg.progress:
-        print(f"demo: {text}", file=sys.stderr, flush=True)
+def _stage(t0: float, text: str) -> None:
+    """One line on stderr per stage, with the time the run has taken so far: said with --quiet
+    too (it turns off progress bars, not the word on what a long run is doing)."""
+    print(f"demo: {text} ({time.perf_counter() - t0:.0f} s in)", file=sys.stderr, flush=True)
 
 
 def retrieval_check(ev: dict[str, Any]) -> str | None:
@@ -221,15 +222,16 @@ def _demo(cfg: DemoConfig, plan: AdvisePlan, t0: float) -> DemoResult:
     with outputs.output_folder(
         cfg.out, replace=DEMO_OUTPUTS if cfg.overwrite else (), writer="demo", own=DEMO_OUTPUTS
     ) as out:
-        _stage(cfg, f"loading {cfg.model}")  # after the lock: a second demo on this --out is refused first
+        _stage(t0, f"loading {cfg.model}")  # after the lock: a second demo on this --out is refused first
         model, _ = load_model(cfg.model, **cfg.load_args())
-        _stage(cfg, f"advising for {cfg.length} tokens (trained to {plan.trained})")
+        _stage(t0, f"advising for {cfg.length} tokens (trained to {plan.trained})")
         result = advise(plan, model, out)
-        _stage(cfg, "shipping the recommendation" if cfg.bake else "writing the report")
+        _stage(t0, "shipping the recommendation" if cfg.bake else "writing the report")
         extra = ["", *retrieval(result.evidence), *ship(cfg, plan, result, out)]
         extra.append(f"Total time: {time.perf_counter() - t0:.0f} s ({torch.get_num_threads()} CPU threads).")
         text = "\n".join(extra) + "\n"
         write_advice(result, out, text)
+    _stage(t0, f"done: {out / 'report.html'}")
     return DemoResult(result, text, out / "report.html")
 
 

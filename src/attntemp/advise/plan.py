@@ -5,17 +5,79 @@ and their checks are :mod:`.config` (torch-free)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..evaluate import corpus, limits, needles
+from ..evaluate import corpus, limits, multikey, needles
 from ..evaluate.score import check_store
-from ..evaluate.task_base import NEEDLES_PER_FORWARD, eval_context, tuning_context
+from ..evaluate.task_base import NEEDLES_PER_FORWARD, EvalContext, eval_context, tuning_context
 from ..hf import preflight
 from ..ops.spec import TemperatureSpec
 from ..utils import outputs
-from .config import LEARN_WINDOWS, SPARE, STORE, AdviseConfig
+from .config import LEARN_WINDOWS, RETRIEVAL_KEYS, SPARE, STORE, AdviseConfig
+
+PASSKEY, MULTIKEY = "passkey", "multikey"  # the retrieval axis' tasks (advise.race.RETRIEVAL_TASKS)
+
+
+@dataclass(frozen=True)
+class Retrieval:
+    """The retrieval axis: its task (``multikey``: ``keys`` keys per prefilled haystack, each asked
+    from its cache; ``passkey``: one prompt per prefill; None: no axis), prefills per race window,
+    and why that task (with ``--retrieval-keys`` left out, a probe at L0 decides: :func:`probed`)."""
+
+    task: str | None
+    keys: int = 1
+    per_window: int = 0
+    why: str = ""
+    auto: bool = False  # the task waits on the probe
+
+    def race_pool(self, tctx: EvalContext, windows: int) -> EvalContext:
+        """The race's retrieval prefills on the tuning pool: ``per_window`` per race window."""
+        n = windows * self.per_window
+        return (
+            replace(tctx, n_docs=n, needles_per_forward=self.keys) if self.task == MULTIKEY else replace(tctx, trials=n)
+        )
+
+    def confirm_pool(self, ctx: EvalContext, trials: int) -> EvalContext:
+        """The confirmation's: ``trials`` passkey prompts, or haystacks holding at least ``trials`` keys."""
+        if self.task == MULTIKEY:
+            return replace(ctx, n_docs=math.ceil(trials / self.keys), needles_per_forward=self.keys)
+        return replace(ctx, trials=trials)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "task": self.task,
+            "keys_per_prefill": self.keys,
+            "prefills_per_window": self.per_window,
+            "why": self.why,
+        }
+
+
+def plan_retrieval(cfg: AdviseConfig, tok: Any, trained: int) -> Retrieval:
+    """The retrieval axis before the model loads: none within L0 or with no prefills per window;
+    passkey prompts for ``--retrieval-keys 1``; else multikey with the keys asked for (refused
+    where they do not fit ``--length``), or by default as many as fit the probe's length (L0) up
+    to :data:`RETRIEVAL_KEYS`, the task left to the probe."""
+    if cfg.length <= trained or not cfg.retrieval_per_window:
+        return Retrieval(None)
+    if cfg.retrieval_keys == 1:
+        return Retrieval(PASSKEY, 1, cfg.retrieval_per_window, "--retrieval-keys 1: one passkey prompt per prefill")
+    if cfg.retrieval_keys is not None:
+        if multikey.min_tokens(tok, cfg.retrieval_keys) > cfg.length:
+            raise ValueError(
+                f"retrieval_keys={cfg.retrieval_keys} is not allowed at length={cfg.length}: the facts and a "
+                f"question take {multikey.min_tokens(tok, cfg.retrieval_keys)} tokens; give fewer keys"
+            )
+        why = f"--retrieval-keys {cfg.retrieval_keys}: {cfg.retrieval_keys} keys per prefilled haystack"
+        return Retrieval(MULTIKEY, cfg.retrieval_keys, cfg.retrieval_per_window, why)
+    k = RETRIEVAL_KEYS
+    while k > 1 and multikey.min_tokens(tok, k) > trained:
+        k -= 1
+    if k < 2:
+        return Retrieval(PASSKEY, 1, cfg.retrieval_per_window, f"two keys do not fit the trained length {trained}")
+    return Retrieval(MULTIKEY, k, cfg.retrieval_per_window, auto=True)
 
 
 @dataclass(frozen=True)
@@ -33,6 +95,7 @@ class AdvisePlan:
     spare: int = SPARE  # windows past the race's own that the tuned m is searched on
     config: dict[str, Any] | None = None  # the model's config, read once: the engines' settings fill from it
     added: tuple[Any, ...] = ()  # the --add-spec specs, loaded and checked against the model
+    retrieval: Retrieval = Retrieval(None)  # the retrieval axis (its task settled by a probe when auto)
 
     @property
     def extends(self) -> bool:
@@ -86,8 +149,9 @@ def preflight_advise(cfg: AdviseConfig, model: Any = None, tok: Any = None) -> A
     lengths = short_lengths(cfg.length, trained)
     added = _added_specs(cfg, config, trained)
     return AdvisePlan(
-        cfg, trained, model_type, lengths, check, k, cfg.second_text(), tok, config=config or None, added=added
-    )
+        cfg, trained, model_type, lengths, check, k, cfg.second_text(), tok, config=config or None, added=added,
+        retrieval=plan_retrieval(cfg, tok, trained),
+    )  # fmt: skip
 
 
 def _added_specs(cfg: AdviseConfig, config: dict[str, Any] | None, trained: int) -> tuple[Any, ...]:

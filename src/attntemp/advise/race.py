@@ -43,6 +43,8 @@ from .candidates import BASELINE_KEY, Candidate
 Scorer = Callable[[Sequence[TemperatureSpec], str, int, tuple[int, int]], list[Result]]
 SHORT_TASK, SHORT_METRIC = "perplexity", "ppl"
 RETRIEVAL_TASK, RETRIEVAL_METRIC = "passkey", "acc"  # retrieval by generation: passkeys found
+MULTIKEY_TASK = "multikey"  # k keys per prefilled haystack, each asked from its cache and generated
+RETRIEVAL_TASKS = (RETRIEVAL_TASK, MULTIKEY_TASK)  # the tasks the retrieval axis may be scored on
 # what a user reads for each objective (reports and reasons; the task and metric stay in the evidence)
 PLAIN = {
     "key_tokens": "distant-token perplexity",
@@ -68,8 +70,9 @@ class RaceSettings:
     min_windows: int = 4  # windows scored before anyone may leave
     max_short_cost: float = 0.01  # ratio - 1 of all-token perplexity below L0
     budget: int | None = None  # forward rows (one window of one spec at one length)
-    retrieval: int = 0  # passkey prompts per window answered by generation at N (0: no retrieval axis)
+    retrieval: int = 0  # retrieval prefills per window answered by generation at N (0: no retrieval axis)
     min_retrieval: float | None = None  # a floor on passkeys found, in place of the comparison with the leader
+    retrieval_task: str = RETRIEVAL_TASK  # passkey prompts, or multikey haystacks (RETRIEVAL_TASKS)
 
     @property
     def metric(self) -> str:
@@ -164,31 +167,37 @@ def _short_cut(settings: RaceSettings, alive: list[Entry], base: Entry, windows:
 
 
 def _rows_per_window(settings: RaceSettings, task: str) -> int:
-    return settings.retrieval if task == RETRIEVAL_TASK else 1
+    return settings.retrieval if task == settings.retrieval_task else 1
+
+
+def trials_of(result: dict[str, Any]) -> int:
+    """Retrieval trials a (merged) result holds: its prompts, or its haystacks' keys."""
+    return int(result["trials"]) if "trials" in result else len(result["hits"])
 
 
 def retrieval_leader(settings: RaceSettings, alive: list[Entry]) -> Entry:
     """The candidate that found the most passkeys at N (the simplest of equals)."""
-    key = (RETRIEVAL_TASK, settings.length)
-    return max(alive, key=lambda e: merged(RETRIEVAL_TASK, e.parts[key])[RETRIEVAL_METRIC])
+    name = settings.retrieval_task
+    return max(alive, key=lambda e: merged(name, e.parts[(name, settings.length)])[RETRIEVAL_METRIC])
 
 
 def _retrieval_cut(settings: RaceSettings, alive: list[Entry], windows: int) -> None:
     """Compare every candidate with the retrieval leader on the same prompts (or, with
     ``min_retrieval``, with that floor); those worse leave."""
-    task, key = get_task(RETRIEVAL_TASK), (RETRIEVAL_TASK, settings.length)
+    name = settings.retrieval_task
+    task, key = get_task(name), (name, settings.length)
     lead = retrieval_leader(settings, alive)
-    lead_res = merged(RETRIEVAL_TASK, lead.parts[key])
-    prompts = len(lead_res["hits"])
+    lead_res = merged(name, lead.parts[key])
+    prompts = trials_of(lead_res)
     for e in alive:
-        mine = merged(RETRIEVAL_TASK, e.parts[key])
+        mine = merged(name, e.parts[key])
         if settings.min_retrieval is not None:
             ci = task.interval(mine, RETRIEVAL_METRIC)
             e.comparisons["retrieval_floor"] = _interval_dict(ci, None)
             if ci is not None and ci.high < settings.min_retrieval:
                 e.reason = (
                     f"finds {ci.fixed()} of its passkeys at {settings.length} tokens by generation, below "
-                    f"--min-retrieval {settings.min_retrieval:g}, after {prompts} prompts"
+                    f"--min-retrieval {settings.min_retrieval:g}, after {prompts} trials"
                 )
                 e.left_after = windows
             continue
@@ -200,7 +209,7 @@ def _retrieval_cut(settings: RaceSettings, alive: list[Entry], windows: int) -> 
         if verdict == "worse" and ci is not None:
             e.reason = (
                 f"finds fewer passkeys by generation than {lead.name!r} at {settings.length} tokens: "
-                f"{ci.fixed()} (difference in share found) after {prompts} prompts"
+                f"{ci.fixed()} (difference in share found) after {prompts} trials"
             )
             e.left_after = windows
 
@@ -212,7 +221,7 @@ def _jobs(settings: RaceSettings, entries: list[Entry]) -> list[tuple[str, int, 
     base = next(e for e in entries if e.key == BASELINE_KEY)
     jobs = [(settings.task, settings.length, racing)]
     if settings.retrieval:
-        jobs.append((RETRIEVAL_TASK, settings.length, racing))
+        jobs.append((settings.retrieval_task, settings.length, racing))
     for n in settings.short_lengths:
         needy = [e for e in racing if e is not base and n not in e.short_ok]
         if needy:
@@ -265,24 +274,27 @@ def race(candidates: Sequence[Candidate], scorer: Scorer, settings: RaceSettings
     return RaceResult(entries, status, rows, windows, lead.name)
 
 
-def retrieval_rows(result: RaceResult, length: int, default: Entry | None) -> dict[str, dict[str, Any]]:
-    """Per candidate with race prompts scored: passkeys found by generation at ``length`` (share,
-    Wilson 95%), and paired (Newcombe 95%) against no change and ``default`` (YaRN's own default) on
-    the prompts both answered."""
-    task, key = get_task(RETRIEVAL_TASK), (RETRIEVAL_TASK, length)
+def retrieval_rows(
+    result: RaceResult, length: int, default: Entry | None, name: str = RETRIEVAL_TASK
+) -> dict[str, dict[str, Any]]:
+    """Per candidate with race trials scored on the retrieval task ``name``: keys found by
+    generation at ``length`` (share, with its 95% interval by the task's rule: Wilson over passkey
+    prompts, bootstrap over multikey haystacks), and paired against no change and ``default``
+    (YaRN's own default) on the trials both answered."""
+    task, key = get_task(name), (name, length)
     base = next(e for e in result.entries if e.key == BASELINE_KEY)
     out: dict[str, dict[str, Any]] = {}
     for e in (x for x in result.entries if x.parts.get(key)):
-        mine = merged(RETRIEVAL_TASK, e.parts[key])
-        row: dict[str, Any] = {"prompts": len(mine["hits"]), "found": int(sum(mine["hits"]))}
+        mine = merged(name, e.parts[key])
+        row: dict[str, Any] = {"prompts": trials_of(mine), "found": round(mine[RETRIEVAL_METRIC] * trials_of(mine))}
         ci = task.interval(mine, RETRIEVAL_METRIC)
         row["share"] = _interval_dict(ci, None) if ci else {"value": mine[RETRIEVAL_METRIC]}
-        for name, other in (("vs_no_change", base), ("vs_default", default)):
+        for vs_field, other in (("vs_no_change", base), ("vs_default", default)):
             if other is None or other is e or not other.parts.get(key):
                 continue
             n = min(len(e.parts[key]), len(other.parts[key]))  # the blocks both were scored on
-            a, b = merged(RETRIEVAL_TASK, e.parts[key][:n]), merged(RETRIEVAL_TASK, other.parts[key][:n])
+            a, b = merged(name, e.parts[key][:n]), merged(name, other.parts[key][:n])
             pc = task.paired(a, b, RETRIEVAL_METRIC)
-            row[name] = _interval_dict(pc, None if pc is None else task.verdict(pc, RETRIEVAL_METRIC))
+            row[vs_field] = _interval_dict(pc, None if pc is None else task.verdict(pc, RETRIEVAL_METRIC))
         out[e.name] = row
     return out

@@ -32,7 +32,7 @@ from .carry import carries, with_engines
 from .config import STORE, AdviseConfig, served_by
 from .confirm import checks_for, confirm, on_yarn, recommendation, to_confirm
 from .learned import LearnJob, added_candidates, learned_candidates
-from .plan import AdvisePlan, preflight_advise
+from .plan import MULTIKEY, PASSKEY, AdvisePlan, Retrieval, preflight_advise
 from .race import RETRIEVAL_TASK, RaceResult, RaceSettings, race, retrieval_rows
 
 
@@ -112,6 +112,31 @@ class Setup:
     store: ScoreStore
     model_id: str
     count: Counter
+    retrieval: Retrieval  # the retrieval axis, its task settled
+
+
+PROBE_HAYSTACKS, PROBE_FLOOR = 2, 0.25  # haystacks no change answers at L0; the share that keeps multikey
+
+
+def probed(plan: AdvisePlan, model: Any, tctx: EvalContext, kept: Kept, count: Counter) -> Retrieval:
+    """The retrieval axis with its task settled: as planned, or (``--retrieval-keys`` left out) by a
+    probe: no change at L0 on :data:`PROBE_HAYSTACKS` haystacks of the tuning pool; multikey where it
+    finds at least :data:`PROBE_FLOOR` of their keys, one passkey prompt per prefill where it cannot
+    do several keys at all (said)."""
+    r = plan.retrieval
+    if not r.auto:
+        return r
+    ctx = replace(tctx, n_docs=PROBE_HAYSTACKS, needles_per_forward=r.keys)
+    try:
+        got = score_many(model, plan.tok, [TemperatureSpec()], MULTIKEY, plan.trained, ctx, kept.store, kept.model_id)
+    except NotStored:  # --status before the probe was stored: nothing raced yet
+        return replace(r, auto=False, why="the probe at L0 is not scored yet")
+    found, trials = count.add("probe", got)[0].metrics["acc"], PROBE_HAYSTACKS * r.keys
+    said = f"no change finds {found:.2f} of {trials} keys at its trained length {plan.trained}, {r.keys} per haystack"
+    if found >= PROBE_FLOOR:
+        return replace(r, auto=False, why=f"{said}: {r.keys} keys per prefilled haystack")
+    why = f"{said}: it cannot do several keys, so one passkey prompt per prefill"
+    return Retrieval(PASSKEY, 1, r.per_window, why)
 
 
 def setup(plan: AdvisePlan, model: Any, store: ScoreStore) -> Setup:
@@ -119,13 +144,15 @@ def setup(plan: AdvisePlan, model: Any, store: ScoreStore) -> Setup:
     cfg, tok, count = plan.cfg, plan.tok, Counter()
     model_id = model_identity(model, cfg.model)
     ctx, tctx = contexts(plan)
-
-    k = cfg.retrieval_per_window  # passkey prompts a window: block (a, b) is prompts (a k, b k)
-    rctx = replace(tctx, trials=max(1, cfg.race_windows * k))
+    found = probed(plan, model, tctx, Kept(store, model_id), count)
+    if found.task:
+        _say(cfg, f"retrieval by generation: {found.task} ({found.why})")
+    k = found.per_window  # retrieval prefills a window: block (a, b) is prefills (a k, b k)
+    rctx = found.race_pool(tctx, cfg.race_windows) if found.task else tctx
 
     def on_tuning_pool(specs, task, length, block, stage="race"):
         a, b = block
-        retrieval = task == RETRIEVAL_TASK
+        retrieval = task == found.task
         pool = replace(rctx, window_range=(a * k, b * k)) if retrieval else replace(tctx, window_range=block)
         with reporting(_scoring(cfg, stage)):
             return count.add(stage, score_many(model, tok, list(specs), task, length, pool, store, model_id))
@@ -142,10 +169,10 @@ def setup(plan: AdvisePlan, model: Any, store: ScoreStore) -> Setup:
     cands += added_candidates(cfg.add_spec, plan.added)
     settings = RaceSettings(
         cfg.objective, cfg.length, plan.short_lengths, cfg.race_windows, cfg.block, cfg.min_windows,
-        cfg.max_short_cost, cfg.budget, k if plan.extends else 0, cfg.min_retrieval,
+        cfg.max_short_cost, cfg.budget, k if found.task else 0, cfg.min_retrieval, found.task or RETRIEVAL_TASK,
     )  # fmt: skip
     engines = with_engines(cands, plan.trained, cfg.length, plan.config)
-    return Setup(engines, on_tuning_pool, settings, ctx, tctx, store, model_id, count)
+    return Setup(engines, on_tuning_pool, settings, ctx, tctx, store, model_id, count, found)
 
 
 def advise(plan: AdvisePlan, model: Any, out: Path) -> AdviseResult:
@@ -159,7 +186,7 @@ def advise(plan: AdvisePlan, model: Any, out: Path) -> AdviseResult:
     _say(cfg, f"race {result.status}; confirming on the evaluation pool")
     confirmed, checks = _confirm(plan, result, model, s)
     recs = _per_engine(plan, s, result, confirmed, checks, model)
-    ev = _evidence(plan, result, diagnosis, confirmed, recs, s.count, time.perf_counter() - t0)
+    ev = _evidence(plan, s, result, diagnosis, confirmed, recs, time.perf_counter() - t0)
     return AdviseResult(ev, out, s.store, s.model_id, s.count)
 
 
@@ -170,7 +197,7 @@ def _per_engine(plan: AdvisePlan, s: Setup, result: RaceResult, confirmed, check
     cfg, recs, races = plan.cfg, {}, {}
     for e in served_by(cfg):
         if result.status == "undecided" or any(carries(x.candidate, e) for x in result.survivors):
-            recs[e] = recommendation(result, confirmed, checks, e)
+            recs[e] = recommendation(result, confirmed, checks, e, cfg.max_short_cost)
             continue
         mine = [c for c in s.candidates if carries(c, e)]
         key = tuple(c.key for c in mine)
@@ -180,7 +207,7 @@ def _per_engine(plan: AdvisePlan, s: Setup, result: RaceResult, confirmed, check
             races[key] = own, _confirm(plan, own, model, s)[0]
         own, conf = races[key]
         said = {"status": own.status, "windows": own.windows, "survivors": [x.name for x in own.survivors]}
-        recs[e] = {**recommendation(own, conf, checks, e), "race": said}
+        recs[e] = {**recommendation(own, conf, checks, e, cfg.max_short_cost), "race": said}
     return recs
 
 
@@ -281,7 +308,7 @@ def _confirm(plan: AdvisePlan, result: RaceResult, model, s: Setup):
     entries = to_confirm(result, yarns, most=len(result.entries))  # every survivor: the decision pairs them
     checks = checks_for(
         cfg.objective, cfg.length, plan.check_lengths, plan.short_lengths, plan.needles > 0, bool(second),
-        retrieval=plan.extends and cfg.retrieval_per_window > 0,
+        retrieval=s.retrieval.task,
     )  # fmt: skip
 
     prompts = cfg.retrieval_prompts or cfg.trials  # the other tasks' windows keep their keys in the store
@@ -289,7 +316,7 @@ def _confirm(plan: AdvisePlan, result: RaceResult, model, s: Setup):
     def scorer(specs, task, length, text):
         where = ctx if text == "evaluation" else second
         assert where is not None
-        where = replace(where, trials=prompts) if task == RETRIEVAL_TASK else where
+        where = s.retrieval.confirm_pool(where, prompts) if task == s.retrieval.task else where
         if not cfg.status:  # a long confirmation shows where it is
             _say(cfg, f"confirming {len(specs)} specs: {task} at {length} on the {text} windows")
         with reporting(_scoring(cfg, "confirm")):
@@ -298,15 +325,15 @@ def _confirm(plan: AdvisePlan, result: RaceResult, model, s: Setup):
 
     against = {e.name: yarn.name for e in entries if yarn and e.name in yarns and e.name != yarn.name}
     specs = {e.name: e.candidate.spec for e in entries}
-    survivors = [e.name for e in result.survivors]
-    return confirm(specs, checks, scorer, against, default.name if default else None, survivors), checks
+    return confirm(specs, checks, scorer, against, default.name if default else None), checks
 
 
-def _evidence(plan, result: RaceResult, diagnosis, confirmed, recs, count: Counter, seconds: float) -> dict[str, Any]:
+def _evidence(plan, s: Setup, result: RaceResult, diagnosis, confirmed, recs, seconds: float) -> dict[str, Any]:
     """Everything the report and the demo read; ``recommendation`` is the first engine's (``--engine``,
     else transformers'), ``by_engine`` each engine's."""
-    cfg = plan.cfg
-    found = retrieval_rows(result, cfg.length, by_key(result.entries, "yarn+m"))
+    cfg, count, r = plan.cfg, s.count, s.retrieval
+    found = retrieval_rows(result, cfg.length, by_key(result.entries, "yarn+m"), r.task or RETRIEVAL_TASK)
+    prompts = cfg.retrieval_prompts or cfg.trials
     return {
         "question": {
             "model": cfg.model,
@@ -322,11 +349,12 @@ def _evidence(plan, result: RaceResult, diagnosis, confirmed, recs, count: Count
             "max_short_cost": cfg.max_short_cost,
             "min_retrieval": cfg.min_retrieval,
             "retrieval_prompts": {
-                "race": cfg.race_windows * cfg.retrieval_per_window,
-                "confirmation": cfg.retrieval_prompts or cfg.trials,
+                "race": cfg.race_windows * r.per_window * r.keys,
+                "confirmation": r.confirm_pool(s.ctx, prompts).n_docs * r.keys if r.task == MULTIKEY else prompts,
             }
-            if plan.extends and cfg.retrieval_per_window
+            if r.task
             else None,
+            "retrieval": r.to_dict() if r.task else None,
             "needles_per_forward": plan.needles,
         },
         "diagnosis": diagnosis,

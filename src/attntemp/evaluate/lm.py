@@ -189,18 +189,25 @@ def answer_and_greedy(model: Any, prompt: torch.Tensor, answer: torch.Tensor, ne
 
 
 @torch.no_grad()
-def answer_and_generate(model: Any, prompt: torch.Tensor, answer: torch.Tensor, new_tokens: int):
+def answer_and_generate(
+    model: Any, prompt: torch.Tensor, answer: torch.Tensor, new_tokens: int, prefix: tuple[Any, int] | None = None
+):
     """``([b] mean log-probability of answer ``[b, A]`` after prompt ``[b, P]``, [b, <= new_tokens]
     greedy continuation by transformers' ``generate``)`` from one prefill, as a user runs it: the
     first ``P - 1`` prompt tokens fill a KV cache once; a copy of it scores the answer
     teacher-forced (the last prompt token and ``answer[:, :-1]``), the cache itself continues in
     ``model.generate`` (greedy, the model's generation config otherwise), which feeds the last
     prompt token and decodes. The continuation stops early at the model's end-of-text token.
-    :func:`answer_and_greedy` is the reference path (tested equal)."""
+    :func:`answer_and_greedy` is the reference path (tested equal).
+
+    ``prefix``: ``(cache, n)``, a KV cache already holding the first ``n`` positions of ``prompt``
+    (a haystack prefilled once and asked many questions; a cache of one row serves every row of
+    ``prompt``): a copy of it is extended with the rest, so the caller's cache is left as it was
+    (:func:`prefill`)."""
     if prompt.shape[1] < 2:
         raise ValueError(f"prompt has {prompt.shape[1]} tokens; generation after a prefill needs at least 2")
     name = _cache_name(model)
-    _, cache = last_logits(model, prompt[:, :-1])  # the prefill: a cache of P - 1 positions
+    cache = _extended(model, prompt, prefix) if prefix else last_logits(model, prompt[:, :-1])[1]  # P - 1 positions
     forced = torch.cat([prompt[:, -1:], answer[:, :-1]], dim=1)  # [b, A]
     out = model(input_ids=forced, use_cache=True, **{name: copy.deepcopy(cache)})
     logp = torch.log_softmax(out.logits.float(), -1)  # [b, A, V]: soft-capped by the model
@@ -215,6 +222,28 @@ def answer_and_generate(model: Any, prompt: torch.Tensor, answer: torch.Tensor, 
             **{name: cache},
         )  # [b, P + new]
     return ans_lp, gen[:, prompt.shape[1] :]  # [b], [b, <= new_tokens]
+
+
+@torch.no_grad()
+def prefill(model: Any, ids: torch.Tensor) -> tuple[Any, int]:
+    """``(KV cache of ids [b, n], n)``: a prefix prefilled once, for :func:`answer_and_generate`'s
+    ``prefix`` (the LM head on the last position only)."""
+    return last_logits(model, ids)[1], ids.shape[1]
+
+
+def _extended(model: Any, prompt: torch.Tensor, prefix: tuple[Any, int]) -> Any:
+    """A copy of the prefix cache extended with ``prompt[:, n:-1]`` (the question but its last token)."""
+    held, n = prefix
+    if not 0 < n < prompt.shape[1]:
+        raise ValueError(
+            f"prefix of {n} positions is not allowed for a prompt of {prompt.shape[1]}; expected 0 < n < P"
+        )
+    cache = copy.deepcopy(held)
+    if prompt.shape[0] > 1:  # one prefilled row for every question of the batch
+        cache.batch_repeat_interleave(prompt.shape[0])
+    if prompt.shape[1] - 1 > n:
+        last_logits(model, prompt[:, n:-1], **{_cache_name(model): cache})  # extends the copy in place
+    return cache
 
 
 def first_integer(text: str) -> int | None:

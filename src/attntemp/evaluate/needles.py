@@ -50,7 +50,7 @@ def _ids(tok: Any, text: str) -> list[int]:
     return tok(text, add_special_tokens=False)["input_ids"]
 
 
-def _answer(tok: Any, key: int) -> tuple[list[int], list[int]]:
+def answer_ids(tok: Any, key: int) -> tuple[list[int], list[int]]:
     """``(lead, answer)`` ids of ``" {key}"``: tokens before the first one holding a digit (a byte
     tokenizer's space) go with the question, so the first answer token is a digit's."""
     ids = _ids(tok, f" {key}")
@@ -80,7 +80,7 @@ def build_document(tok: Any, hay: list[int], facts: list[tuple[str, int]], lengt
     spans: dict[int, list[int]] = {}
     for i in asked:
         word, key = facts[i]
-        lead, answer = _answer(tok, key)
+        lead, answer = answer_ids(tok, key)
         tail += _ids(tok, QUERY.format(word=word)) + lead
         spans[i] = list(range(len(tail), len(tail) + len(answer)))  # answer positions within the tail
         tail += answer + _ids(tok, ".")
@@ -114,13 +114,13 @@ def documents(tok: Any, length: int, ctx: EvalContext) -> list[NeedleDocument]:
         raise ValueError(f"needles_per_forward={k} is not allowed; expected at most {MAX_NEEDLES}")
     out = []
     for d in range(ctx.n_docs):
-        hay = _haystack(tok, hay_docs, d, length, rng)
+        hay = haystack_ids(tok, hay_docs, d, length, rng)
         facts = [(w, rng.randint(*corpus.KEY_RANGE)) for w in rng.sample(WORDS, k)]
         out.append(build_document(tok, hay, facts, length, rng))
     return out
 
 
-def _haystack(tok: Any, docs: list[corpus.Document], d: int, length: int, rng: random.Random) -> list[int]:
+def haystack_ids(tok: Any, docs: list[corpus.Document], d: int, length: int, rng: random.Random) -> list[int]:
     """``length`` ids of haystack for document ``d``: haystack document ``d`` (from a seeded offset
     once every one has been used), continued with the next ones when it is shorter."""
     chars = 8 * length  # enough characters for ``length`` tokens of any tokenizer; no more are read

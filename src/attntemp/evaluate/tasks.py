@@ -32,6 +32,7 @@ from . import corpus
 from .corpus import heldout_windows
 from .key_tokens import KeyTokens
 from .lm import answer_and_generate, first_integer, multiplier_nll, repeat_rows
+from .multikey import MultiKey
 from .needles import Needles
 from .task_base import (
     TASKS,
@@ -56,6 +57,7 @@ __all__ = [
     "EvalSettings",
     "KeyTokens",
     "Metric",
+    "MultiKey",
     "Needle",
     "Needles",
     "Passkey",
@@ -270,3 +272,4 @@ class Needle(RetrievalTask):
 
 register_task(KeyTokens)  # after the tasks above: the registry lists them in this order
 register_task(Needles)
+register_task(MultiKey)

@@ -18,9 +18,10 @@ layers only and the sliding-window layers keep their own.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
-from ..ops.geometry import ModelGeometry, config_dict
+from ..ops.geometry import FULL, ModelGeometry, config_dict, stated_l0
 from ..ops.spec import TemperatureSpec
 from ..utils import checks
 from .audit.run import load_config
@@ -37,6 +38,7 @@ def export(
     rope_theta: float | None = None,
     gguf_arch: str | None = None,
     config: dict[str, Any] | None = None,
+    length: int | None = None,
 ) -> ExportResult:
     """``spec`` as ``engine``'s settings (one of :data:`attntemp.ship.engines.ENGINES`).
 
@@ -47,9 +49,13 @@ def export(
     type (Gemma 3). The exported logit multiplier is the spec's m times the square of its rope's own
     factor; Mistral 3's position schedule (``llama_4_scaling``) goes to each engine's own key
     (:mod:`attntemp.ship.schedule_export`, and each engine module says which architectures read it).
+    ``length``: the context to serve (vLLM's ``--max-model-len``, llama.cpp's ``--ctx-size``, each
+    engine's limit raised to it); default: s L0 of the spec's rope.
     """
     checks.choice("engine", engine, ENGINES)
-    target = export_target(config, rope_theta, gguf_arch)
+    if length is not None:
+        checks.positive_int("length", length)
+    target = replace(export_target(config, rope_theta, gguf_arch), length=length)
     spec.check_rotary(target.rotary_dim)  # a longrope's factor lists against the model's, when known
     return export_spec(spec, ENGINES[engine], trained_length, target)
 
@@ -99,6 +105,48 @@ def check_against_config(cfg: ExportConfig, config: dict[str, Any]) -> None:
         )
 
 
+def check_spec_trained(cfg: ExportConfig, config: dict[str, Any], spec: TemperatureSpec) -> None:
+    """The trained length ``spec``'s rope states is the model's, where the config says it for sure
+    (a spec for a 256-token model is not exported as a 32768-token model's settings)."""
+    try:
+        geometry = ModelGeometry.from_config(config)
+    except (ValueError, KeyError, TypeError, AttributeError, ZeroDivisionError):
+        return
+    stated, trained = spec.rope.l0, geometry.trained_length
+    if stated is not None and trained is not None and stated != trained and _states_l0(geometry):
+        where = f"config={cfg.config!r}"
+        raise ValueError(
+            f"spec={cfg.spec!r} is not allowed with {where}: its rope states a trained length "
+            f"(original_max_position_embeddings) of {stated}, the model's is {trained}; the spec was made for "
+            "another model: tune one for this model, or give its config.json"
+        )
+
+
+def _states_l0(geometry: ModelGeometry) -> bool:
+    """Whether the config says its trained length for sure: an unscaled RoPE (max_position_embeddings),
+    or a scaled one stating original_max_position_embeddings (not Gemma 3's linear factor alone)."""
+    full = geometry.rope[FULL]
+    return full["rope_type"] == "default" or stated_l0(full) is not None or geometry.top_l0 is not None
+
+
+MIN_PAIRS = 4  # a rotary dimension of 8: no model rotates fewer (the shipped tiny model: 8 pairs)
+
+
+def check_pairs_unknown(spec: TemperatureSpec) -> None:
+    """Without the model's config, a longrope rope's factor lists at least :data:`MIN_PAIRS` long
+    (one value per frequency pair of the rotary dimension; their count is checked against the
+    model's only with ``--config``)."""
+    if spec.rope.kind != "longrope":
+        return
+    n = len(spec.rope["short_factor"])
+    if n < MIN_PAIRS:
+        raise ValueError(
+            f"rope.short_factor has {n} value(s); expected one per frequency pair of the model's rotary "
+            f"dimension, at least {MIN_PAIRS} (a rotary dimension of {2 * MIN_PAIRS}); give --config, the "
+            "model's config.json, to check the count against the model"
+        )
+
+
 def run_export(cfg: ExportConfig) -> ExportResult:
     """The engine's settings for the spec file ``cfg.spec`` (and the model's ``cfg.config``)."""
     spec = TemperatureSpec.load(cfg.spec)
@@ -106,9 +154,14 @@ def run_export(cfg: ExportConfig) -> ExportResult:
     if config is not None:
         check_against_config(cfg, config)
     try:  # as export() checks it, named by the spec file
-        spec.check_rotary(model_sizes(config)[0])
+        rotary = model_sizes(config)[0]
+        spec.check_rotary(rotary)
+        if rotary is None:
+            check_pairs_unknown(spec)
     except ValueError as exc:
         raise ValueError(f"spec={cfg.spec!r}: {exc}") from None
+    if config is not None:
+        check_spec_trained(cfg, config, spec)
     return export(
         spec,
         cfg.engine,

@@ -151,14 +151,17 @@ def _plain(m: float, params: dict[str, Any], target: ExportTarget) -> ExportResu
     factor f lands on cos/sin as is."""
     gguf_arch, kind = target.gguf_arch, params.get("rope_type")
     args: list[str] = []
-    length = None
+    length = target.length
     said: list[str] = []
     if kind == "linear":
         s = float(need(params, "factor", NAME))
         args += ["--rope-scaling", "linear", "--rope-scale", number(s)]
         l0 = stated_l0(params)
-        length = round(s * int(l0)) if l0 else None
-        args += ["--ctx-size", str(length)] if length else []
+        length = length or (round(s * int(l0)) if l0 else None)
+    if kind is None and length:
+        args += ["--rope-scaling", "none"]
+    if kind in ("linear", None) and length:
+        args += ["--ctx-size", str(length)]
     if kind == "ntk":
         theta, length = static_ntk(params, target, NAME)
         args += ["--rope-scaling", "none", "--rope-freq-base", number(theta), "--ctx-size", str(length)]
@@ -173,13 +176,13 @@ def _plain(m: float, params: dict[str, Any], target: ExportTarget) -> ExportResu
     return _result(m, args + context, (*said, *_kv_notes(f, False, gguf_arch)), length)
 
 
-def _longrope(m: float, params: dict[str, Any], gguf_arch: str | None) -> ExportResult:
+def _longrope(m: float, params: dict[str, Any], gguf_arch: str | None, served: int | None = None) -> ExportResult:
     """No run-time RoPE scaling, the factors in the GGUF's ``rope_freqs`` tensor, the cos/sin factor
     ``sqrt(m)`` through the GGUF key."""
     need(params, "factor", NAME)
     need_l0(params, NAME)
     f = rope.cos_sin_factor(m)
-    length = context_length(params)
+    length = served or context_length(params)
     args: list[str] = ["--rope-scaling", "none", "--ctx-size", str(length)]
     if abs(f - 1) > 1e-9:
         args += ["--override-kv", f"{gguf_arch or '<arch>'}.rope.scaling.attn_factor=float:{format(f, '.10g')}"]
@@ -204,7 +207,7 @@ def export_settings(m: float, params: dict[str, Any], target: ExportTarget) -> E
     """llama.cpp's flags (``--override-kv`` for the factor) carrying the total logit multiplier ``m``."""
     kind, gguf_arch = params.get("rope_type"), target.gguf_arch
     if kind == "longrope":
-        return _longrope(m, params, gguf_arch)
+        return _longrope(m, params, gguf_arch, target.length)
     if kind == "dynamic":
         raise ValueError(
             "not carried: llama.cpp has no dynamic NTK (its scaling types are none, linear, yarn and longrope); "
@@ -225,7 +228,7 @@ def export_settings(m: float, params: dict[str, Any], target: ExportTarget) -> E
             "YaRN correction range (floor/ceil)"
         )
     l0 = need_l0(params, NAME)
-    length = round(s * l0)
+    length = target.length or round(s * l0)
     args = ["--rope-scaling", "yarn", "--rope-scale", number(s), "--yarn-orig-ctx", str(l0), "--ctx-size", str(length)]
     for key, flag in (("beta_fast", "--yarn-beta-fast"), ("beta_slow", "--yarn-beta-slow")):
         if params.get(key) is not None:
@@ -241,6 +244,9 @@ def export_settings(m: float, params: dict[str, Any], target: ExportTarget) -> E
     else:
         args += _kv(gguf_arch, f)
         notes += _kv_notes(f, True, gguf_arch)
+    if target.length and target.length > round(s * l0):  # served past s L0: n_ctx_train raised to it
+        args += _context(gguf_arch, length)
+        notes.append(CONTEXT_NOTE)
     return _result(m, args, tuple(notes), length)
 
 

@@ -170,14 +170,16 @@ def export_settings(m: float, params: dict[str, Any], target: ExportTarget) -> E
     if kind != "yarn" and (abs(m - 1) > EPS or kind not in (None, *PASS_THROUGH)):
         raise no_knob(NAME, kind, m)
     if kind is None:
-        return ExportResult(NAME, m, None, notes=("m = 1: nothing to change",), source=SOURCE)
+        if target.length is None:
+            return ExportResult(NAME, m, None, notes=("m = 1: nothing to change",), source=SOURCE)
+        args = ("--hf-overrides", json.dumps({"max_position_embeddings": target.length}), *served(target.length))
+        return ExportResult(NAME, m, None, args, (f"m = 1: the model as it is, served to {target.length}",), SOURCE)
     rp = rope_dict(params, rope_theta)
-    limit: tuple[str, ...] = ()
-    positions = None
+    positions = target.length
     if kind in ("yarn", "llama3"):  # the derived length is max_position_embeddings (yarn: from 0.30)
         s = float(need(params, "factor", NAME))
-        positions = round(s * need_l0(params, NAME))
-        limit = served(positions)
+        positions = target.length or round(s * need_l0(params, NAME))
+    limit = served(positions) if positions else ()
     if kind == "yarn":
         rp.update(attention_factor=rope.cos_sin_factor(m), attn_factor=attn_factor(m, s))
     legacy = json.dumps({"rope_scaling": {k: v for k, v in rp.items() if k != "attention_factor"}})
