@@ -154,7 +154,24 @@ def _flagged(message: str, parser: argparse.ArgumentParser, command: str) -> str
         if switch:
             text = re.sub(rf"(?<![\w.\-]){re.escape(dest)}=True\b", flag, text)
         text = re.sub(rf"(?<![\w.\-\[]){re.escape(dest)}(?=[=\[])", flag, text)
-    return text
+    return re.sub(r"(?<![\w-])(--[\w-]+)=(\([^()]*\))", _as_typed, text)
+
+
+def _as_typed(match: re.Match[str]) -> str:
+    """``--engines=('llama.cpp',)`` -> ``--engines='llama.cpp'``, ``--bracket=(2.0, 1.0)`` ->
+    ``--bracket=2,1``: a tuple value as the comma list the user types (anything else kept)."""
+    import ast
+
+    from .utils.options import show
+
+    try:
+        value = ast.literal_eval(match[2])
+    except (ValueError, SyntaxError):
+        return match[0]
+    if not isinstance(value, tuple):
+        return match[0]
+    typed = show(value)
+    return f"{match[1]}={typed!r}" if not value or any(isinstance(v, str) for v in value) else f"{match[1]}={typed}"
 
 
 def _library_noise(parser: argparse.ArgumentParser, args: argparse.Namespace) -> AbstractContextManager[None]:

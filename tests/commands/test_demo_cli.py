@@ -10,8 +10,12 @@ SMALL = ["--race-windows", "4", "--min-windows", "2", "--docs", "3", "--trials",
 def test_demo_is_advise_with_retrieval_and_bakes_only_what_held(tmp_path, capsys):
     out = tmp_path / "demo"
     assert main(["demo", "--out", str(out), *SMALL]) == 0
-    printed = capsys.readouterr().out
+    said = capsys.readouterr()
+    printed = said.out
     assert "# attntemp advise: tiny at 512 tokens (trained to 256)" in printed and "report: " in printed
+    stages = [line.split(" (")[0] for line in said.err.splitlines() if line.startswith("demo: ")]
+    assert stages[:3] == ["demo: loading tiny", "demo: advising for 512 tokens", "demo: shipping the recommendation"]
+    assert stages[-1].startswith("demo: done: ")  # issue 62 item 8: one line a stage, with --quiet too
     report = (out / "report.md").read_text()
     for section in ("## Where the model breaks", "## The race", "## Confirmed on windows", "## Recommendation",
                     "## Retrieval at 512 tokens", "## Shipped"):  # fmt: skip

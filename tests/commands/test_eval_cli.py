@@ -48,7 +48,7 @@ CASES = [
     ("--spec", "{tmp}/missing.json", "spec="),
     ("--out", "{tmp}/full", "--out='{tmp}/full' already holds results (comparison.json); pass --overwrite"),
     ("--include-path", "{tmp}/nowhere", "--include-path '{tmp}/nowhere' is not a folder"),
-    ("--tasks", ",", "--tasks=() is not allowed"),
+    ("--tasks", ",", "--tasks='' is not allowed"),
     # an unknown name is looked up among lm-eval's own ~15k tasks too: indexing them takes 12-30 s
     pytest.param("--tasks", "attntemp_paskey_256", "did you mean 'attntemp_passkey_256'?", marks=pytest.mark.slow),
     ("--tasks", "needs_the_hub", "--tasks 'needs_the_hub' could not be loaded"),

@@ -175,7 +175,18 @@ def ws(tmp_path_factory):
     _issue_32(w)
     _issue_54_models(w)
     _issue_54_rest(w)
+    _issue_62(w)
     return w
+
+
+def _issue_62(w: Path) -> None:
+    """The files of issue 62's cases: a BERT config, a longrope spec with one value per list."""
+    bert = {"model_type": "bert", "num_hidden_layers": 12, "hidden_size": 768, "num_attention_heads": 12,
+            "intermediate_size": 3072, "max_position_embeddings": 512, "vocab_size": 30522,
+            "position_embedding_type": "absolute", "type_vocab_size": 2}  # fmt: skip
+    (w / "c_bert.json").write_text(json.dumps(bert))
+    rope = {"rope_type": "longrope", "factor": 4.0, "original_max_position_embeddings": 256}
+    (w / "s_longrope_1.json").write_text(json.dumps({"rope": {**rope, "short_factor": [1.0], "long_factor": [2.0]}}))
 
 
 def _issue_54_rest(w: Path) -> None:
@@ -205,6 +216,7 @@ def _issue_54_rest(w: Path) -> None:
     gpt2 = {"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 1024, "vocab_size": 100}
     (w / "c_gpt2.json").write_text(json.dumps(gpt2))  # no rotary embeddings
     (w / "s_yarn.json").write_text(json.dumps({"rope": {"rope_type": "yarn", "factor": 2.0}}))
+    (_tiny_copy(w / "m_gpt2") / "config.json").write_text(json.dumps({**gpt2, "vocab_size": 258}))  # issue 62 item 8
     config = json.loads((tiny_path() / "config.json").read_text())
     del config["max_position_embeddings"]  # transformers would read it as LlamaConfig's 2048, advise as --length
     (_tiny_copy(w / "m_no_max_positions") / "config.json").write_text(json.dumps(config))
@@ -392,7 +404,7 @@ ISSUE_32 = [  # (id, argv, text the one error line must contain); the cases of i
     (
         "generate-stop-on-no-monitor",
         with_(G, "--stop-on", "diffusion"),
-        "--stop-on=('diffusion',) is not allowed without --monitor",
+        "--stop-on='diffusion' is not allowed without --monitor",
     ),
     ("sweep-gutenberg-empty", with_(S, "--gutenberg", ""), "--gutenberg='' is empty"),
     (
@@ -650,6 +662,7 @@ ISSUE_54_REST = [  # (id, argv, text the one error line must contain); issue 54'
 
 LOCKS = {"sweep": f"locked/{LOCK_FILE}", "bake": f".locked{LOCK_NAME}", "verify": f"vlocked/{LOCK_NAME}"}
 IN_USE = "--out='{w}/locked' is in use by another"
+GPT2 = "--model='{w}/m_gpt2' is not allowed: {w}/m_gpt2/config.json has model_type='gpt2', which attntemp.patch does"
 ISSUE_62 = [  # (id, argv, text the one error line must contain); issue 62's findings and their siblings
     # item 1: every writer locks its folder before any check or work (was: measure, the check after the work)
     ("measure-out-locked", with_(M, "--out", "{w}/locked"), IN_USE + " measure (pid"),
@@ -659,6 +672,33 @@ ISSUE_62 = [  # (id, argv, text the one error line must contain); issue 62's fin
     ("eval-out-locked", with_(E, "--out", "{w}/locked"), IN_USE + " eval (pid"),
     ("bake-out-locked", with_(B, "--out", "{w}/locked"), IN_USE + " bake (pid"),
     ("report-locked", ["report", "{w}/locked"], "dir='{w}/locked' is in use by another report (pid"),
+    # item 8: a tuple shown as the user types it (was: --engines=('llama.cpp',))
+    (
+        "audit-engines-as-typed",
+        ["audit", "--config", "{w}/c_plain.json", "--engines", "llama.cpp", "--engine-dir", "{w}/empty"],
+        "--engines='llama.cpp': none of them can run here",
+    ),
+    *[  # was: "config has no 'num_attention_heads'", naming no flag (or refused after the model loaded)
+        (f"{argv[0]}-model-gpt2", with_(argv, "--model", "{w}/m_gpt2"), GPT2)
+        for argv in (A, M, S, T, B, D, E, V, with_(G, "--spec", "{w}/ok.json"))
+    ],
+    # item 8: exports still accepted in the last round
+    (
+        "export-longrope-one-value",
+        [*EX, "{w}/s_longrope_1.json"],
+        "--spec='{w}/s_longrope_1.json': rope.short_factor has 1 value(s); expected one per frequency pair",
+    ),
+    (
+        "export-spec-other-trained-length",
+        [*EX, "{w}/s_yarn_l0_1024.json", "--config", "qwen3_yarn"],
+        "--spec='{w}/s_yarn_l0_1024.json' is not allowed with --config='qwen3_yarn': its rope states a trained "
+        "length (original_max_position_embeddings) of 1024, the model's is 32768",
+    ),
+    (
+        "export-config-bert",
+        [*EX, "{w}/s_yarn.json", "--config", "{w}/c_bert.json"],
+        "--config='{w}/c_bert.json' is not allowed: model_type='bert' has no rotary embeddings",
+    ),
     ("verify-work-dir-locked", with_(V, "--work-dir", "{w}/vlocked"), "--work-dir='{w}/vlocked' is in use by"),
     (  # was: the deprecation warning, then the 768 check the user turned off
         "advise-both-spellings-old-last",
@@ -836,7 +876,7 @@ CASES = [
     ("tune-objective-typo", with_(T, "--objective", "perplx"), "--objective='perplx' is not allowed"),
     ("tune-method-typo", with_(T, "--method", "grad"), "--method='grad' is not allowed"),
     ("tune-lengths-no-gradient", with_(T, "--lengths", "512"), "(--method gradient)"),
-    ("tune-bracket", with_(T, "--bracket", "2,1"), "--bracket=(2.0, 1.0) is not allowed"),
+    ("tune-bracket", with_(T, "--bracket", "2,1"), "--bracket=2,1 is not allowed"),
     ("tune-grid", with_(T, "--grid", "2"), "--grid=2"),
     ("tune-steps", with_(T, "--steps", "0"), "--steps=0"),
     ("tune-schedule-typo", with_(T, "--method", "gradient", "--schedule", "log_lenght"), "--schedule='log_lenght'"),
@@ -975,7 +1015,7 @@ CASES = [
     ("generate-model-missing", with_(G, "--model", "/nonexistent"), "--model='/nonexistent' is no such folder"),
     ("generate-dtype", with_(G, "--dtype", "float8"), "--dtype 'float8'"),
     # --- eval (lm-evaluation-harness)
-    ("eval-tasks-empty", with_(E, "--tasks", ""), "--tasks=() is not allowed"),
+    ("eval-tasks-empty", with_(E, "--tasks", ""), "--tasks='' is not allowed"),
     ("eval-limit-0", with_(E, "--limit", "0"), "--limit=0 is not allowed"),
     ("eval-batch-0", with_(E, "--batch-size", "0"), "--batch-size=0 is not allowed"),
     ("eval-bootstrap-neg", with_(E, "--bootstrap-iters", "-1"), "--bootstrap-iters=-1 is not allowed"),
@@ -1036,7 +1076,7 @@ CASES = [
         ["audit", "--config", "{w}/c_bad_factor.json", "--engines", "transformers,vlm"],
         "--engines[1]='vlm' is not allowed",
     ),
-    ("audit-engines-empty", ["audit", "--config", "{w}/ok.json", "--engines", ","], "--engines=() is not allowed"),
+    ("audit-engines-empty", ["audit", "--config", "{w}/ok.json", "--engines", ","], "--engines='' is not allowed"),
     ("audit-positions-negative", ["audit", "--config", "{w}/ok.json", "--positions", "-1"], "--positions[0]=-1"),
     ("audit-positions-text", ["audit", "--config", "{w}/ok.json", "--positions", "a"], "--positions 'a'"),
     ("audit-tolerance", ["audit", "--config", "{w}/ok.json", "--tolerance", "2"], "--tolerance=2.0 is not allowed"),

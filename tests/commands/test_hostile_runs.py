@@ -68,3 +68,17 @@ def test_a_finished_run_leaves_only_its_own_files(tmp_path, command, capsys):
     before = sorted(os.listdir(out))
     assert main(argv) == 2  # refused: its results are there
     assert sorted(os.listdir(out)) == before
+
+
+def test_audit_positions_past_the_models_context_are_said(tmp_path, capsys):
+    """Issue 62 item 8: `audit --positions 100000000` on a model of 1M tokens ran with no word that
+    the position is past its context; now a note names the positions and max_position_embeddings."""
+    config = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2,
+              "num_key_value_heads": 2, "max_position_embeddings": 4096, "rope_theta": 10000.0}  # fmt: skip
+    (tmp_path / "c.json").write_text(json.dumps(config))
+    argv = ["audit", "--config", str(tmp_path / "c.json"), "--engines", "transformers", "--positions"]
+    assert main([*argv, "0,4095,100000000"]) == 0
+    note = "note: --positions 100000000 is past the model's context, max_position_embeddings=4096"
+    assert note in capsys.readouterr().out
+    assert main([*argv, "0,4095"]) == 0
+    assert "past the model's context" not in capsys.readouterr().out

@@ -43,7 +43,7 @@ def _parse(cls, argv):
         (["sweep", "--out", "x", "--tasks", "pasky"], "--tasks[0]='pasky'"),
         (["tune", "--out", "x", "--length", "1e3"], "--length '1e3'"),
         (["tune", "--out", "x", "--grid", "2"], "--grid=2"),
-        (["tune", "--out", "x", "--bracket", "1"], "--bracket=(1.0,)"),
+        (["tune", "--out", "x", "--bracket", "1"], "--bracket=1 "),
         (["tune", "--out", "x", "--target", "entropi"], "Did you mean 'entropy'"),
         (["tune", "--out", "x", "--check-lengths", "-5"], "--check-lengths[0]=-5"),
         (["tune", "--out", "x", "--lengths", "512"], "--method gradient"),

@@ -82,7 +82,7 @@ def preflight_generate(cfg: GenerateConfig) -> GeneratePlan:
     if not prompt.strip():
         raise ValueError(f"prompt_file={cfg.prompt_file!r} is empty; expected the prompt's text")
     spec = TemperatureSpec.load(cfg.spec) if cfg.spec else None
-    config = preflight.source_config(cfg.model)
+    config = preflight.source_config(cfg.model, patched=bool(cfg.spec or cfg.monitor))
     if cfg.monitor and cfg.reference is None:
         check_reference_text(cfg, preflight.source_trained_length(config))
     preflight.check_spec("spec", cfg.spec, spec, config)

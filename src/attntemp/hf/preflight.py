@@ -24,9 +24,11 @@ BYTES = 4  # float32 activations (the conservative case)
 PROMPT_BYTES_PER_TOKEN = 256  # building one prompt: its text, the tokenizer's encoding, the ids
 
 
-def source_config(name: str) -> dict[str, Any] | None:
+def source_config(name: str, patched: bool = True) -> dict[str, Any] | None:
     """The model's ``config.json`` as a dict (its text config for multimodal models), without
-    loading the model; None for a hub id that is not in the local cache yet."""
+    loading the model; None for a hub id that is not in the local cache yet. ``patched``: the run
+    patches the model, so a model type :func:`attntemp.patch` does not support is refused here,
+    naming the model (``generate`` without a spec or the monitor passes False)."""
     where = resolve(name)
     if isinstance(where, Path):
         path, cfg = where / "config.json", source.read_config(where, name)
@@ -36,8 +38,23 @@ def source_config(name: str) -> dict[str, Any] | None:
             return None
         path, cfg = cached, json.loads(cached.read_text())
     part = text_part(cfg)
+    if patched:
+        _check_patchable(part, name, path)
     _check_trained_length(part, name, path)
     return part
+
+
+def _check_patchable(cfg: dict[str, Any], name: str, path: Path) -> None:
+    """Raise naming the model when attntemp.patch does not support its model type (GPT-2, BERT, ...):
+    found before the model loads, not as a missing field of a config laid out another way."""
+    from .patch import SUPPORTED
+
+    model_type = cfg.get("model_type")
+    if isinstance(model_type, str) and model_type not in SUPPORTED:
+        raise ValueError(
+            f"model={name!r} is not allowed: {path} has model_type={model_type!r}, which attntemp.patch does not "
+            f"support; expected one of {', '.join(SUPPORTED)}"
+        )
 
 
 def _check_trained_length(cfg: dict[str, Any], name: str, path: Path) -> None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ...hf import preflight
 from ...hf.loading import load_model, resolve
 from ...ops.spec import TemperatureSpec
 from ...utils import outputs
@@ -51,6 +52,7 @@ def preflight_eval(cfg: EvalHarnessConfig) -> EvalPlan:
     model's tokens. A failed check leaves no staging folder."""
     require_lm_eval()
     spec = TemperatureSpec.load(cfg.spec)
+    preflight.source_config(cfg.model)  # a model attntemp.patch cannot temper, refused before the tasks are built
     out = Path(cfg.out)
     check_eval_out(out, cfg.overwrite)
     out.parent.mkdir(parents=True, exist_ok=True)

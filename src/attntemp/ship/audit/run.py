@@ -132,10 +132,24 @@ def run_audit(cfg: AuditConfig) -> AuditResult:
     return replace(_audit_config(cfg, cfg.config), readings=readings)
 
 
+def past_context(config: dict[str, Any], positions: tuple[int, ...]) -> list[str]:
+    """A note when ``positions`` reach past the context the config is set up for
+    (``max_position_embeddings``): the figures there are the formula's, at a length no engine serves."""
+    most = config_dict(config).get("max_position_embeddings")
+    past = [p for p in positions if isinstance(most, int) and p >= most]
+    if not past:
+        return []
+    return [
+        f"--positions {','.join(map(str, past))} {'is' if len(past) == 1 else 'are'} past the model's context, "
+        f"max_position_embeddings={most}: the figures there are the formula's, at a length the model is not set up for"
+    ]
+
+
 def _audit_config(cfg: AuditConfig, path: str) -> AuditResult:
     config = load_config(path)
     positions = tuple(sorted(set(cfg.positions or attention_config.default_positions(config))))
     ref = config_reference(config, positions)  # every value checked here, before any model is built
+    ref = {**ref, "notes": [*ref.get("notes", []), *past_context(config, positions)]}
     model_type = config_dict(config)["model_type"]
     with reference_engine.quiet():
         base = reference_engine.base_entry(config, ref, path, cfg.tolerance)
