@@ -14,7 +14,11 @@ and dtype; the key-token perplexity each way and their relative difference again
 the goals of issue 52 and whether each is met (row time <= 0.4x; linear layers >= 60% of the
 matmul rate; peak memory of a scored forward at 16384 < 4 GiB; scores within the tolerance).
 
+The retrieval case (``--retrieval smollm2:8192:8``, :mod:`retrieval_cost`): keys found by generation
+per second of forward time, one prefill per trial against one per haystack of k keys.
+
     python benchmarks/advise_cost.py [--cases tiny:512,smollm2:4096] [--repeats 3] [--threads 2]
+    python benchmarks/advise_cost.py --cases '' --retrieval smollm2:8192:8 --repeats 2
 """
 
 from __future__ import annotations
@@ -27,8 +31,9 @@ from dataclasses import dataclass
 import torch
 from _harness import BenchOptions, machine, median_interval, peak_extra_in_child, report_child
 from forward_breakdown import Clock, kept_positions
+from retrieval_cost import retrieval_case
 
-from attntemp.evaluate.corpus import heldout_windows
+from attntemp.evaluate.corpus import heldout_windows, load_text
 from attntemp.evaluate.lm import head_nll
 from attntemp.hf.introspect import trained_length
 from attntemp.hf.loading import ModelOptions, load_model
@@ -45,6 +50,10 @@ class CostBench(BenchOptions):
     cases: tuple[str, ...] = option(("tiny:512", "smollm2:4096"), "model:length pairs, comma list", parse=names)
     repeats: int = reuse(BenchOptions, "repeats", 3)
     threads: int | None = reuse(ModelOptions, "threads")
+    retrieval: tuple[str, ...] = option(
+        (), "model:length:keys retrieval cases, comma list (trials per second, both ways)", parse=names
+    )
+    text: str = option("stdlib", "the retrieval haystack's text")
     child: tuple[str, ...] = option((), "internal: PATH,MODEL,L: one path's peak extra memory", parse=names)
 
 
@@ -145,6 +154,13 @@ def main(argv: list[str] | None = None) -> None:
         name, length = spec.rsplit(":", 1)
         row = case(name, int(length), args)
         print(json.dumps({"benchmark": "advise_cost", **row, "threads": torch.get_num_threads(), "machine": machine()}))
+    for spec in args.retrieval:
+        name, length, keys = spec.split(":")
+        model, tok = load(name, "auto", args.threads)
+        row = retrieval_case(model, tok, load_text(args.text), int(length), int(keys), args.repeats)
+        dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+        print(json.dumps({"benchmark": "advise_cost", "model": name, "dtype": dtype, **row,
+                          "threads": torch.get_num_threads(), "machine": machine()}))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -56,3 +56,31 @@ def test_reads_alike_compares_frequencies_and_the_total_logit_multiplier(raced):
     assert f > 1 and reads_alike(factor, as_m, 256, 512, geo)
     assert not reads_alike(factor, by_key(cands, "yarn-past-l0").spec, 256, 512, geo)
     assert not reads_alike(by_key(cands, "yarn").spec, by_key(cands, "yarn+logn").spec, 256, 512, geo)  # schedule
+
+
+@pytest.mark.parametrize(
+    ("key", "engine", "served"),
+    [
+        ("baseline", "vllm", ['"max_position_embeddings": 512}', "--max-model-len 512"]),
+        ("baseline", "llama.cpp", ["--ctx-size 512", "context_length=int:512"]),
+        ("yarn", "vllm", ['"max_position_embeddings": 512}', "--max-model-len 512"]),
+        ("yarn", "llama.cpp", ["--ctx-size 512"]),
+    ],
+)
+def test_every_route_serves_the_length_asked(raced, key, engine, served):
+    """advise --length 512: each engine's settings serve 512 tokens (issue 60: they served s L0)."""
+    cands, _ = raced
+    settings = by_key(cands, key).engines[engine]["settings"]
+    assert all(s in settings for s in served), settings
+
+
+def test_a_yarn_whose_s_l0_is_short_of_the_length_is_served_past_it_or_not_carried(raced):
+    """YaRN s = 1.5 at 512 (s L0 = 384): llama.cpp serves it to 512 with n_ctx_train raised; vLLM
+    0.11-0.29 refuse --max-model-len past orig x factor, so vLLM does not carry it (no bake route
+    either: the RoPE itself is what the engine refuses)."""
+    cands, _ = raced
+    small = next(c for c in cands if c.name == "YaRN s = 1.5, m = 1")
+    assert "--ctx-size 512" in small.engines["llama.cpp"]["settings"]
+    assert "context_length=int:512" in small.engines["llama.cpp"]["settings"]
+    vllm = small.engines["vllm"]
+    assert vllm["how"] == "not carried" and "--max-model-len 512 > the derived max_model_len 384" in vllm["why"]

@@ -1,9 +1,9 @@
 """advise's progress lines: after a batch of forwards once ``every`` seconds have passed, none
-under --quiet or --status."""
+under --quiet or --status; and the plan's cost, said before the race."""
 
 import pytest
 
-from attntemp.advise import run
+from attntemp.advise import status
 from attntemp.advise.config import AdviseConfig
 
 LINE = "key_tokens at 512: 1 of 2 specs scored (3 s a spec)"
@@ -15,7 +15,7 @@ LINE = "key_tokens at 512: 1 of 2 specs scored (3 s a spec)"
 )
 def test_scoring_lines_are_said_with_their_stage_unless_quiet_or_status(tmp_path, capsys, flags, shown):
     (tmp_path / "scores.db").touch()  # --status reads a run's store
-    say = run._scoring(AdviseConfig(length=512, out=str(tmp_path), **flags), "race", every=0.0)
+    say = status.scoring_line(AdviseConfig(length=512, out=str(tmp_path), **flags), "race", every=0.0)
     assert (say is not None) is shown
     if say is not None:
         say(LINE)
@@ -24,10 +24,30 @@ def test_scoring_lines_are_said_with_their_stage_unless_quiet_or_status(tmp_path
 
 def test_fast_batches_stay_quiet_and_slow_ones_are_said(monkeypatch, capsys):
     clock = [100.0]
-    monkeypatch.setattr(run.time, "monotonic", lambda: clock[0])
-    say = run._scoring(AdviseConfig(length=512), "confirm", every=30.0)
+    monkeypatch.setattr(status.time, "monotonic", lambda: clock[0])
+    say = status.scoring_line(AdviseConfig(length=512), "confirm", every=30.0)
     assert say is not None
     for step in (1.0, 10.0, 18.0, 2.0, 29.0, 40.0):  # at 101, 111, 129, 131, 160, 200
         clock[0] += step
         say(f"at {clock[0]:.0f}")
     assert capsys.readouterr().err.splitlines() == ["advise: confirm: at 131", "advise: confirm: at 200"]
+
+
+def test_the_cost_line_says_rows_seconds_a_row_and_the_total_before_the_race():
+    """12 candidates, 4 race windows of 1 objective row and 2 passkey prefills, 3 documents and 5
+    prompts to confirm: 144 race rows, 96 confirmation rows; at 2 s a row (the diagnosis's), 0.1 h."""
+    from types import SimpleNamespace
+
+    from attntemp.advise.plan import Retrieval
+    from attntemp.evaluate.score import Result
+
+    cfg = AdviseConfig(length=512, race_windows=4, n_docs=3, trials=5, workers=1)
+    plan = SimpleNamespace(cfg=cfg, retrieval=Retrieval("passkey", 1, 2))
+    count = status.Counter()
+    assert "no row at that length timed yet" in status.cost_line(plan, 12, count)
+    count.add("diagnosis", [Result(None, "key_tokens", 512, {}, "k", 4.0, False, 2)])
+    line = status.cost_line(plan, 12, count)
+    assert line.startswith("plan: at most 144 race rows and 96 confirmation rows at 512 tokens, 2.0 s a row")
+    assert "at most 0.1 h" in line and "--budget" in line and "--workers" in line
+    multikey = SimpleNamespace(cfg=cfg, retrieval=Retrieval("multikey", 8, 1))
+    assert status.planned_rows(multikey, 12) == (96, 12 * (3 + 1))  # 5 keys: one haystack of 8

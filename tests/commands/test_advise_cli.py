@@ -193,3 +193,24 @@ def test_the_report_fits_a_1280px_window_headline_first(first, tmp_path):
     first_section = text.split("\n## ", 1)[0]
     assert doc["recommendation"]["name"] in first_section and "passkeys found at 512" in first_section
     assert "key_tokens key_ppl" not in text  # plain labels, not internal names
+
+
+def test_the_json_says_which_retrieval_it_ran_and_no_recommended_engine_is_refuted_by_its_own_evidence(first):
+    """The tiny model finds no key of several hidden in one haystack at its trained length (its
+    probe): the retrieval axis falls back to one passkey prompt per prefill and says so. Every
+    engine's route serves the length asked; an engine entry "recommended" is never below YaRN's
+    default on retrieval nor over the cost limit for certain (issue 60's "Done when")."""
+    _, doc = first
+    q = doc["question"]
+    assert q["retrieval"]["task"] == "passkey" and "cannot do several keys" in q["retrieval"]["why"]
+    for engine, rec in doc["by_engine"].items():
+        if rec["status"] != "recommended":
+            assert rec["status"] != "trade-off" or rec["trade_off"]["sentence"].startswith(f"Nothing {engine}")
+            continue
+        h = rec["headline"]
+        found = next(a for a in h["axes"] if a["task"] == "passkey")
+        assert (found["vs_default"] or {}).get("verdict") != "worse", engine
+        assert h["cost"] is None or h["cost"]["low"] <= 1 + q["max_short_cost"], engine
+        route = rec["engines"][engine]
+        if engine != "transformers" and route["how"] == "settings":
+            assert str(q["length"]) in route["settings"], route["settings"]

@@ -43,8 +43,12 @@ class Retrieval:
     def confirm_pool(self, ctx: EvalContext, trials: int) -> EvalContext:
         """The confirmation's: ``trials`` passkey prompts, or haystacks holding at least ``trials`` keys."""
         if self.task == MULTIKEY:
-            return replace(ctx, n_docs=math.ceil(trials / self.keys), needles_per_forward=self.keys)
+            return replace(ctx, n_docs=self.confirm_pool_size(trials), needles_per_forward=self.keys)
         return replace(ctx, trials=trials)
+
+    def confirm_pool_size(self, trials: int) -> int:
+        """Prefills the confirmation answers ``trials`` with: one per passkey prompt, one per haystack."""
+        return math.ceil(trials / self.keys) if self.task == MULTIKEY else trials
 
     def to_dict(self) -> dict[str, Any]:
         return {

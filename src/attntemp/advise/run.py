@@ -9,7 +9,6 @@ run killed at any moment (``kill -9``) resumes from its scores and ends with the
 from __future__ import annotations
 
 import json
-import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -34,19 +33,7 @@ from .confirm import checks_for, confirm, on_yarn, recommendation, to_confirm
 from .learned import LearnJob, added_candidates, learned_candidates
 from .plan import MULTIKEY, PASSKEY, AdvisePlan, Retrieval, preflight_advise
 from .race import RETRIEVAL_TASK, RaceResult, RaceSettings, race, retrieval_rows
-
-
-class Counter:
-    """Forward rows per stage, read from each result (the same on a resumed run)."""
-
-    def __init__(self) -> None:
-        self.rows: dict[str, int] = {}
-        self.scored_s = 0.0  # what the scores took when they were made (read from the store or not)
-
-    def add(self, stage: str, results: list) -> list:
-        self.rows[stage] = self.rows.get(stage, 0) + sum(r.rows for r in results)
-        self.scored_s += sum(r.seconds for r in results)
-        return results
+from .status import Counter, cost_line, race_progress, say, scoring_line
 
 
 @dataclass(frozen=True)
@@ -85,11 +72,6 @@ def run_advise(cfg: AdviseConfig, model: Any = None, tok: Any = None) -> AdviseR
             model, _ = load_model(cfg.model, **cfg.load_args())
         with distributed.scoring_on_ray(cfg):  # --workers/--ray-address: the forwards on Ray workers
             return write_advice(advise(plan, model, out), out)
-
-
-def _say(cfg: AdviseConfig, text: str) -> None:
-    if cfg.progress:
-        print(f"advise: {text}", file=sys.stderr, flush=True)
 
 
 def contexts(plan: AdvisePlan) -> tuple[EvalContext, EvalContext]:
@@ -146,7 +128,7 @@ def setup(plan: AdvisePlan, model: Any, store: ScoreStore) -> Setup:
     ctx, tctx = contexts(plan)
     found = probed(plan, model, tctx, Kept(store, model_id), count)
     if found.task:
-        _say(cfg, f"retrieval by generation: {found.task} ({found.why})")
+        say(cfg, f"retrieval by generation: {found.task} ({found.why})")
     k = found.per_window  # retrieval prefills a window: block (a, b) is prefills (a k, b k)
     rctx = found.race_pool(tctx, cfg.race_windows) if found.task else tctx
 
@@ -154,16 +136,16 @@ def setup(plan: AdvisePlan, model: Any, store: ScoreStore) -> Setup:
         a, b = block
         retrieval = task == found.task
         pool = replace(rctx, window_range=(a * k, b * k)) if retrieval else replace(tctx, window_range=block)
-        with reporting(_scoring(cfg, stage)):
+        with reporting(scoring_line(cfg, stage)):
             return count.add(stage, score_many(model, tok, list(specs), task, length, pool, store, model_id))
 
     cands = candidates(plan.scale, plan.trained, rotary(plan.config))
     if plan.extends and cfg.tune_m:
-        _say(cfg, "searching YaRN's global m on the tuning pool's spare windows")
+        say(cfg, "searching YaRN's global m on the tuning pool's spare windows")
         try:
             cands.append(_tuned(plan, model, tctx, Kept(store, model_id), count))
         except NotStored:  # --status before the search was stored: the race without it
-            _say(cfg, "YaRN's global m: not searched yet")
+            say(cfg, "YaRN's global m: not searched yet")
     if plan.extends and cfg.learn_steps:
         cands += _learned(plan, model, tctx, count)
     cands += added_candidates(cfg.add_spec, plan.added)
@@ -179,11 +161,12 @@ def advise(plan: AdvisePlan, model: Any, out: Path) -> AdviseResult:
     """The advice for ``plan`` on the loaded ``model``, every score kept in ``out/scores.db``."""
     cfg, t0, tok = plan.cfg, time.perf_counter(), plan.tok
     s = setup(plan, model, ScoreStore(out / STORE))
-    _say(cfg, f"diagnosing without a RoPE change at {plan.trained} and {cfg.length} tokens")
+    say(cfg, f"diagnosing without a RoPE change at {plan.trained} and {cfg.length} tokens")
     diagnosis = _diagnose(plan, model, tok, s, out)
-    _say(cfg, f"racing {len(s.candidates)} candidates")
-    result = race(s.candidates, s.scorer, s.settings, _progress(cfg))
-    _say(cfg, f"race {result.status}; confirming on the evaluation pool")
+    say(cfg, cost_line(plan, len(s.candidates), s.count))
+    say(cfg, f"racing {len(s.candidates)} candidates")
+    result = race(s.candidates, s.scorer, s.settings, race_progress(cfg))
+    say(cfg, f"race {result.status}; confirming on the evaluation pool")
     confirmed, checks = _confirm(plan, result, model, s)
     recs = _per_engine(plan, s, result, confirmed, checks, model)
     ev = _evidence(plan, s, result, diagnosis, confirmed, recs, time.perf_counter() - t0)
@@ -202,8 +185,8 @@ def _per_engine(plan: AdvisePlan, s: Setup, result: RaceResult, confirmed, check
         mine = [c for c in s.candidates if carries(c, e)]
         key = tuple(c.key for c in mine)
         if key not in races:  # engines that carry the same candidates share one race
-            _say(cfg, f"{e} computes none of the survivors as meant: racing the {len(mine)} candidates it does")
-            own = race(mine, s.scorer, s.settings, _progress(cfg))
+            say(cfg, f"{e} computes none of the survivors as meant: racing the {len(mine)} candidates it does")
+            own = race(mine, s.scorer, s.settings, race_progress(cfg))
             races[key] = own, _confirm(plan, own, model, s)[0]
         own, conf = races[key]
         said = {"status": own.status, "windows": own.windows, "survivors": [x.name for x in own.survivors]}
@@ -222,32 +205,6 @@ def advise_status(plan: AdvisePlan, model: Any) -> status.AdviseStatus:
     return status.AdviseStatus(status.status_doc(plan, result, confirmed, store.count()))
 
 
-SCORING_EVERY = 30.0  # seconds: fast runs (the tiny model) stay quiet, a real model's batches each get a line
-
-
-def _scoring(cfg: AdviseConfig, stage: str, every: float = SCORING_EVERY):
-    """The line score_many gives after a batch of forwards, said as ``advise: <stage>: ...`` when
-    ``every`` seconds have passed since the job began or since the last line (None under --status
-    or --quiet: nothing is scored there, or nothing is shown)."""
-    if cfg.status or not cfg.progress:
-        return None
-    last = [time.monotonic()]
-
-    def say(text: str) -> None:
-        if time.monotonic() - last[0] >= every:
-            last[0] = time.monotonic()
-            _say(cfg, f"{stage}: {text}")
-
-    return say
-
-
-def _progress(cfg: AdviseConfig):
-    def show(windows: int, rows: int, left: int) -> None:
-        _say(cfg, f"race: {windows} windows, {rows} rows, {left} candidates left")
-
-    return show
-
-
 def _tuned(plan: AdvisePlan, model, tctx: EvalContext, kept: Kept, count: Counter) -> Candidate:
     """YaRN's global m searched on the spare windows past the race's (never raced on)."""
     cfg = plan.cfg
@@ -263,7 +220,7 @@ def _learned(plan: AdvisePlan, model, tctx: EvalContext, count: Counter) -> list
     """The per-head m and the LongRoPE factors learned on the windows past the spare ones (under
     ``--status``: those already learned, read from their checkpoints)."""
     cfg = plan.cfg
-    _say(cfg, f"learning per-head m and LongRoPE factors: {cfg.learn_steps} steps each at {cfg.length} tokens")
+    say(cfg, f"learning per-head m and LongRoPE factors: {cfg.learn_steps} steps each at {cfg.length} tokens")
     first = cfg.race_windows + plan.spare
     job = LearnJob(cfg.objective, cfg.length, plan.trained, first, cfg.learn_steps)
     found = learned_candidates(model, plan.tok, tctx, Path(cfg.out), job, read_only=cfg.status)
@@ -318,8 +275,8 @@ def _confirm(plan: AdvisePlan, result: RaceResult, model, s: Setup):
         assert where is not None
         where = s.retrieval.confirm_pool(where, prompts) if task == s.retrieval.task else where
         if not cfg.status:  # a long confirmation shows where it is
-            _say(cfg, f"confirming {len(specs)} specs: {task} at {length} on the {text} windows")
-        with reporting(_scoring(cfg, "confirm")):
+            say(cfg, f"confirming {len(specs)} specs: {task} at {length} on the {text} windows")
+        with reporting(scoring_line(cfg, "confirm")):
             scored = score_many(model, tok, list(specs), task, length, where, store, model_id)
         return [r.metrics for r in count.add("confirmation", scored)]
 

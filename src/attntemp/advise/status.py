@@ -10,6 +10,8 @@ why it left. Once the race is over, the confirmation's checks already stored are
 
 from __future__ import annotations
 
+import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,9 +22,90 @@ from ..utils.tables import markdown_table
 from . import confirm
 from .advice_page import confirm_table, interval_cell
 from .candidates import BASELINE, by_key
-from .config import STORE
+from .config import STORE, AdviseConfig
 from .plan import AdvisePlan
 from .race import RaceResult
+
+
+class Counter:
+    """Forward rows per stage, and rows and seconds per length, read from each result (the same on a
+    resumed run: a stored score keeps the seconds it took when it was made)."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, int] = {}
+        self.scored_s = 0.0  # what the scores took when they were made (read from the store or not)
+        self.at: dict[int, list[float]] = {}  # length -> [rows, seconds]
+
+    def add(self, stage: str, results: list) -> list:
+        self.rows[stage] = self.rows.get(stage, 0) + sum(r.rows for r in results)
+        self.scored_s += sum(r.seconds for r in results)
+        for r in results:
+            got = self.at.setdefault(r.length, [0, 0.0])
+            got[0], got[1] = got[0] + r.rows, got[1] + r.seconds
+        return results
+
+    def seconds_per_row(self, length: int) -> float | None:
+        rows, seconds = self.at.get(length, (0, 0.0))
+        return seconds / rows if rows else None
+
+
+def say(cfg: AdviseConfig, text: str) -> None:
+    if cfg.progress:
+        print(f"advise: {text}", file=sys.stderr, flush=True)
+
+
+SCORING_EVERY = 30.0  # seconds: fast runs (the tiny model) stay quiet, a real model's batches each get a line
+
+
+def scoring_line(cfg: AdviseConfig, stage: str, every: float = SCORING_EVERY):
+    """The line score_many gives after a batch of forwards, said as ``advise: <stage>: ...`` when
+    ``every`` seconds have passed since the job began or since the last line (None under --status
+    or --quiet: nothing is scored there, or nothing is shown)."""
+    if cfg.status or not cfg.progress:
+        return None
+    last = [time.monotonic()]
+
+    def said(text: str) -> None:
+        if time.monotonic() - last[0] >= every:
+            last[0] = time.monotonic()
+            say(cfg, f"{stage}: {text}")
+
+    return said
+
+
+def race_progress(cfg: AdviseConfig):
+    def show(windows: int, rows: int, left: int) -> None:
+        say(cfg, f"race: {windows} windows, {rows} rows, {left} candidates left")
+
+    return show
+
+
+def planned_rows(plan: AdvisePlan, candidates: int) -> tuple[int, int]:
+    """``(race, confirmation)``: the most forward rows at N each may take (every candidate scored on
+    every race window: the objective and the retrieval prefills; then confirmed on the evaluation
+    pool); the rows below L0 and at the held-out lengths come on top."""
+    cfg, r = plan.cfg, plan.retrieval
+    per_window = 1 + (r.per_window if r.task else 0)
+    prefills = r.confirm_pool_size(cfg.retrieval_prompts or cfg.trials) if r.task else 0
+    return candidates * cfg.race_windows * per_window, candidates * (cfg.n_docs + prefills)
+
+
+def cost_line(plan: AdvisePlan, candidates: int, count: Counter) -> str:
+    """What the race and the confirmation may cost here, said before they run: rows at N, seconds a
+    row (the diagnosis's rows at N, just measured or read from the store), the total, and how
+    ``--budget`` and ``--workers`` shorten it."""
+    cfg = plan.cfg
+    race_rows, confirm_rows = planned_rows(plan, candidates)
+    each = count.seconds_per_row(cfg.length)
+    said = f"plan: at most {race_rows} race rows and {confirm_rows} confirmation rows at {cfg.length} tokens"
+    if each is None:
+        return said + " (no row at that length timed yet)"
+    hours = (race_rows + confirm_rows) * each / 3600 / max(1, cfg.workers)
+    return (
+        f"{said}, {each:.1f} s a row here (the diagnosis's), at most {hours:.1f} h"
+        + (f" on {cfg.workers} workers" if cfg.workers > 1 else "")
+        + "; the race usually stops far sooner; --budget ROWS caps the race, --workers K shares the rows out"
+    )
 
 
 @dataclass(frozen=True)
