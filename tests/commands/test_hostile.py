@@ -22,6 +22,7 @@ import pytest
 from attntemp.assets import tiny_path
 from attntemp.cli import main
 from attntemp.evaluate.sweep import LOCK_FILE, Store
+from attntemp.ops.attention_stats import STATS
 from attntemp.utils.outputs import LOCK_NAME
 
 SPECS = {
@@ -187,6 +188,16 @@ def _issue_62(w: Path) -> None:
     (w / "c_bert.json").write_text(json.dumps(bert))
     rope = {"rope_type": "longrope", "factor": 4.0, "original_max_position_embeddings": 256}
     (w / "s_longrope_1.json").write_text(json.dumps({"rope": {**rope, "short_factor": [1.0], "long_factor": [2.0]}}))
+    grid = [[[0.5] * 4] * 8] * 4  # [layers, heads, buckets]
+    stats = {"stats": dict.fromkeys(STATS, grid), "bucket_edges": [0, 128, 256, 384, 512], "length": 512,
+             "sink_tokens": 4, "recent_tokens": 64, "meta": {"model": "tiny"}}  # fmt: skip
+    for name, text in (
+        ("a_attention_garbage", "{bad"),
+        ("a_attention_measured", json.dumps(stats)),  # a measure's stats.json under advise's name: no key
+        ("a_attention_length", json.dumps({**stats, "length": 256, "meta": {"key": "k"}})),
+    ):
+        (w / name).mkdir()
+        (w / name / "attention_512.json").write_text(text)
 
 
 def _issue_54_rest(w: Path) -> None:
@@ -660,6 +671,11 @@ ISSUE_54_REST = [  # (id, argv, text the one error line must contain); issue 54'
     ),
 ]
 
+ATTENTION_FILES = (  # issue 62 item 4: what an attention_512.json in --out holds, and why it is refused
+    ("garbage", "JSONDecodeError"),
+    ("measured", "ValueError: no key of the advise run"),
+    ("length", "ValueError: its statistics are of length 256"),
+)
 ENV = {  # the environment of the rows that set a variable the project reads
     "measure-tiny-dir-missing": {"ATTNTEMP_TINY_DIR": "/nonexistent/tiny"},
     "advise-tiny-dir-garbage": {"ATTNTEMP_TINY_DIR": "{w}/m_garbage_bin"},
@@ -718,6 +734,18 @@ ISSUE_62 = [  # (id, argv, text the one error line must contain); issue 62's fin
         ["audit", "--config", "{w}/c_plain.json", "--engines", "llama.cpp"],
         "ATTNTEMP_ENGINES='{w}/afile' is not allowed: it is a file",
     ),
+    # item 4: every file advise reads from --out, checked before the model loads (was: after 12 s of loading,
+    # leaving .attntemp.lock, attention_256.json and scores.db beside the user's file)
+    *[
+        (
+            f"{argv[0]}-attention-{what}",
+            with_(argv, "--out", f"{{w}}/a_attention_{what}"),
+            f"--out='{{w}}/a_attention_{what}' holds attention_512.json, which is not advise's attention "
+            f"statistics ({why}",
+        )
+        for argv in (A, D)
+        for what, why in ATTENTION_FILES
+    ],
     ("verify-work-dir-locked", with_(V, "--work-dir", "{w}/vlocked"), "--work-dir='{w}/vlocked' is in use by"),
     (  # was: the deprecation warning, then the 768 check the user turned off
         "advise-both-spellings-old-last",

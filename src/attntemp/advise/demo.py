@@ -38,6 +38,7 @@ from ..utils.tables import markdown_table
 from .candidates import BASELINE
 from .config import BAKED_DIR, DEMO_OUTPUTS, DemoConfig
 from .confirm import RETRIEVAL_LABELS
+from .diagnose import check_attention_files
 from .plan import MULTIKEY, AdvisePlan, Retrieval, preflight_advise
 from .run import AdviseResult, advise, contexts, write_advice
 
@@ -215,6 +216,7 @@ def run_demo(cfg: DemoConfig) -> DemoResult:
             corpus.source_files(text, name=flag)
     resolve(cfg.model)  # a bad --model is one line, before any progress is printed
     with outputs.claimed(cfg.out, "demo"):  # a second demo on this --out is refused before any check reads it
+        check_attention_files(cfg.out)  # every file advise reads from --out, before the model loads
         return _demo(cfg, preflight_advise(cfg), t0)
 
 

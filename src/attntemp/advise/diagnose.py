@@ -11,6 +11,7 @@ thresholds of :meth:`AttentionStats.compare`.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from ..analysis.measure import AttentionStats, measure
 from ..evaluate.corpus import heldout_windows
 from ..evaluate.score import score_key
 from ..evaluate.task_base import EvalContext, get_task
+from ..ops.attention_stats import STATS
 from ..ops.spec import TemperatureSpec
 from .race import objective_label
 
@@ -56,19 +58,51 @@ def window_attention_stats(
     return stats
 
 
-def _cached(path: Path, key: str) -> AttentionStats | None:
-    """The statistics in ``path`` when they carry ``key``; None when absent or made by another run;
-    a file that is not attention statistics is named in one line (advise does not remove it)."""
-    if not path.is_file():
-        return None
+ATTENTION_FILES = re.compile(r"attention_\d+\.json")  # what window_attention_stats keeps in --out
+
+
+def _read(path: Path) -> AttentionStats:
+    """The statistics in ``path``; a file that is not attention statistics is named in one line
+    (advise does not remove it)."""
     try:
         stats = AttentionStats.load(path)
-    except (ValueError, KeyError, TypeError, OSError) as exc:
+        _check_made_by_advise(stats, int(path.stem.split("_")[1]))
+    except (ValueError, KeyError, TypeError, OSError, AttributeError, IndexError, RecursionError) as exc:
         why = f"{type(exc).__name__}: {str(exc)[:80]}"
         raise ValueError(
             f"out={str(path.parent)!r} holds {path.name}, which is not advise's attention statistics ({why}); "
             "move it away, or use another folder"
         ) from None
+    return stats
+
+
+def _check_made_by_advise(stats: AttentionStats, length: int) -> None:
+    """Raise unless ``stats`` is what :func:`window_attention_stats` writes for ``length``: the key of
+    the run that made it, one ``[layers, heads, buckets]`` array per statistic."""
+    if not isinstance(stats.meta, dict) or not isinstance(stats.meta.get("key"), str):
+        raise ValueError("no key of the advise run that made it")
+    if stats.length != length:
+        raise ValueError(f"its statistics are of length {stats.length}")
+    shapes = {a.shape for a in stats.stats.values()}
+    if len(shapes) != 1 or len(next(iter(shapes))) != 3 or set(stats.stats) != set(STATS):
+        raise ValueError(f"its statistics are {sorted(stats.stats)} of shapes {sorted(shapes)}")
+
+
+def check_attention_files(out: str | Path) -> None:
+    """Every ``attention_<L>.json`` in ``out`` read as advise would read it, before the model loads:
+    a file that is not advise's attention statistics is refused then, not after the load."""
+    folder = Path(out)
+    if folder.is_dir():
+        for path in sorted(folder.iterdir()):
+            if ATTENTION_FILES.fullmatch(path.name):
+                _read(path)
+
+
+def _cached(path: Path, key: str) -> AttentionStats | None:
+    """The statistics in ``path`` when they carry ``key``; None when absent or made by another run."""
+    if not path.is_file():
+        return None
+    stats = _read(path)
     return stats if stats.meta.get("key") == key else None
 
 

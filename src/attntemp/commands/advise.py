@@ -22,12 +22,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..advise.diagnose import check_attention_files
     from ..advise.run import run_advise
     from ..advise.status import AdviseStatus
 
     cfg = from_args(AdviseConfig, args)
     # --out locked before any check reads it (--status writes nothing: no lock), held to the last write
     with nullcontext() if cfg.status else outputs.claimed(cfg.out, "advise"):
+        check_attention_files(cfg.out)  # every file advise reads from --out, before the model loads
         result = run_advise(cfg)
     if isinstance(result, AdviseStatus):
         emit(args, result.markdown(), result.to_dict())
