@@ -101,3 +101,14 @@ def test_when_nothing_the_engine_carries_meets_both_the_answer_is_a_trade_off_wi
 def test_a_pick_its_confirmation_does_not_refute_stays():
     rec, confirmed, checks = _advice({BASELINE: 0, "A": 27, "B": 28, "D": 28}, dict.fromkeys(M, 1.0), {"A", "B"})
     assert rec["status"] == "recommended" and rec["name"] == "A" and objections(confirmed, checks, "A", 0.01) == []
+
+
+@pytest.mark.parametrize("engine", [None, "sglang", ""])
+def test_pick_with_nothing_to_choose_from_names_the_engine(engine):
+    """Issue 64: advise_racing handed pick the default engine (None); a bare max() failed."""
+    from attntemp.advise.confirm import pick
+
+    race = _race(set())
+    race.status = "tied"
+    with pytest.raises(ValueError, match=rf"engine={engine!r} computes none of the race's 4 candidates"):
+        pick(race, engine)

@@ -154,6 +154,11 @@ def pick(race: RaceResult, engine: str) -> tuple[Entry | None, str]:
     if carried:
         return carried[0], "the simplest of the survivors no interval told apart"
     rest = [e for e in race.entries if carries(e.candidate, engine)]
+    if not rest:  # every engine carries "no change": an engine name that is not one
+        raise ValueError(
+            f"engine={engine!r} computes none of the race's {len(race.entries)} candidates as meant, not even no "
+            "change: expected one of the engines advise recommends for (transformers, llama.cpp, vllm)"
+        )
     best = max(rest, key=lambda e: e.left_after or 0)
     return best, f"{engine} carries none of the survivors; of the candidates it carries, this one stayed longest"
 
