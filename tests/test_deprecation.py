@@ -1,58 +1,153 @@
-"""Old public names stay for one minor release, as aliases that warn (utils.deprecation.RENAMED, MOVED)."""
+"""0.3.0 removed every alias that 0.2.0 kept for one minor release (the old names and the old
+module paths): importing one fails, and CHANGELOG.md names each with its replacement. What still
+warns is an old spelling (utils.deprecation.REMOVAL; advise's ``--check-length``: tests/utils)."""
 
 from __future__ import annotations
 
 import importlib
 import importlib.metadata
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 import attntemp
-from attntemp.utils.deprecation import REMOVAL, RENAMED, alias_target
 
-ALIASES = [(module, old) for module, names in RENAMED.items() for old in names]
 ROOT = Path(__file__).resolve().parents[1]
+
+# The aliases 0.2.0 kept (its attntemp.utils.deprecation.RENAMED and attntemp.MOVED), removed in 0.3.0.
+REMOVED_NAMES = {
+    "advise.config": (
+        "OBJECTIVES",
+        "RESULTS",
+        "OUTPUTS",
+        "AdvisePlan",
+        "preflight_advise",
+        "short_lengths",
+        "fitting_needles",
+    ),
+    "advise.demo": ("BAKED", "OUTPUTS", "MODEL_DEFAULTS", "demo_config", "default_out", "DEMO_LEARN_STEPS"),
+    "advise.diagnose": ("attention_stats",),
+    "advise.advice_page": ("temperature_table", "markdown"),
+    "advise.run": ("write",),
+    "analysis.generate": ("RESULTS",),
+    "analysis.run": ("RESULTS",),
+    "evaluate": ("HarnessOptions",),
+    "evaluate.harness.paired": ("OUTPUTS", "check_out", "write"),
+    "evaluate.harness.table": ("markdown",),
+    "evaluate.limits": ("check_memory",),
+    "evaluate.score": ("SCHEMA",),
+    "evaluate.sweep.store": ("SCHEMA", "groups", "distinct_keys"),
+    "evaluate.task_base": ("register",),
+    "hf.flex_check": ("TOLERANCE",),
+    "hf.learnable": ("SCHEDULES",),
+    "hf.proxy": ("PROBE", "probing", "measure"),
+    "hf.rope_factors": ("install",),
+    "hf.models.shipped": ("assemble",),
+    "hf.models.where": ("NAMES",),
+    "logits.calibrate": ("RESULTS", "MAX_BINS"),
+    "ops.geometry": ("FIELDS",),
+    "ops.schedules": (
+        "constant",
+        "yarn",
+        "yarn_sqrt",
+        "logn",
+        "sqrt_logn",
+        "gated_constant",
+        "llama4",
+        "log_length",
+        "ssmax",
+    ),
+    "report.build": ("OUTPUTS", "ReportConfig"),
+    "ship.audit": ("reference",),
+    "ship.bake": ("FORMAT",),
+    "ship.schedule_export": ("split",),
+    "ship.verify": ("Reference", "reference"),
+    "tune.config": ("second_text", "held_out_lengths", "preflight_tune", "SecondText", "TunePlan"),
+    "tune.evidence": ("BASELINE", "candidates", "check_lengths"),
+    "tune.resume": ("RESULTS", "CHECKPOINT", "OUTPUTS"),
+    "utils.resources": ("check_threads",),
+    "utils.checks": ("positive_tensor", "finite_tensor"),
+    "ship.audit.run": ("TOLERANCE", "MAX_POSITION", "MAX_THREADS"),
+    "analysis.reference_profile": ("DEFAULT_WINDOW",),
+}
+REMOVED_MODULES = (
+    "attention",
+    "core",
+    "rope",
+    "schedules",
+    "spec",
+    "stats",
+    "search1d",
+    "extend",
+    "patching",
+    "models",
+    "learn",
+    "observe",
+    "plots",
+    "data",
+    "tasks",
+    "sweep",
+    "tiny_eval",
+    "evidence",
+    "baking",
+    "engines",
+    "calibration",
+    "distill",
+    "sampling",
+    "demo",
+    "tables",
+    "evaluate.harness_run",
+    "evaluate.harness_table",
+    "evaluate.harness_tasks",
+    "evaluate.lm_eval_tasks",
+    "evaluate.sweep_table",
+    "evaluate.store",
+    "ship.llamacpp",
+    "advise.report",
+    "ship.audit_proxy",
+    "ship.audit_readings",
+    "ship.audit_reference",
+    "ops.rope_factors",
+    "hf.source",
+    "hf.shipped",
+)
+ALIASES = [(module, old) for module, names in REMOVED_NAMES.items() for old in names]
 
 
 @pytest.mark.parametrize(("module", "old"), ALIASES)
-def test_each_old_name_is_the_new_object_and_warns_with_the_removal_version(module, old):
-    where, new = alias_target(module, old)
-    with pytest.warns(
-        DeprecationWarning,
-        match=rf"attntemp\.{re.escape(module)}\.{old} is deprecated; "
-        rf"use {re.escape(where)}\.{new} \(removed in {REMOVAL}\)",
-    ):
-        got = getattr(importlib.import_module(f"attntemp.{module}"), old)
-    assert got is getattr(importlib.import_module(where), new)
+def test_each_old_name_is_gone(module, old):
+    with pytest.raises(ImportError):
+        exec(f"from attntemp.{module} import {old}", {})
 
 
-def test_a_name_never_defined_is_still_an_attribute_error():
-    with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
-        importlib.import_module("attntemp.ops.schedules").no_such_name  # noqa: B018
+@pytest.mark.parametrize("old", REMOVED_MODULES)
+def test_each_old_module_path_is_gone(old):
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(f"attntemp.{old}")
+    if "." not in old:  # nor an attribute of the package
+        assert not hasattr(attntemp, old)
 
 
-def test_the_removed_schedule_factories_build_what_they_built():
-    schedules = importlib.import_module("attntemp.ops.schedules")
-    with pytest.warns(DeprecationWarning):
-        old = schedules.yarn(2)
-    assert old == schedules.Yarn(2.0)
+def test_no_alias_machinery_is_left():
+    """No module serves old names (``legacy_getattr``) and the package installs no meta path finder."""
+    code = "import sys; n = len(sys.meta_path); import attntemp; print(len(sys.meta_path) - n)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "0"
+    found = [p for p in (ROOT / "src" / "attntemp").rglob("*.py") if "legacy_getattr" in p.read_text()]
+    assert not found and not hasattr(attntemp, "MOVED")
 
 
-@pytest.mark.parametrize("old", sorted(attntemp.MOVED))
-def test_each_moved_module_warns_and_points_where_its_names_went(old):
-    with pytest.warns(
-        DeprecationWarning, match=rf"attntemp\.{old} is deprecated; use .*attntemp\.{re.escape(attntemp.MOVED[old])}"
-    ):
-        getattr(attntemp, old)
-
-
-def test_the_changelog_names_every_alias_and_the_removal_release():
+def test_the_changelog_names_every_removal_with_its_replacement():
     text = (ROOT / "CHANGELOG.md").read_text()
-    assert f"removed in {REMOVAL}" in text and "## [Unreleased]" in text and "## [0.1.0]" in text
+    assert f"## [{attntemp.__version__}]" in text and "## [0.2.0] - " in text and "## [0.1.0]" in text
+    removed = text.split(f"## [{attntemp.__version__}]", 1)[1].split("\n## [", 1)[0]
     for module, old in ALIASES:
-        assert f"{module}.{old}" in text, f"CHANGELOG.md does not name attntemp.{module}.{old}"
+        assert f"`attntemp.{module}.{old}` -> `" in removed, f"CHANGELOG.md does not name attntemp.{module}.{old}"
+    for old in REMOVED_MODULES:
+        assert f"`attntemp.{old}` -> `" in removed, f"CHANGELOG.md does not name attntemp.{old}"
 
 
 def test_one_version_source():
@@ -66,9 +161,6 @@ def test_one_version_source():
 
 def test_utils_imports_without_torch():
     """The bottom layer is torch-free (issue 53): its tensor checks live in ops.tensor_checks."""
-    import subprocess
-    import sys
-
     code = (
         "import importlib, pkgutil, sys, attntemp.utils as u\n"
         "for m in pkgutil.iter_modules(u.__path__): importlib.import_module('attntemp.utils.' + m.name)\n"

@@ -1,6 +1,6 @@
 """Every dotted ``attntemp.`` name in what ships to a reader resolves (the README, ``docs/``, the
 package's own READMEs, ``scripts/`` and ``benchmarks/``), and the flat layout's old module names
-still import (the blocks themselves run in ``tests/test_docs_commands.py``)."""
+are gone (the blocks themselves run in ``tests/test_docs_commands.py``)."""
 
 import re
 from pathlib import Path
@@ -50,15 +50,10 @@ def test_the_shipped_text_is_read_and_a_stale_name_is_caught():
         _resolve("attntemp.evaluate.lm.passkey_accuracy")
 
 
-def test_the_flat_layout_names_are_the_moved_modules():
+def test_the_flat_layout_names_are_gone():
+    """0.3.0 removed the old module paths (tests/test_deprecation.py has them all)."""
     import importlib
-    import warnings
 
-    import attntemp
-
-    for old, new in attntemp.MOVED.items():
-        with warnings.catch_warnings():  # each warns: tests/utils/test_deprecation.py
-            warnings.simplefilter("ignore", DeprecationWarning)
-            moved = importlib.import_module(f"attntemp.{old}")
-            assert getattr(attntemp, old) is moved
-        assert moved is importlib.import_module(f"attntemp.{new}") and moved.__name__ == f"attntemp.{new}"
+    for old in ("rope", "attention", "calibration", "tiny_eval"):
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module(f"attntemp.{old}")

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from attntemp.advise.candidates import BASELINE, candidates
-from attntemp.advise.carry import carry
+from attntemp.advise.carry import engine_route
 from attntemp.ops.schedules import yarn_multiplier
 from attntemp.ops.spec import TemperatureSpec
 
@@ -59,7 +59,7 @@ def test_within_the_trained_length_only_the_temperature_is_checked():
     ],
 )
 def test_each_engine_carries_what_it_can_and_says_why_not(spec, engine, how):
-    got = carry(spec, engine, 256, {"model_type": "llama"})
+    got = engine_route(spec, engine, 256, {"model_type": "llama"})
     assert got["how"] == how
     if how == "settings":
         assert "logit multiplier m" in got["settings"]
@@ -69,7 +69,7 @@ def test_each_engine_carries_what_it_can_and_says_why_not(spec, engine, how):
 
 def test_a_schedule_on_a_model_without_remote_code_is_not_carried_by_transformers():
     spec = TemperatureSpec(schedule="logn", schedule_params={"trained_len": 256})
-    assert carry(spec, "transformers", 256, {"model_type": "gemma3_text"})["how"] == "not carried"
+    assert engine_route(spec, "transformers", 256, {"model_type": "gemma3_text"})["how"] == "not carried"
 
 
 def test_the_settings_take_the_models_own_rope_from_its_config():
@@ -77,14 +77,14 @@ def test_the_settings_take_the_models_own_rope_from_its_config():
     Gemma 3 YaRN goes on the full-attention layers while the sliding ones keep their own RoPE."""
     yarn = TemperatureSpec(rope={"rope_type": "yarn", "factor": 2.0})
     llama = {"model_type": "llama", "rope_theta": 100000.0, "max_position_embeddings": 256}
-    assert '"rope_theta": 100000.0' in carry(yarn, "transformers", 256, llama)["settings"]
+    assert '"rope_theta": 100000.0' in engine_route(yarn, "transformers", 256, llama)["settings"]
     rope = {"full_attention": {"rope_type": "default", "rope_theta": 1e6},
             "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}  # fmt: skip
     gemma = {"model_type": "gemma3_text", "layer_types": ["sliding_attention", "full_attention"],
              "rope_parameters": rope, "max_position_embeddings": 256, "num_hidden_layers": 2, "hidden_size": 64,
              "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 16, "sliding_window": 16}  # fmt: skip
     spec = TemperatureSpec(rope={"rope_type": "yarn", "factor": 2.0}, layer_types=["full_attention"])
-    got = carry(spec, "transformers", 256, gemma)
+    got = engine_route(spec, "transformers", 256, gemma)
     assert got["how"] == "settings" and '"sliding_attention"' in got["settings"], got
 
 
@@ -98,12 +98,12 @@ def test_llamacpp_bakes_the_carried_form_of_a_yarn_factor_on_gemma3():
     gemma = {"model_type": "gemma3_text", "layer_types": ["sliding_attention", "full_attention"],
              "rope_parameters": rope, "max_position_embeddings": 256, "num_hidden_layers": 2, "hidden_size": 64,
              "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 16, "sliding_window": 16}  # fmt: skip
-    got = carry(m1, "llama.cpp", 256, gemma)
+    got = engine_route(m1, "llama.cpp", 256, gemma)
     assert got["how"] == "bake" and "carried.json" in got["command"] and "sliding ones too" in got["why"]
     baked = TemperatureSpec.from_dict(got["spec"])
     assert baked.layer_types == ("full_attention",) and baked.multiplier == pytest.approx(1 / yarn_multiplier(2.0))
     llama = {"model_type": "llama", "rope_theta": 1e4, "max_position_embeddings": 256}
-    assert carry(m1, "llama.cpp", 256, llama)["how"] == "settings"
+    assert engine_route(m1, "llama.cpp", 256, llama)["how"] == "settings"
 
 
 def test_yarn_past_l0_is_the_model_as_trained_below_l0_and_yarn_past_it(tiny):
@@ -131,11 +131,9 @@ def test_yarn_past_l0_is_the_model_as_trained_below_l0_and_yarn_past_it(tiny):
 
 
 def test_static_ntk_states_its_alpha_and_theta():
-    from attntemp.advise.candidates import static_ntk_alpha
-
     cands = candidates(512 / 256, 256, (64, 10000.0))
     ntk = next(c for c in cands if c.key == "ntk-static")
-    assert static_ntk_alpha(2.0) == 3.0 and dict(ntk.spec.rope) == {"rope_type": "ntk", "factor": 3.0}
+    assert dict(ntk.spec.rope) == {"rope_type": "ntk", "factor": 3.0}
     assert f"{10000.0 * 3.0 ** (64 / 62):.4g}" in ntk.name
     assert [c.key for c in candidates(512 / 256, 256)].count("ntk-static") == 0  # no geometry: not raced
 

@@ -5,7 +5,7 @@ candidate's own name (issue 51)."""
 import pytest
 
 from attntemp.advise.candidates import by_key, candidates, rotary
-from attntemp.advise.carry import AS_MEANT, carries, reads_alike, with_engines
+from attntemp.advise.carry import AS_MEANT, computes_as_meant, reads_alike, with_engines
 from attntemp.hf.loading import load_model
 from attntemp.ops.spec import TemperatureSpec
 
@@ -30,7 +30,7 @@ def test_a_setting_read_otherwise_is_carried_as_the_nearest_raced_candidate(race
     cands, _ = raced
     route = by_key(cands, key).engines[engine]
     assert route["how"] == "nearest" and route["as"] == near and route["why"]
-    assert not carries(by_key(cands, key), engine) and carries(by_key(cands, near), engine)
+    assert not computes_as_meant(by_key(cands, key), engine) and computes_as_meant(by_key(cands, near), engine)
 
 
 def test_transformers_computes_every_candidate_as_meant_or_says_why_not(raced):

@@ -1,4 +1,4 @@
-"""Text sources, the train/held-out split and passkey prompts (attntemp.data)."""
+"""Text sources, the train/held-out split and passkey prompts (attntemp.evaluate.corpus)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""attntemp.rope against transformers' own implementation, and the attention_factor convention."""
+"""attntemp.ops.rope against transformers' own implementation, and the attention_factor convention."""
 
 import itertools
 import math

@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from attntemp.ship import audit_readings as ar
+from attntemp.ship.audit import reading_checks as ar
 from attntemp.ship.audit.proxy import save_proxy
 from attntemp.ship.audit.run import AuditConfig, run_audit
 from attntemp.ship.engines import vllm as vllm_engine

@@ -1,4 +1,4 @@
-"""attntemp.baking: baked checkpoints reload with plain transformers and equal the patched model."""
+"""attntemp.ship.bake: baked checkpoints reload with plain transformers and equal the patched model."""
 
 import json
 

@@ -1,4 +1,4 @@
-"""attntemp.engines: engine conventions on known values, round trips, a fresh load, refusals."""
+"""attntemp.ship.export and ship.engines: engine conventions on known values, round trips, refusals."""
 
 import dataclasses
 import math
@@ -351,7 +351,7 @@ GEMMA3_CASES = {  # the real Gemma 3 270M: RoPE per layer type, so every case is
 @pytest.mark.parametrize("case", list(GEMMA3_CASES))
 def test_llamacpp_runs_what_attntemp_ships_gemma3(tmp_path, case):
     """llama.cpp's one cos/sin factor reaches the sliding layers too: the YaRN twin (attention
-    factor 1) passes only as ``carried_form`` bakes it (docs/engines.md)."""
+    factor 1) passes only as ``spec_to_bake`` bakes it (docs/engines.md)."""
     _llamacpp_or_skip()
     result = _verify(tmp_path, GEMMA3_CASES[case], "gemma3-270m", 1024, 2, text="gutenberg:austen-emma")
     assert result.route == "bake + convert" + (" (m = 1 twin: bake + convert)" if "yarn" in case else "")
@@ -548,11 +548,11 @@ def test_gemma3_llamacpp_refuses_a_yarn_factor_its_one_factor_would_put_on_the_s
         TemperatureSpec(multiplier=1.2, layer_types=["full_attention"], rope={**YARN, "attention_factor": 1.3}),
     ],
 )
-def test_gemma3_llamacpp_carried_form_gives_the_same_logits(spec):
+def test_gemma3_llamacpp_spec_to_bake_gives_the_same_logits(spec):
     """The factor moved into the global layers' multiplier (YaRN's own factor left on the rope): the
     same model, and a spec llama.cpp carries (bake + YaRN's own flags)."""
     m = model("gemma3_text")
-    carried = LC.carried_form(spec, LC.layer_ropes(m.config))
+    carried = LC.spec_to_bake(spec, LC.layer_ropes(m.config))
     assert carried.layer_types == ("full_attention",) and "attention_factor" not in dict(carried.rope)
     assert carried.multiplier != spec.multiplier
     with torch.no_grad(), patch(m, spec):
@@ -563,13 +563,13 @@ def test_gemma3_llamacpp_carried_form_gives_the_same_logits(spec):
     with torch.no_grad(), patch(m, TemperatureSpec(rope=YARN)):
         other = m(X).logits  # [2, 48, V]: YaRN's own factor, another model
     assert (other - want).abs().max() > 1e-3
-    assert LC.carried_form(spec, None) is spec  # one rope for every layer: carried as it is
+    assert LC.spec_to_bake(spec, None) is spec  # one rope for every layer: carried as it is
 
 
-def test_gemma3_llamacpp_carried_form_refuses_a_temperature_it_cannot_fold():
+def test_gemma3_llamacpp_spec_to_bake_refuses_a_temperature_it_cannot_fold():
     spec = TemperatureSpec(multiplier=1.2, rope={**YARN, "attention_factor": 1.3})  # m on every layer
     with pytest.raises(ValueError, match=r"cannot be folded into one spec for llama.cpp"):
-        LC.carried_form(spec, {"full_attention": {}, "sliding_attention": {}})
+        LC.spec_to_bake(spec, {"full_attention": {}, "sliding_attention": {}})
 
 
 def test_the_light_names_are_the_registrys():

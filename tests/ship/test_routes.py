@@ -13,7 +13,7 @@ import attntemp.ship.export as E
 from attntemp.ops.spec import TemperatureSpec
 from attntemp.ship.engines import ENGINES
 from attntemp.ship.engines.base import ExportResult, ExportTarget
-from attntemp.ship.engines.routes import departure
+from attntemp.ship.engines.routes import departures
 from attntemp.ship.readings import Handed, differs, lengths, meant, readers_of
 from attntemp.ship.readings.of_transformers import TRANSFORMERS
 
@@ -93,7 +93,7 @@ def test_the_old_vllm_route_for_dynamic_is_read_otherwise():
     rp = {"rope_type": "dynamic", "factor": 2.0, "rope_theta": THETA}
     old = ExportResult("vllm", 1.0, rp, ("--hf-overrides", json.dumps({"rope_parameters": rp})))
     params = {"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": L0}
-    why = departure(ENGINES["vllm"], old, 1.0, params, ExportTarget(THETA, rotary_dim=DIM, positions=L0))
+    why = departures(ENGINES["vllm"], old, 1.0, params, ExportTarget(THETA, rotary_dim=DIM, positions=L0))
     assert "vllm 0.11-0.21 at n = 64: frequencies off" in why
     assert f"vllm 0.22-0.29 at n = {L0 + 1}: undefined past position {L0}" in why and "vllm >=0.30" in why
 

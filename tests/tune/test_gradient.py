@@ -1,4 +1,4 @@
-"""Learnable temperatures (attntemp.learn) on tiny random Llama models built in code."""
+"""Learnable temperatures (attntemp.tune.gradient) on tiny random Llama models built in code."""
 
 import itertools
 import json

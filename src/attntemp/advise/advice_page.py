@@ -370,8 +370,3 @@ def diagnosis_figure(ev: dict[str, Any], path: Path) -> Path:
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
     return path
-
-
-from ..utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
-
-__getattr__ = legacy_getattr(__name__)  # old names that warn: attntemp.utils.deprecation.RENAMED

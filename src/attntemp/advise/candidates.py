@@ -37,6 +37,7 @@ from typing import Any
 
 from ..ops import rope as rope_math
 from ..ops.geometry import FULL, ModelGeometry
+from ..ops.rope.bases import alpha_at_scale, ntk_base
 from ..ops.rope.factors import init_factors, longrope_parameters
 from ..ops.rope.scalings import rope_at_scale
 from ..ops.schedules import yarn_multiplier
@@ -101,12 +102,6 @@ def rotary(config: dict[str, Any] | None) -> tuple[int, float] | None:
         return None
 
 
-def static_ntk_alpha(s: float) -> float:
-    """alpha = s^2 - s + 1: transformers' dynamic NTK base growth at n = s L0, which vLLM 0.11-0.21
-    and SGLang apply at every position for ``rope_type: dynamic``."""
-    return s * s - s + 1.0
-
-
 def yarn_past_l0(s: float, trained: int, dim: int, base: float, multiplier: float = 1.0) -> dict[str, Any]:
     """YaRN's frequencies past L0 only: a ``longrope`` dict, ``short_factor`` 1, ``long_factor`` YaRN's
     per-pair divisor ``inv_freq / inv_freq_yarn`` (arXiv:2309.00071 eq. 15-16), ``attention_factor``
@@ -153,10 +148,10 @@ def extension_candidates(s: float, trained: int, geometry: tuple[int, float] | N
         ),
     ]
     if geometry is not None:
-        alpha, (dim, base) = static_ntk_alpha(s), geometry
+        alpha, (dim, base) = alpha_at_scale(s), geometry
         out.append(
             Candidate(
-                f"static NTK, rope_theta = {base * alpha ** (dim / (dim - 2)):.4g}",
+                f"static NTK, rope_theta = {ntk_base(base, alpha, dim):.4g}",
                 TemperatureSpec(rope={"rope_type": "ntk", "factor": alpha}),
                 "rope",
                 False,

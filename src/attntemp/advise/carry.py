@@ -1,6 +1,6 @@
 """How each engine carries each candidate advise races, and which of them it carries as meant.
 
-:func:`carry` asks the engine's own export (:func:`attntemp.ship.export.export`, whose every route
+:func:`engine_route` asks the engine's own export (:func:`attntemp.ship.export.export`, whose every route
 is checked against that engine's readings by version, :mod:`attntemp.ship.readings`) for a spec's
 settings. The answer is one of:
 
@@ -15,7 +15,7 @@ settings. The answer is one of:
 - ``not carried``, with the reason.
 
 A candidate an engine carries only as its nearest is not recommended for that engine under its own
-name: its scores are not what the engine computes (:func:`carries`).
+name: its scores are not what the engine computes (:func:`computes_as_meant`).
 """
 
 from __future__ import annotations
@@ -26,15 +26,14 @@ from ..ops.spec import TemperatureSpec
 from ..ship.engines import ENGINES
 from ..ship.engines.base import resolve_rope
 from ..ship.export import export
-from ..ship.readings import differs, lengths, meant
+from ..ship.readings import PROBE_DIM, PROBE_THETA, departure, meant
 from ..ship.readings.of_transformers import TRANSFORMERS
 from .candidates import Candidate, rotary
 
-PROBE_GEOMETRY = (128, 10000.0)  # rotary dim and theta where the model's are not known
 AS_MEANT = ("nothing", "settings", "bake", "remote code")  # the routes that compute what the spec means
 
 
-def carry(
+def engine_route(
     spec: TemperatureSpec, engine: str, trained: int, config: dict[str, Any] | None, length: int | None = None
 ) -> dict[str, Any]:
     """How ``engine`` carries ``spec`` on the model of ``config`` (its config dict: the settings take
@@ -93,17 +92,17 @@ def reads_alike(
 ) -> bool:
     """Whether transformers computes ``a`` and ``b`` alike at every checked request length (half L0
     to ``length``): the same frequencies and the same total logit multiplier (the spec's m times the
-    rope's own factor squared), with every other field of the specs equal."""
+    rope's own factor squared), with every other field of the specs equal: the static check every
+    export route passes (:func:`attntemp.ship.readings.departure`), transformers reading both."""
     da, db = a.to_dict(), b.to_dict()
     if {k: v for k, v in da.items() if k not in ("rope", "multiplier")} != {
         k: v for k, v in db.items() if k not in ("rope", "multiplier")
     }:
         return False
-    dim, theta = geometry or PROBE_GEOMETRY
+    dim, theta = geometry or (PROBE_DIM, PROBE_THETA)
     ha = meant(resolve_rope(a, trained), dim, theta, trained)
     hb = meant(resolve_rope(b, trained), dim, theta, trained)
-    ratio = b.multiplier / a.multiplier
-    return all(not differs(TRANSFORMERS(ha, n), TRANSFORMERS(hb, n), ratio) for n in lengths(trained, length))
+    return not departure(TRANSFORMERS, ha, hb, b.multiplier / a.multiplier, length)
 
 
 def with_engines(cands: list[Candidate], trained: int, length: int, config: dict[str, Any] | None) -> list[Candidate]:
@@ -113,7 +112,7 @@ def with_engines(cands: list[Candidate], trained: int, length: int, config: dict
     geometry = rotary(config)
     out = []
     for c in cands:
-        engines = {e: carry(c.spec, e, trained, config, length) for e in ENGINES}
+        engines = {e: engine_route(c.spec, e, trained, config, length) for e in ENGINES}
         for route in engines.values():
             if route["how"] == "nearest":
                 near = TemperatureSpec.from_dict(route["spec"])
@@ -125,6 +124,6 @@ def with_engines(cands: list[Candidate], trained: int, length: int, config: dict
     return out
 
 
-def carries(candidate: Candidate, engine: str) -> bool:
+def computes_as_meant(candidate: Candidate, engine: str) -> bool:
     """Whether ``engine`` computes ``candidate`` as meant (so its scores are the engine's)."""
     return candidate.engines.get(engine, {}).get("how", "not carried") in AS_MEANT

@@ -90,7 +90,7 @@ class AdviseConfig(EvalOptions):
         parse=options.ints,
         aliases=("--check-length",),
     )
-    check_length: int | None = None  # deprecated (0.2.0): check_lengths=(n,), or () for 0; removed in 0.3.0
+    check_length: int | None = None  # deprecated (0.2.0): check_lengths=(n,), or () for 0; removed in 0.4.0
     tune_m: bool = option(True, "no candidate with YaRN's global m tuned first", flag="--no-tune", invert=True)
     learn_steps: int = option(
         0,
@@ -239,8 +239,3 @@ def demo_config(model: str = "tiny", **overrides: Any) -> DemoConfig:
         trained = preflight.source_trained_length(preflight.source_config(model))
         merged["length"] = 2 * trained if trained else 0
     return DemoConfig(model=model, **merged)
-
-
-from ..utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
-
-__getattr__ = legacy_getattr(__name__)  # old names that warn: attntemp.utils.deprecation.RENAMED

@@ -21,7 +21,7 @@ from typing import Any
 from ..evaluate.task_base import get_task
 from ..ops.spec import TemperatureSpec
 from .candidates import BASELINE, BASELINE_KEY, Candidate, by_key
-from .carry import carries
+from .carry import computes_as_meant
 from .race import (
     PLAIN,
     RETRIEVAL_METRIC,
@@ -148,12 +148,12 @@ def pick(race: RaceResult, engine: str) -> tuple[Entry | None, str]:
     carries none of them; None when the race is undecided."""
     if race.status == "undecided":
         return None, "the budget ran out before the race told the survivors apart"
-    carried = [e for e in race.survivors if carries(e.candidate, engine)]
+    carried = [e for e in race.survivors if computes_as_meant(e.candidate, engine)]
     if race.status == "decided" and carried:
         return carried[0], "the only candidate left in the race"
     if carried:
         return carried[0], "the simplest of the survivors no interval told apart"
-    rest = [e for e in race.entries if carries(e.candidate, engine)]
+    rest = [e for e in race.entries if computes_as_meant(e.candidate, engine)]
     if not rest:  # every engine carries "no change": an engine name that is not one
         raise ValueError(
             f"engine={engine!r} computes none of the race's {len(race.entries)} candidates as meant, not even no "
@@ -198,7 +198,7 @@ def decide(race: RaceResult, confirmed: dict[str, Any], axes: Sequence[Check], e
     other survivor beats distinguishably on any of ``axes`` (the objective and retrieval at N) on
     the evaluation pool; the race's own pick where every survivor is beaten somewhere."""
     chosen, why = pick(race, engine)
-    carried = [e for e in race.survivors if carries(e.candidate, engine)]
+    carried = [e for e in race.survivors if computes_as_meant(e.candidate, engine)]
     if chosen is None or len(carried) < 2:
         return chosen, why
     kept = {e.name for e in race.survivors}
@@ -273,7 +273,7 @@ def _unrefuted(
     held = [
         e
         for e in race.entries
-        if e.key != BASELINE_KEY and e.name in confirmed.get(first.label, {}) and carries(e.candidate, engine)
+        if e.key != BASELINE_KEY and e.name in confirmed.get(first.label, {}) and computes_as_meant(e.candidate, engine)
         and holds(confirmed, first, e.name, retrieval)[0]
     ]  # fmt: skip
     why = f"{name!r} was picked but its own confirmation refutes it: {'; '.join(said)}"

@@ -235,8 +235,3 @@ def _demo(cfg: DemoConfig, plan: AdvisePlan, t0: float) -> DemoResult:
         write_advice(result, out, text)
     _stage(t0, f"done: {out / 'report.html'}")
     return DemoResult(result, text, out / "report.html")
-
-
-from ..utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
-
-__getattr__ = legacy_getattr(__name__)  # old names that warn: attntemp.utils.deprecation.RENAMED

@@ -140,8 +140,3 @@ def summary(trained: int, length: int, objective: str, at: dict[int, dict[str, d
         f"collapse onto recent tokens (recent-token mass +0.1 or more), {n_d} diffuse (entropy / ln n +0.05 or "
         f"more) and {n_l} move their attention away from the recent tokens (recent-token mass -0.1 or more)."
     )
-
-
-from ..utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
-
-__getattr__ = legacy_getattr(__name__)  # old names that warn: attntemp.utils.deprecation.RENAMED

@@ -27,7 +27,7 @@ from ..utils import outputs
 from . import advice_page as report
 from . import diagnose, status
 from .candidates import BASELINE, Candidate, by_key, candidates, rotary, tuned_yarn
-from .carry import carries, with_engines
+from .carry import computes_as_meant, with_engines
 from .config import STORE, AdviseConfig, served_by
 from .confirm import checks_for, confirm, on_yarn, recommendation, to_confirm
 from .learned import LearnJob, added_candidates, learned_candidates
@@ -179,10 +179,10 @@ def _per_engine(plan: AdvisePlan, s: Setup, result: RaceResult, confirmed, check
     serves every score the first race made), confirmed the same way and said in ``race``."""
     cfg, recs, races = plan.cfg, {}, {}
     for e in served_by(cfg):
-        if result.status == "undecided" or any(carries(x.candidate, e) for x in result.survivors):
+        if result.status == "undecided" or any(computes_as_meant(x.candidate, e) for x in result.survivors):
             recs[e] = recommendation(result, confirmed, checks, e, cfg.max_short_cost)
             continue
-        mine = [c for c in s.candidates if carries(c, e)]
+        mine = [c for c in s.candidates if computes_as_meant(c, e)]
         key = tuple(c.key for c in mine)
         if key not in races:  # engines that carry the same candidates share one race
             say(cfg, f"{e} computes none of the survivors as meant: racing the {len(mine)} candidates it does")
@@ -354,8 +354,3 @@ def write_advice(result: AdviseResult, out: Path, extra: str = "") -> AdviseResu
 
 
 __all__ = ["BASELINE", "AdviseConfig", "AdviseResult", "run_advise"]
-
-
-from ..utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
-
-__getattr__ = legacy_getattr(__name__)  # old names that warn: attntemp.utils.deprecation.RENAMED

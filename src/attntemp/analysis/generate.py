@@ -239,8 +239,3 @@ def _save_monitor(mon: Monitor, ref: Reference, folder: Path, tokens, cfg: Gener
         "margins": {k: round(float(v[-1]), 6) for k, v in mon.margins.items()},
         "stopped_by_monitor": mon.stopped,
     }
-
-
-from ..utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
-
-__getattr__ = legacy_getattr(__name__)  # old names that warn: attntemp.utils.deprecation.RENAMED

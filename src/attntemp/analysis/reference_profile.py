@@ -298,8 +298,3 @@ def worst_heads(ref: Reference, stats: dict[str, np.ndarray], name: str = "norm_
     flat = np.nan_to_num(np.abs(z), nan=-1.0).reshape(len(z), -1).argmax(-1)  # [B]
     layer, head = np.unravel_index(flat, z.shape[1:])
     return np.stack([layer, head, z.reshape(len(z), -1)[np.arange(len(z)), flat]], axis=-1)
-
-
-from ..utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
-
-__getattr__ = legacy_getattr(__name__)  # old names that warn: attntemp.utils.deprecation.RENAMED

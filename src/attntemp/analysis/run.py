@@ -90,8 +90,3 @@ def _measure(plan: MeasurePlan) -> MeasureResult:
         table = summary_table(stats)
         (out / "summary.md").write_text(f"# attention statistics: {cfg.model}, L={cfg.length}\n\n{table}\n")
     return MeasureResult(str(out), [p.name for p in pngs], float(np.mean(stats.by_head("entropy"))), table)
-
-
-from ..utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
-
-__getattr__ = legacy_getattr(__name__)  # old names that warn: attntemp.utils.deprecation.RENAMED

@@ -160,8 +160,3 @@ def check_evaluator(opts: Any, tok: Any) -> None:
             f"key_evaluator={name!r} has another tokenizer than the model; key tokens are positions in the "
             "model's ids: give an evaluator with the same tokenizer"
         )
-
-
-from ..utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
-
-__getattr__ = legacy_getattr(__name__)  # old names that warn: attntemp.utils.deprecation.RENAMED

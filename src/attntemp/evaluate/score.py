@@ -331,8 +331,3 @@ def _rows_per_spec(ctx: EvalContext) -> int:
 def merged(task: str, parts: Sequence[Result]) -> dict[str, Any]:
     """The metrics of consecutive window blocks of one spec as one result (:meth:`Task.merge`)."""
     return get_task(task).merge([p.metrics for p in parts])
-
-
-from ..utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
-
-__getattr__ = legacy_getattr(__name__)  # old names that warn: attntemp.utils.deprecation.RENAMED

@@ -336,8 +336,3 @@ def digest_of(parts: Sequence[str]) -> str:
 def tail_start(length: int, trained_length: int) -> int:
     """First query position of the tail: the trained length, or 3/4 of a shorter length."""
     return trained_length if length > trained_length else (3 * length) // 4
-
-
-from ..utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
-
-__getattr__ = legacy_getattr(__name__)  # old names that warn: attntemp.utils.deprecation.RENAMED

@@ -90,8 +90,3 @@ def flex_problem(heads: int, head_dim: int, device: str = "cpu", dtype: torch.dt
 def flex_is_right(heads: int, head_dim: int, device: str = "cpu", dtype: torch.dtype = torch.float32) -> bool:
     """Whether flex can be trusted for this head shape: :func:`flex_problem` found nothing."""
     return flex_problem(heads, head_dim, device, dtype) is None
-
-
-from ..utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
-
-__getattr__ = legacy_getattr(__name__)  # old names that warn: attntemp.utils.deprecation.RENAMED

@@ -232,8 +232,3 @@ def learnable(
         yield temps
     finally:
         restore_learnable(model)
-
-
-from ..utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
-
-__getattr__ = legacy_getattr(__name__)  # old names that warn: attntemp.utils.deprecation.RENAMED

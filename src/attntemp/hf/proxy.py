@@ -274,8 +274,3 @@ def measure_proxy(config: dict[str, Any], positions: tuple[int, ...]) -> list[La
     """Build the proxy of ``config`` and measure every one of its layers at ``positions``."""
     model, keep = build_proxy(config)
     return [measure_layer(model, j, layer, positions) for j, layer in enumerate(keep)]
-
-
-from ..utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
-
-__getattr__ = legacy_getattr(__name__)  # old names that warn: attntemp.utils.deprecation.RENAMED

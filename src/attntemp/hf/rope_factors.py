@@ -146,8 +146,3 @@ def factors_for(
     weight = next(model.parameters())
     dtype = torch.float64 if weight.dtype == torch.float64 else torch.float32
     return LearnableRopeFactors(init, s, l0, scale, dtype, weight.device)
-
-
-from ..utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
-
-__getattr__ = legacy_getattr(__name__)  # old names that warn: attntemp.utils.deprecation.RENAMED

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ..ops import rope
 from ..ops.geometry import stated_positions
 from ..ops.rope import EXTENSIONS
+from ..ops.rope.bases import ntk_base
 from ..ops.rope.params import Rope
 from ..ops.rope.scalings import SCALINGS as SCALINGS  # read here before its own module
 from ..ops.rope.scalings import rope_at_scale as rope_at_scale
@@ -37,7 +38,7 @@ _SAVED = "_attntemp_rope_saved"
 def rope_parameters_for(
     config, method: str, factor: float, l0: int, layer_type: str | None = None, **params: Any
 ) -> dict[str, Any]:
-    """The transformers ``rope_parameters`` dict for ``method`` (checked by attntemp.rope) from the
+    """The transformers ``rope_parameters`` dict for ``method`` (checked by attntemp.ops.rope) from the
     trained length ``l0``, of ``layer_type``'s layers where the RoPE is per layer type."""
     checks.choice("method", method, EXTENSIONS)
     dim, base, current = rope_geometry(config, layer_type)
@@ -46,7 +47,7 @@ def rope_parameters_for(
     keep: dict[str, Any] = {k: current[k] for k in ("rope_theta", "partial_rotary_factor") if k in current}
     if method == "ntk":
         rope.ntk(dim, base, factor)
-        return {**keep, "rope_type": "default", "rope_theta": base * factor ** (dim / (dim - 2))}
+        return {**keep, "rope_type": "default", "rope_theta": ntk_base(base, factor, dim)}
     if method == "linear":
         rope.linear(dim, base, factor, **params)
         return {**keep, "rope_type": "linear", "factor": float(factor)}

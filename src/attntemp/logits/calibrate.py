@@ -165,8 +165,3 @@ def _calibrate(plan: CalibratePlan) -> CalibrateResult:
         reliability_diagram(p_before, y, out / "reliability.png", cfg.bins, title="Temperature scaling", after=p_after)
         (out / "calibration.json").write_text(json.dumps(report, indent=2) + "\n")
     return CalibrateResult(report, metrics_table(fit, before, after), cfg.out)
-
-
-from ..utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
-
-__getattr__ = legacy_getattr(__name__)  # old names that warn: attntemp.utils.deprecation.RENAMED

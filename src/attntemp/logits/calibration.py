@@ -73,7 +73,7 @@ def _flat_probs(probs: torch.Tensor, labels: torch.Tensor, ignore_index: int) ->
     if bool((p < 0).any()) or bool((p > 1 + 1e-6).any()) or bool(((sums - 1).abs() > 1e-3).any()):
         raise ValueError(
             "probs must hold probabilities in [0, 1] summing to 1 per row; "
-            "pass softmax(logits / T), e.g. attntemp.core.tempered_softmax(logits, T)"
+            "pass softmax(logits / T), e.g. attntemp.ops.softmax.tempered_softmax(logits, T)"
         )
     return p, y
 

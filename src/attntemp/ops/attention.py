@@ -102,7 +102,7 @@ def tempered_sdpa(
     if m is not None and not foldable(attn_mask):
         raise ValueError(
             "attn_mask is an additive float bias (values other than 0 and -inf): a temperature "
-            "cannot be folded into q exactly; use attntemp.attention.reference_attention"
+            "cannot be folded into q exactly; use attntemp.ops.attention.reference_attention"
         )
     lk = k.shape[-2]
     if is_causal and lq != lk and attn_mask is None:

@@ -345,8 +345,3 @@ class ModelGeometry:
         params = self.rope[FULL]
         value = stated_l0(params) if stated_l0(params) is not None else self.top_l0
         return value if params["rope_type"] == "dynamic" else None
-
-
-from ..utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
-
-__getattr__ = legacy_getattr(__name__)  # old names that warn: attntemp.utils.deprecation.RENAMED

@@ -316,8 +316,3 @@ SCHEDULES: dict[str, Callable[..., Schedule]] = {
     "sqrt_logn": SqrtLogN,
     "gated_constant": GatedConstant,
 }
-
-
-from ..utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
-
-__getattr__ = legacy_getattr(__name__)  # old names that warn: attntemp.utils.deprecation.RENAMED

@@ -114,8 +114,3 @@ def _build(folder: Path, progress: bool, overwrite: bool) -> ReportResult:
     (folder / "report.md").write_text(md)
     (folder / "report.html").write_text(markdown_to_html(md, folder.name))
     return ReportResult(md, folder / "report.md", folder / "report.html")
-
-
-from ..utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
-
-__getattr__ = legacy_getattr(__name__)  # old names that warn: attntemp.utils.deprecation.RENAMED

@@ -376,8 +376,3 @@ def save_baked(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return BakeResult(out, diff, check_tokens, steps)
-
-
-from ..utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
-
-__getattr__ = legacy_getattr(__name__)  # old names that warn: attntemp.utils.deprecation.RENAMED

@@ -40,8 +40,3 @@ def parameters(scaling: dict[str, float], rope: dict[str, Any] | None) -> tuple[
             f"original_max_position_embeddings={given}; the engines read one L0 for both"
         )
     return beta, l0
-
-
-from ..utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
-
-__getattr__ = legacy_getattr(__name__)  # old names that warn: attntemp.utils.deprecation.RENAMED

@@ -45,8 +45,3 @@ def run_verify(cfg: VerifyConfig) -> VerifyResult:
         engine = ENGINES[cfg.engine].verify
         assert engine is not None  # VerifyConfig takes verified engines only
         return engine(cfg, spec)
-
-
-from ..utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
-
-__getattr__ = legacy_getattr(__name__)  # old names that warn: attntemp.utils.deprecation.RENAMED

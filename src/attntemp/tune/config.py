@@ -186,8 +186,3 @@ class TuneConfig(EvalOptions):
                 f"schedule={self.schedule!r} is a learned temperature; with rope_temperature="
                 f"{self.rope_temperature!r} none is learned (use rope_temperature='learn')"
             )
-
-
-from ..utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
-
-__getattr__ = legacy_getattr(__name__)  # old names that warn: attntemp.utils.deprecation.RENAMED

@@ -232,8 +232,3 @@ def evidence_markdown(ev: dict[str, Any]) -> str:
     elif spec.multiplier != 1.0:
         lines += ["", f"tuned global multiplier m = {spec.multiplier:.4f} (T = {1 / spec.multiplier:.4f})"]
     return "\n".join(lines) + "\n"
-
-
-from ..utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
-
-__getattr__ = legacy_getattr(__name__)  # old names that warn: attntemp.utils.deprecation.RENAMED

@@ -69,8 +69,3 @@ def check_resume(cfg: Any) -> None:
             f"run has {key}={now.get(key)!r}: rerun with its settings to resume it, or pass overwrite=True to start "
             "over"
         )
-
-
-from ..utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
-
-__getattr__ = legacy_getattr(__name__)  # old names that warn: attntemp.utils.deprecation.RENAMED

@@ -2,7 +2,7 @@
 then check it on the evaluation pool against the untuned model (and YaRN's own temperature when
 the RoPE method is yarn), at the tuning length and at held-out lengths (:mod:`.evidence`).
 
-The run consumes the plan :func:`~.config.preflight_tune` worked out (the trained length, the
+The run consumes the plan :func:`~.plan.preflight_tune` worked out (the trained length, the
 held-out lengths, the second text) and returns a :class:`TuneResult`. It writes ``spec.json``
 (the TemperatureSpec), ``evidence.json`` (every figure with the per-window and per-trial values it
 is made of, the paired comparisons) and ``evidence.md``, and for entropy matching ``entropy.json``
@@ -124,7 +124,7 @@ def _second_text(plan: TunePlan, model: Any, spec: TemperatureSpec, ctx: EvalCon
 
 def run_tune(cfg: TuneConfig, model=None, tok=None) -> TuneResult:
     """Tune, save the spec and the evidence under ``cfg.out``; returns the result. Everything is
-    checked and worked out before the model loads (:func:`~.config.preflight_tune`); a failed run
+    checked and worked out before the model loads (:func:`~.plan.preflight_tune`); a failed run
     leaves no empty ``out``; ``out`` is locked first (a second tune there is refused at once)."""
     with outputs.claimed(cfg.out, "tune"):
         plan = preflight_tune(cfg, model, tok)

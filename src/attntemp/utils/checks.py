@@ -77,8 +77,3 @@ def at_most(name: str, value: Any, high: float, why: str) -> Any:
     if value > high:
         raise ValueError(f"{name}={value!r} is not allowed; expected at most {high:g}: {why}")
     return value
-
-
-from .deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
-
-__getattr__ = legacy_getattr(__name__)  # old names that warn: attntemp.utils.deprecation.RENAMED

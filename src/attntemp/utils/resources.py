@@ -115,8 +115,3 @@ def vllm_cpu_refusal(path: str = "/proc/cpuinfo") -> str | None:
         return None
     simd = "AVX2" if "avx2" in flags else "no AVX2"
     return f"vLLM's CPU build needs AVX-512 ({VLLM_CPU_NEEDS} is not in {path}: this CPU has {simd})"
-
-
-from .deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
-
-__getattr__ = legacy_getattr(__name__)  # old names that warn: attntemp.utils.deprecation.RENAMED

@@ -1,3 +1,3 @@
 """The package version, in one place (``attntemp.__version__`` and baked checkpoints read it)."""
 
-VERSION = "0.2.0"
+VERSION = "0.3.0"

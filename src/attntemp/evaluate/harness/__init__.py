@@ -4,9 +4,7 @@ paired (:mod:`.paired`), ``attntemp eval`` as a plan and a run (:mod:`.run`), th
 passkey and needle prompts as an lm-eval task folder (:mod:`.task_folder`). lm-eval itself is
 imported only when it runs.
 
-``HarnessOptions`` and ``harness`` are read here from :mod:`.paired` on first use; another name of
-the module this package was before 0.2.0 (``attntemp.evaluate.harness``) is read from there too,
-with a DeprecationWarning naming its new place.
+``HarnessOptions`` and ``harness`` are read here from :mod:`.paired` on first use (PEP 562).
 """
 
 from __future__ import annotations
@@ -14,21 +12,13 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-HARNESS_FRONT = ("HarnessOptions", "harness")  # the wing's entry points, read from .paired without a warning
+HARNESS_FRONT = ("HarnessOptions", "harness")  # the wing's entry points, read from .paired
 
 
 def __getattr__(name: str) -> Any:
-    if name.startswith("__"):
-        raise AttributeError(name)
-    paired = importlib.import_module(f"{__name__}.paired")
-    if name not in HARNESS_FRONT and hasattr(paired, name):
-        from ...utils import deprecation
-
-        deprecation.warn(f"{__name__}.{name}", f"{__name__}.paired.{name}", stacklevel=3)
-    try:
-        return getattr(paired, name)
-    except AttributeError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    if name not in HARNESS_FRONT:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.paired"), name)
 
 
 __all__ = list(HARNESS_FRONT)

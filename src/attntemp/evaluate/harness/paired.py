@@ -285,8 +285,3 @@ def write_eval(out: Path, result: HarnessResult, meta: dict[str, Any], staged: P
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
-
-
-from ...utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
-
-__getattr__ = legacy_getattr(__name__)  # old names that warn: attntemp.utils.deprecation.RENAMED

@@ -254,8 +254,3 @@ def page(table: str, meta: dict[str, Any]) -> str:
     limit = meta.get("limit")
     sizes = f"limit {limit} documents per task" if limit else "every document of each task"
     return f"{title}\n\n{table}\n\n{LEGEND} lm-eval, {sizes}, max_length {meta.get('max_length')}."
-
-
-from ...utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
-
-__getattr__ = legacy_getattr(__name__)  # old names that warn: attntemp.utils.deprecation.RENAMED

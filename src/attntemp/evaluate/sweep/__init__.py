@@ -9,8 +9,17 @@ importing the package loads none of its modules).
 
 from __future__ import annotations
 
-from ...utils.deprecation import legacy_getattr
+import importlib
+from typing import Any
 
 SWEEP_FRONT = {"SweepConfig": "config", "Store": "store", "LOCK_FILE": "store", "run_sweep": "run"}
-__getattr__ = legacy_getattr(__name__, front=SWEEP_FRONT)
+
+
+def __getattr__(name: str) -> Any:
+    """The wing's entry points, each read from its module on first use (PEP 562)."""
+    if name not in SWEEP_FRONT:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{SWEEP_FRONT[name]}"), name)
+
+
 __all__ = list(SWEEP_FRONT)

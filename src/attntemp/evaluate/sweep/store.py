@@ -203,8 +203,3 @@ def evaluate_group(
     specs = [TemperatureSpec(multiplier=m, rope=base) for m in group]
     results = score_many(model, tok, specs, task_name, length, ctx)
     return [r.metrics for r in results], results[0].seconds
-
-
-from ...utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
-
-__getattr__ = legacy_getattr(__name__)  # old names that warn: attntemp.utils.deprecation.RENAMED

@@ -226,8 +226,3 @@ def path(name: str, cache: Path) -> Path:
         tok.save_pretrained(stage)
         shutil.move(str(stage), str(out))  # atomic within one file system
     return out
-
-
-from ...utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
-
-__getattr__ = legacy_getattr(__name__)  # old names that warn: attntemp.utils.deprecation.RENAMED

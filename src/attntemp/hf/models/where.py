@@ -473,8 +473,3 @@ def refuse_missing(name: str, info: dict[str, Any]) -> None:
     if missing:
         shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
         raise ValueError(f"model={name!r}: the checkpoint lacks {len(missing)} weight(s) the model needs: {shown}")
-
-
-from ...utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
-
-__getattr__ = legacy_getattr(__name__)  # old names that warn: attntemp.utils.deprecation.RENAMED

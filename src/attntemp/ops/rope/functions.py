@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, TypeAlias
 from ...utils import checks
 from ...utils.lazy import lazy
 from ..schedules import yarn_mscale
+from .bases import dynamic_alpha, ntk_base
 
 if TYPE_CHECKING:
     import torch
@@ -58,7 +59,7 @@ def ntk(dim: int, base: float = 10000.0, factor: float = 1.0) -> RopeResult:
     """Static NTK-aware scaling (bloc97): ``base' = base * s^(dim / (dim - 2))``."""
     _check_dim_base(dim, base)
     s = _factor(factor)
-    return _base_inv_freq(dim, base * s ** (dim / (dim - 2))), 1.0
+    return _base_inv_freq(dim, ntk_base(base, s, dim)), 1.0
 
 
 def dynamic(
@@ -76,8 +77,7 @@ def dynamic(
     s = _factor(factor)
     l0 = checks.positive_int("max_position_embeddings", max_position_embeddings)
     length = l0 if seq_len is None else max(checks.positive_int("seq_len", seq_len), l0)
-    new_base = base * (s * length / l0 - (s - 1)) ** (dim / (dim - 2))
-    return _base_inv_freq(dim, new_base), 1.0
+    return _base_inv_freq(dim, ntk_base(base, dynamic_alpha(s, length, l0), dim)), 1.0
 
 
 def _yarn_correction_range(

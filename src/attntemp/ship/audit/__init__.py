@@ -3,14 +3,22 @@
 proxy an engine runs (:mod:`.proxy`) and the readings checked in the engines (:mod:`.reading_checks`).
 
 ``AuditConfig``, ``run_audit`` and ``load_config`` are read here on first use (PEP 562: importing the
-package loads none of its modules); the module this package was before 0.2.0 gave ``reference``,
-which warns (:mod:`attntemp.utils.deprecation`).
+package loads none of its modules).
 """
 
 from __future__ import annotations
 
-from ...utils.deprecation import legacy_getattr
+import importlib
+from typing import Any
 
 AUDIT_FRONT = {"AuditConfig": "run", "run_audit": "run", "load_config": "run"}
-__getattr__ = legacy_getattr(__name__, front=AUDIT_FRONT)
+
+
+def __getattr__(name: str) -> Any:
+    """The wing's entry points, each read from its module on first use (PEP 562)."""
+    if name not in AUDIT_FRONT:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{AUDIT_FRONT[name]}"), name)
+
+
 __all__ = list(AUDIT_FRONT)

@@ -159,8 +159,3 @@ def _audit_config(cfg: AuditConfig, path: str) -> AuditResult:
         why = "; ".join(f"{name}: {e['reason']}" for name, e in engines.items())
         raise ValueError(f"engines={cfg.engines!r}: none of them can run here, so nothing was checked ({why})")
     return AuditResult(path, model_type, ref, engines)
-
-
-from ...utils.deprecation import legacy_getattr  # noqa: E402 (the aliases come last)
-
-__getattr__ = legacy_getattr(__name__)  # old names that warn: attntemp.utils.deprecation.RENAMED

@@ -30,6 +30,7 @@ from ...ops.geometry import (
     layer_rope,
     stated_l0,
 )
+from ...ops.rope.bases import ntk_base
 from ...ops.schedules import yarn_mscale
 from ...ops.spec import TemperatureSpec
 from ...utils import checks
@@ -142,7 +143,7 @@ class Engine:
     ``reads_gguf_arch``: its export takes ``--gguf-arch``; ``rope_per_layer_type``: its settings give
     each layer type its own RoPE where the model's config does (Gemma 3), the attention factor with
     it; ``remote_code``: it loads a schedule checkpoint's remote code (``trust_remote_code=True``);
-    ``carried_form``: the spec it bakes in place of one it cannot carry as given on a model whose RoPE
+    ``spec_to_bake``: the spec it bakes in place of one it cannot carry as given on a model whose RoPE
     is per layer type (llama.cpp: a YaRN factor moved into the global layers' multiplier);
     ``reads_back``: what an export's settings hand the engine, as its readings
     (:mod:`attntemp.ship.readings`) take them, from the model's (a ``Handed`` with no rope): every
@@ -159,14 +160,14 @@ class Engine:
     reads_gguf_arch: bool = False
     rope_per_layer_type: bool = False
     remote_code: bool = False
-    carried_form: Callable[[TemperatureSpec, dict[str, dict[str, Any]] | None], TemperatureSpec] | None = None
+    spec_to_bake: Callable[[TemperatureSpec, dict[str, dict[str, Any]] | None], TemperatureSpec] | None = None
     reads_back: Callable[[ExportResult, Handed], Handed] | None = None
     check_readings: Callable[[str | None], dict[str, Any]] | None = None
 
     def to_bake(self, spec: TemperatureSpec, config: dict[str, Any] | None) -> TemperatureSpec:
         """The spec to bake for this engine on the model of ``config``: ``spec`` itself, or its
-        ``carried_form``."""
-        return spec if self.carried_form is None else self.carried_form(spec, layer_ropes(config))
+        ``spec_to_bake`` gives."""
+        return spec if self.spec_to_bake is None else self.spec_to_bake(spec, layer_ropes(config))
 
     def bake_route(self) -> str:
         """How a spec this engine cannot express ships: the tail of the refusal after `attntemp bake`."""
@@ -339,8 +340,8 @@ def static_ntk(params: dict[str, Any], target: ExportTarget, engine: str) -> tup
             "needs the model's rope_theta and rotary dim (pass its config: --config)"
         )
     alpha = float(need(params, "factor", engine))
-    d = target.rotary_dim
-    return float(target.rope_theta) * alpha ** (d / (d - 2)), target.length or round(alpha * need_l0(params, engine))
+    context = target.length or round(alpha * need_l0(params, engine))
+    return ntk_base(float(target.rope_theta), alpha, target.rotary_dim), context
 
 
 def ntk_note(theta: float, params: dict[str, Any]) -> str:

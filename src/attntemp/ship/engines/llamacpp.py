@@ -22,14 +22,14 @@
   the one cos/sin factor, while ``llama_model::get_rope_freq_scale`` leaves the sliding layers at
   scale 1, so YaRN's built-in 0.1 ln s + 1 reaches the global layers only. YaRN's own factor is
   carried as is; any other would land on the sliding layers too, so the export refuses it and
-  :func:`carried_form` moves it into a multiplier on the global layers, to bake (verify does).
+  :func:`spec_to_bake` moves it into a multiplier on the global layers, to bake (verify does).
 * Mistral 3's position schedule: the GGUF keys ``<arch>.attention.temperature_scale`` (beta) and
   ``<arch>.attention.temperature_length`` (L0), read by its ``deepseek2`` and ``mistral4`` graphs as
   ``1 + scale ln(1 + floor((p + offset) / length))`` with offset 0 for them (Llama 4's is 1).
 * audit: :mod:`.llamacpp_audit` (the config's proxy converted and run through ``llama-perplexity``).
 * verify: a global spec runs the original model's GGUF with the export's flags; a per-layer or
   per-head spec is baked, converted in float32 and run with the flags of the RoPE the baked config
-  carries (:mod:`attntemp.ship.llamacpp` runs the binary and reads it).
+  carries (:mod:`attntemp.ship.llamacpp_binary` runs the binary and reads it).
 """
 
 from __future__ import annotations
@@ -190,7 +190,7 @@ def _longrope(m: float, params: dict[str, Any], gguf_arch: str | None, served: i
     factors = ", ".join(format(float(v), ".6g") for v in params["long_factor"])
     notes = [
         f"write long_factor into the GGUF as its rope_freqs tensor (float32, one per rotary pair: {factors}): "
-        "attntemp.ship.llamacpp.with_rope_freqs(MODEL.gguf, long_factor, OUT.gguf); llama.cpp divides each "
+        "attntemp.ship.llamacpp_binary.with_rope_freqs(MODEL.gguf, long_factor, OUT.gguf); llama.cpp divides each "
         "pair's frequency by it",
         same_past_l0("llama.cpp", "at every context size (rope_freqs has no short/long switch)", params),
         CONTEXT_NOTE,
@@ -268,11 +268,11 @@ def _refuse_own_factor_per_type(params: dict[str, Any], s: float, target: Export
         f"attention_factor={builtin_factor(params):.6g} (YaRN's own at s={s:g} is {own:.6g}) cannot be exported to "
         f"{NAME} for this model: its RoPE is per layer type and llama.cpp's one cos/sin factor reaches every "
         f"layer, the sliding ones too. Give the factor as a multiplier on layer_types=['{GLOBAL}'] with YaRN's own "
-        "factor (attntemp.ship.engines.llamacpp.carried_form) and bake it with `attntemp bake`"
+        "factor (attntemp.ship.engines.llamacpp.spec_to_bake) and bake it with `attntemp bake`"
     )
 
 
-def carried_form(spec: TemperatureSpec, ropes: dict[str, dict[str, Any]] | None) -> TemperatureSpec:
+def spec_to_bake(spec: TemperatureSpec, ropes: dict[str, dict[str, Any]] | None) -> TemperatureSpec:
     """``spec`` as llama.cpp carries it on a model whose RoPE is per layer type: a YaRN factor other
     than YaRN's own moved into the multiplier of the global layers (the layers the rope reaches),
     ``(factor / (0.1 ln s + 1))^2``, the rope left with YaRN's own; ``spec`` itself elsewhere."""
@@ -380,10 +380,10 @@ def _verify_run(
         return export_spec(s, ENGINE, fill_l0(s, trained), target).args
 
     runs, routes, commands = [], [], [convert_cmd]
-    for label, s in (("m = 1", base_spec), ("spec", spec)):  # each as llama.cpp carries it (carried_form)
+    for label, s in (("m = 1", base_spec), ("spec", spec)):  # each as llama.cpp carries it (spec_to_bake)
         sub = work / label.replace(" ", "").replace("=", "_")
         sub.mkdir()
-        route, g, args, bake_cmd = _tempered(carried_form(s, ropes), model, tok, llama, gguf, sub, export_args)
+        route, g, args, bake_cmd = _tempered(spec_to_bake(s, ropes), model, tok, llama, gguf, sub, export_args)
         runs.append(_compare(label, llama, g, args, ids, refs[label], sub, cfg.threads))
         routes.append(route)
         commands.append(bake_cmd)
@@ -402,7 +402,7 @@ ENGINE = Engine(
     verify=verify,
     after_bake=AFTER_BAKE,
     reads_gguf_arch=True,
-    carried_form=carried_form,
+    spec_to_bake=spec_to_bake,
     reads_back=handed_to_llamacpp,
     check_readings=llamacpp_readings.check_llamacpp_installed,
 )

@@ -1,6 +1,6 @@
 """Routes that hold: an export hands an engine only settings its readings compute as the spec means.
 
-:func:`carried` exports a spec's rope with the engine's own ``export`` and reads the settings back
+:func:`checked_export` exports a spec's rope with the engine's own ``export`` and reads the settings back
 through every reading of that engine (:mod:`attntemp.ship.readings`, all its version ranges), at a few
 request lengths (:func:`~attntemp.ship.readings.lengths`: half L0 to the served context), against
 transformers' reading of the spec (:func:`~attntemp.ship.readings.meant`): the same frequencies and the
@@ -24,13 +24,12 @@ from dataclasses import replace
 from typing import Any
 
 from ...ops.geometry import stated_l0
+from ...ops.rope.bases import alpha_at_scale
 from ...ops.spec import TemperatureSpec
 from .. import schedule_export
-from ..readings import Handed, differs, lengths, meant, readers_of
-from ..readings.of_transformers import TRANSFORMERS
+from ..readings import PROBE_DIM, PROBE_L0, PROBE_THETA, Handed, departure, meant, readers_of
 from .base import EPS, GLOBAL, Engine, ExportResult, ExportTarget, builtin_factor, global_multiplier, resolve_rope
 
-PROBE_DIM, PROBE_THETA, PROBE_L0 = 128, 10000.0, 4096  # where the model's are not known: the check is structural
 NearSpec = tuple[dict[str, Any], str, ExportTarget]  # rope, why, target
 
 
@@ -51,10 +50,12 @@ def context_of(params: dict[str, Any], target: ExportTarget, l0: int) -> int:
     return round(float(factor) * l0) if factor else l0
 
 
-def departure(engine: Engine, result: ExportResult, m_spec: float, params: dict[str, Any], target: ExportTarget) -> str:
+def departures(
+    engine: Engine, result: ExportResult, m_spec: float, params: dict[str, Any], target: ExportTarget
+) -> str:
     """Nothing (the empty string) where every reading of ``engine`` computes ``result``'s settings as
-    ``params`` (and ``m_spec``) mean at every checked length; else each departing reading's first
-    departure. Engines without readings are not checked."""
+    ``params`` (and ``m_spec``) mean at every checked length (:func:`attntemp.ship.readings.departure`);
+    else each departing reading's first departure, joined. Engines without readings are not checked."""
     readers = readers_of(engine.name)
     if engine.reads_back is None or not readers:
         return ""
@@ -62,8 +63,8 @@ def departure(engine: Engine, result: ExportResult, m_spec: float, params: dict[
     try:
         handed = engine.reads_back(result, model)
         want = meant(params, model.dim, model.rope_theta, model.l0)
-        checked = [(n, TRANSFORMERS(want, n)) for n in lengths(model.l0, context_of(params, target, model.l0))]
-        found = (next((w for n, ref in checked if (w := differs(r(handed, n), ref, m_spec))), "") for r in readers)
+        context = context_of(params, target, model.l0)
+        found = (departure(r, handed, want, m_spec, context) for r in readers)
         return "; ".join(why for why in found if why)
     except ValueError as exc:  # a reading that cannot take these settings
         return f"{engine.name} has no reading of these settings: {exc}"
@@ -74,7 +75,7 @@ def nearest(params: dict[str, Any], target: ExportTarget) -> list[NearSpec]:
     kind = params.get("rope_type")
     if kind == "dynamic" and params.get("factor"):
         s, l0 = float(params["factor"]), stated_l0(params)
-        alpha = s * s - s + 1
+        alpha = alpha_at_scale(s)
         at = f"s L0 = {round(s * int(l0))}" if l0 else "s L0"
         why = (
             f"dynamic NTK s = {s:g} as static NTK with alpha = s^2 - s + 1 = {alpha:g} (transformers' dynamic base "
@@ -98,10 +99,10 @@ def attempt(engine: Engine, m_spec: float, params: dict[str, Any], target: Expor
     """``engine``'s settings for ``params`` and ``m_spec`` and "" where they hold, else how they depart."""
     m = m_spec * builtin_factor(params) ** 2 if params else m_spec
     result = engine.export(m, params, target)
-    return result, departure(engine, result, m_spec, params, target)
+    return result, departures(engine, result, m_spec, params, target)
 
 
-def carried(
+def checked_export(
     engine: Engine, spec: TemperatureSpec, m_spec: float, params: dict[str, Any], target: ExportTarget
 ) -> ExportResult:
     """``engine``'s settings for ``spec`` (its rope ``params``, its own logit multiplier ``m_spec``):
@@ -140,7 +141,7 @@ def export_spec(
     spec: TemperatureSpec, engine: Engine, trained_length: int | None = None, target: ExportTarget | None = None
 ) -> ExportResult:
     """``spec`` as ``engine``'s settings (:func:`attntemp.ship.export.export` by name), on a route that
-    holds (:func:`carried`). The logit multiplier is the spec's m times the square of its rope's own
+    holds (:func:`checked_export`). The logit multiplier is the spec's m times the square of its rope's own
     factor; Mistral 3's position schedule goes to the engine's own key (:mod:`attntemp.ship.schedule_export`)."""
     target = target or ExportTarget()
     spec, scaling = schedule_export.split_schedule(spec)
@@ -153,7 +154,7 @@ def export_spec(
             f"own rope. Give the spec layer_types=['{GLOBAL}'], or bake it into q_proj with `attntemp bake`"
         )
     params = resolve_rope(spec, trained_length)
-    result = carried(engine, spec, m_spec, params, target)
+    result = checked_export(engine, spec, m_spec, params, target)
     if scaling is None:
         return result
     beta, l0 = schedule_export.parameters(scaling, result.rope_parameters)

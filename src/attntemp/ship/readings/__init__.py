@@ -11,8 +11,10 @@ what it drops and what it refuses or breaks, with the source file and version it
 generated from them (``scripts/readings_page.py``).
 
 :func:`meant` is what a spec's rope means (transformers' reading of it, attntemp's ``ntk`` as an explicit
-``rope_theta``) and :func:`differs` says where an engine's reading departs from it: what
-:mod:`attntemp.ship.engines.routes` checks every export against.
+``rope_theta``), :func:`differs` says where one reading departs from another, and :func:`departure` is the
+one static check that a reader computes what is meant at every checked request length: what
+:mod:`attntemp.ship.engines.routes` checks every export against and what ``attntemp.advise.carry``
+asks of two specs that should read alike.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ...ops.rope.bases import ntk_base
 from ...utils import checks
 from .base import Handed, Reader, Reading
 from .of_exllama import EXLLAMAV2, EXLLAMAV3
@@ -31,14 +34,19 @@ from .of_vllm import VLLM_READERS
 
 READERS: tuple[Reader, ...] = (TRANSFORMERS, *VLLM_READERS, SGLANG, LLAMACPP, TGI, MLX, EXLLAMAV2, EXLLAMAV3)
 READING_TOLERANCE = 1e-4  # relative, on every frequency and on the logit multiplier
+PROBE_DIM, PROBE_THETA, PROBE_L0 = 128, 10000.0, 4096  # where the model's are not known: the check is structural
 
 __all__ = [
     "GGUF_FACTOR",
+    "PROBE_DIM",
+    "PROBE_L0",
+    "PROBE_THETA",
     "READERS",
     "READING_TOLERANCE",
     "Handed",
     "Reader",
     "Reading",
+    "departure",
     "differs",
     "lengths",
     "meant",
@@ -85,7 +93,7 @@ def meant(params: Mapping[str, Any], dim: int, rope_theta: float, l0: int) -> Ha
     rope = {k: list(v) if isinstance(v, tuple) else v for k, v in params.items()}
     if rope.get("rope_type") == "ntk":
         s = checks.at_least("rope.factor", rope["factor"], 1.0)
-        rope = {"rope_type": "default", "rope_theta": rope_theta * s ** (dim / (dim - 2))}
+        rope = {"rope_type": "default", "rope_theta": ntk_base(rope_theta, s, dim)}
     return Handed(rope, dim, rope_theta, l0)
 
 
@@ -112,4 +120,15 @@ def differs(got: Reading, want: Reading, multiplier: float = 1.0, tol: float = R
     if abs(got.multiplier / m - 1) > tol:
         dropped = f"; it drops {', '.join(got.dropped)}" if got.dropped else ""
         return f"{where}: logit multiplier {got.multiplier:.6g}, meant {m:.6g}{dropped}"
+    return ""
+
+
+def departure(reader: Reader, handed: Handed, want: Handed, multiplier: float, context: int) -> str:
+    """Nothing (the empty string) where ``reader`` computes ``handed`` as transformers computes ``want``,
+    times ``multiplier`` on the logits (:func:`differs`), at every checked request length (:func:`lengths`:
+    half ``want``'s L0 to ``context``); else its first departure. A reading that cannot take the settings
+    raises ``ValueError``."""
+    for n in lengths(want.l0, context):
+        if why := differs(reader(handed, n), TRANSFORMERS(want, n), multiplier):
+            return why
     return ""

@@ -172,12 +172,6 @@ def plain_inv_freq(handed: Handed, base: float | None = None) -> torch.Tensor:
     return rope.default(handed.dim, handed.base if base is None else base)[0]
 
 
-def ntk_base(handed: Handed, alpha: float) -> float:
-    """The static NTK base ``base * alpha^(d / (d - 2))``."""
-    d = handed.dim
-    return handed.base * alpha ** (d / (d - 2))
-
-
 def dropped(handed: Handed, read: set[str] | frozenset[str]) -> tuple[str, ...]:
     """The keys of the rope handed that the engine does not read (``rope_type``/``type`` aside)."""
     return tuple(sorted(set(handed.rope) - set(read) - {"rope_type", "type"}))

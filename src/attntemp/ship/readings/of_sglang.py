@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from ...ops import rope
 from ...ops.geometry import stated_l0
+from ...ops.rope.bases import ntk_base
 from ...ops.schedules import yarn_mscale
 from .base import (
     STATIC,
@@ -24,7 +25,6 @@ from .base import (
     Reader,
     dropped,
     factors,
-    ntk_base,
     past_limit,
     plain_inv_freq,
     refusal,
@@ -105,7 +105,10 @@ def sglang_0_5(handed: Handed, n: int) -> Found:
         alpha = s * s - s + 1
         switch = f"never: alpha = s^2 - s + 1 = {alpha:.6g} at every position, prompts under L0 too"
         return Found(
-            plain_inv_freq(handed, ntk_base(handed, alpha)), 1.0, switch, dropped(handed, COMMON_KEYS | {"factor"})
+            plain_inv_freq(handed, ntk_base(handed.base, alpha, handed.dim)),
+            1.0,
+            switch,
+            dropped(handed, COMMON_KEYS | {"factor"}),
         )
     if kind == "yarn":
         return sglang_yarn(handed)

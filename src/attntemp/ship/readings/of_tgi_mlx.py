@@ -21,6 +21,7 @@ always truncated, no ``attention_factor``; ``SuScaledRoPE``: ``long_factor`` alw
 from __future__ import annotations
 
 from ...ops import rope
+from ...ops.rope.bases import ntk_base
 from ...ops.schedules import yarn_mscale
 from .base import (
     STATIC,
@@ -29,7 +30,6 @@ from .base import (
     Reader,
     dropped,
     factors,
-    ntk_base,
     past_limit,
     plain_inv_freq,
     refusal,
@@ -72,7 +72,7 @@ def tgi_dynamic(handed: Handed, limit: int) -> Found:
     s = handed.factor()
     alpha = s * limit / length - (s - 1)
     return Found(
-        plain_inv_freq(handed, ntk_base(handed, alpha)),
+        plain_inv_freq(handed, ntk_base(handed.base, alpha, handed.dim)),
         1.0,
         f"ratchets with the batch's max length, pinned by CUDA-graph warmup at max_total_tokens = {limit}: "
         f"alpha = {alpha:.6g} at every position",

@@ -25,6 +25,7 @@ config.max_position_embeddings)``). Native model classes; ``model_impl=transform
 from __future__ import annotations
 
 from ...ops import rope
+from ...ops.rope.bases import ntk_base
 from .base import (
     STATIC,
     Found,
@@ -32,7 +33,6 @@ from .base import (
     Reader,
     dropped,
     factors,
-    ntk_base,
     past_limit,
     plain_inv_freq,
     refusal,
@@ -164,7 +164,7 @@ def vllm_dynamic(handed: Handed, n: int, alpha: float, rows: int) -> Found:
     """Static NTK at ``alpha`` for every position, a cos/sin cache of ``rows`` rows."""
     switch = f"never: alpha = {alpha:.6g} at every position, prompts under L0 too"
     return Found(
-        plain_inv_freq(handed, ntk_base(handed, alpha)),
+        plain_inv_freq(handed, ntk_base(handed.base, alpha, handed.dim)),
         1.0,
         switch,
         dropped(handed, COMMON_KEYS | {"factor"}),
