@@ -85,7 +85,7 @@ def test_a_pick_with_fewer_keys_than_yarns_default_gives_way_to_the_simplest_unr
         o for o in objections(confirmed, checks, "B", 0.01) if "over the 1% limit" in o
     ] != []
     assert rec["status"] == "recommended" and rec["name"] == "D"
-    assert "refutes it" in rec["why"] and "meets both" in rec["why"]
+    assert "is refuted by its own confirmation" in rec["why"] and "meets both" in rec["why"]
 
 
 def test_when_nothing_the_engine_carries_meets_both_the_answer_is_a_trade_off_with_numbers():
@@ -112,3 +112,18 @@ def test_pick_with_nothing_to_choose_from_names_the_engine(engine):
     race.status = "tied"
     with pytest.raises(ValueError, match=rf"engine={engine!r} computes none of the race's 4 candidates"):
         pick(race, engine)
+
+
+def test_no_change_below_yarns_default_on_retrieval_is_a_trade_off_not_the_answer():
+    """The race keeps only no change (every RoPE change costs more than 1% below L0), but YaRN's
+    default finds more keys: "nothing beats the baseline" would hide that; the answer is the trade-off."""
+    rec, _, _ = _advice({BASELINE: 0, "A": 5, "B": 30, "D": 28}, {BASELINE: 1, "A": 1.05, "B": 1.05, "D": 1.05},
+                        {BASELINE})  # fmt: skip
+    assert rec["status"] == "trade-off" and "'no change', the race's answer, is refuted" in rec["why"]
+    assert rec["trade_off"]["best_retrieval"]["name"] == "B"
+
+
+def test_no_change_stays_the_answer_where_no_spec_finds_more_keys_than_it():
+    rec, _, _ = _advice({BASELINE: 10, "A": 10, "B": 10, "D": 10}, {BASELINE: 1, "A": 1.05, "B": 1.05, "D": 1.05},
+                        {BASELINE})  # fmt: skip
+    assert rec["status"] == "nothing beats the baseline" and rec["name"] == BASELINE

@@ -221,10 +221,11 @@ def decision_axes(checks: Sequence[Check]) -> list[Check]:
 def recommendation(
     race: RaceResult, confirmed: dict[str, Any], checks: Sequence[Check], engine: str, max_short_cost: float = 0.01
 ) -> dict[str, Any]:
-    """What to run: the decided survivor when it holds on the evaluation pool and its own
-    confirmation does not refute it (:func:`objections`); else the simplest confirmed spec ``engine``
-    carries that holds unrefuted; else the trade-off, said with numbers; no change said plainly
-    when nothing beats it; with its :func:`headline`."""
+    """What to run: the decided survivor when it holds on the evaluation pool, or no change said
+    plainly when nothing beats it, either kept only when its own confirmation does not refute it
+    (:func:`objections`: no change refuted too, when it finds fewer keys than YaRN's default); else
+    the simplest confirmed spec ``engine`` carries that holds unrefuted; else the trade-off, said
+    with numbers; with its :func:`headline`."""
     first, retrieval = checks[0], next((c for c in checks if c.task in RETRIEVAL_TASKS), None)
     axes = [c for c in decision_axes(checks) if c.task == first.task or c.task in RETRIEVAL_TASKS]
     chosen, why = decide(race, confirmed, axes, engine)
@@ -233,8 +234,9 @@ def recommendation(
         still = [e.name for e in race.survivors]
         return {"name": None, "status": "undecided", "why": why, "still_in": still, "if_cost_allowed": alternative}
     rec = _recommend(race, confirmed, first, chosen, why, retrieval)
-    if rec["status"] == "recommended" and (said := objections(confirmed, checks, chosen.name, max_short_cost)):
-        rec = _unrefuted(race, confirmed, checks, engine, max_short_cost, (chosen.name, said))
+    answer = chosen.name if rec["status"] == "recommended" else BASELINE  # no change when nothing held
+    if said := objections(confirmed, checks, answer, max_short_cost):
+        rec = _unrefuted(race, confirmed, checks, engine, max_short_cost, (answer, said))
     if rec["name"] is None:
         return {**rec, "if_cost_allowed": alternative}
     return {**rec, "if_cost_allowed": alternative, "headline": headline(confirmed, checks, rec["name"])}
@@ -276,7 +278,7 @@ def _unrefuted(
         if e.key != BASELINE_KEY and e.name in confirmed.get(first.label, {}) and computes_as_meant(e.candidate, engine)
         and holds(confirmed, first, e.name, retrieval)[0]
     ]  # fmt: skip
-    why = f"{name!r} was picked but its own confirmation refutes it: {'; '.join(said)}"
+    why = f"{name!r}, the race's answer, is refuted by its own confirmation: {'; '.join(said)}"
     for e in held:
         if not objections(confirmed, checks, e.name, limit):
             evidence = holds(confirmed, first, e.name, retrieval)[1]
