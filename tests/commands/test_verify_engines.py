@@ -14,6 +14,7 @@ from attntemp.hf.loading import load_model
 from attntemp.hf.patch import patch
 from attntemp.ops.spec import TemperatureSpec
 from attntemp.ship import comparison as C
+from attntemp.ship import engine_common
 from attntemp.ship import llamacpp_binary as llamacpp
 from attntemp.ship import remote_code
 from attntemp.ship import verify as V
@@ -40,7 +41,7 @@ def test_base_file_round_trips_the_log_probs(tmp_path):
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, 257, (2, 12), generator=g)  # [2, 12]
     rows = [torch.log_softmax(torch.randn(5, 257, generator=g, dtype=torch.float64) * 4, -1) for _ in range(2)]
-    assert llamacpp.scored(12) == slice(6, 11) and rows[0].shape[0] == 11 - 6
+    assert engine_common.scored(12) == slice(6, 11) and rows[0].shape[0] == 11 - 6
     tokens, logp, head = read_base(llamacpp.write_base(tmp_path / "b.kld", ids, rows))
     assert (tokens == ids.numpy()).all() and logp.shape == (10, 257)
     want = torch.cat(rows).numpy()

@@ -14,8 +14,8 @@ import torch
 
 from attntemp.assets import tiny_path
 from attntemp.ship import llamacpp_binary as llamacpp
-from attntemp.ship.audit.expectation import config_reference
 from attntemp.ship.audit.run import AuditConfig, load_config, run_audit
+from attntemp.ship.engines.expectation import config_reference
 
 CONFIGS = tiny_path().parent / "configs"  # the corpus, shipped: src/attntemp/assets/configs
 
@@ -275,9 +275,7 @@ def test_the_human_table_names_each_engine_and_vllm_in_one_line(monkeypatch):
 
 
 def test_vllm_says_why_it_cannot_run_without_its_venv(monkeypatch, tmp_path):
-    from attntemp.ship import llamacpp_binary as llamacpp
-
-    monkeypatch.setattr(llamacpp, "engines_cache", lambda: tmp_path)  # an empty engines cache
+    monkeypatch.setenv("ATTNTEMP_ENGINES", str(tmp_path))  # an empty engines cache
     _, out = audit("llama3_1", "0", engines=("transformers", "vllm"))
     reason = out["engines"]["vllm"]["reason"]
     assert out["engines"]["vllm"]["verdict"] == "cannot run" and "\n" not in reason
@@ -285,7 +283,8 @@ def test_vllm_says_why_it_cannot_run_without_its_venv(monkeypatch, tmp_path):
 
 
 def test_vllms_log_probabilities_are_read_at_the_positions_the_proxy_predicts_at():
-    from attntemp.ship.engines.vllm import engine_logp, mean_kl
+    from attntemp.ship.engine_common import mean_kl
+    from attntemp.ship.engines.vllm import engine_logp
 
     length, vocab = 8, 3
     # top[p]: the distribution vLLM predicts at position p (of token p + 1); p encoded in its first value

@@ -11,10 +11,11 @@ import math
 import pytest
 import torch
 
-from attntemp.ship.audit import reading_checks as ar
-from attntemp.ship.audit.proxy import save_proxy
+from attntemp.ship import engine_common
 from attntemp.ship.audit.run import AuditConfig, run_audit
+from attntemp.ship.engine_common import save_proxy
 from attntemp.ship.engines import vllm as vllm_engine
+from attntemp.ship.readings import engine_checks as ar
 from attntemp.ship.readings import reader_for, readers_of
 
 VLLM_NEW = reader_for("vllm", "0.32.0")
@@ -66,7 +67,7 @@ def test_a_changed_multiplier_moves_the_prediction(proxy):
     row = ar.random_row(c.n)
     reading = VLLM_NEW(c.handed(), c.n)
     plain = readers_of("transformers")[0](ar.Case("plain", {}, c.n, 512, 512).handed(), c.n)
-    assert ar.kl(ar.predicted_logp(proxy, row, plain), ar.predicted_logp(proxy, row, reading)) > 1e-3
+    assert engine_common.kl(ar.predicted_logp(proxy, row, plain), ar.predicted_logp(proxy, row, reading)) > 1e-3
 
 
 def test_vllm_0_32_predicts_a_break_from_l0_for_dynamic_past_l0_and_plain_rope_under_it():
@@ -119,7 +120,7 @@ def test_an_engine_that_refuses_what_the_reading_says_it_runs_is_not_confirmed(p
 
 def test_the_engines_top_lists_become_dense_rows_and_a_nan_marks_its_row():
     got = {"rows": [{"top": [[[0, -0.1], [1, -2.4]], [[1, math.nan], [0, -1.0]]]}]}
-    (dense,) = ar.engine_rows(got, 3)
+    (dense,) = engine_common.engine_rows(got, 3)
     assert dense.shape == (2, 3) and dense[0, 0] == -0.1 and dense[0, 2] == -math.inf
     assert torch.isnan(dense[1]).all() and not torch.isnan(dense[0]).any()
 
@@ -132,7 +133,10 @@ def test_some_cases_tell_vllms_reading_from_transformers(proxy):
     for i, c in enumerate(ar.cases()):
         mine, theirs = VLLM_NEW(c.handed(), c.n), hf(c.handed(), c.n)
         row = ar.random_row(c.n, seed=i)
-        apart.append(ar.kl(ar.predicted_logp(proxy, row, theirs), ar.predicted_logp(proxy, row, mine)) > ar.READINGS_KL)
+        apart.append(
+            engine_common.kl(ar.predicted_logp(proxy, row, theirs), ar.predicted_logp(proxy, row, mine))
+            > ar.READINGS_KL
+        )
     assert sum(apart) >= 3
 
 
@@ -162,7 +166,7 @@ def test_llamacpps_cases_each_read_otherwise_than_transformers(proxy):
     """Every llama.cpp case is one where its reading and transformers' part (so the check can fail):
     dynamic runs plain RoPE, yarn's attention_factor and the --yarn-attn-factor flag are dropped for
     (0.1 ln 2 + 1)^2, rope_freqs apply under L0 too."""
-    from attntemp.ship.engines.llamacpp_readings import llama_cases
+    from attntemp.ship.readings.in_llamacpp import llama_cases
     from attntemp.ship.readings.of_llamacpp import LLAMACPP
 
     hf = readers_of("transformers")[0]
@@ -174,7 +178,10 @@ def test_llamacpps_cases_each_read_otherwise_than_transformers(proxy):
             own = yarn_m * (case.gguf_factor or 1.0) ** 2
             assert mine.multiplier == pytest.approx(own) and theirs.multiplier == pytest.approx(1.44)
         row = random_row_for(case.n)
-        assert ar.kl(ar.predicted_logp(proxy, row, theirs), ar.predicted_logp(proxy, row, mine)) > ar.READINGS_KL, case
+        assert (
+            engine_common.kl(ar.predicted_logp(proxy, row, theirs), ar.predicted_logp(proxy, row, mine))
+            > ar.READINGS_KL
+        ), case
 
 
 def random_row_for(n: int) -> list[int]:

@@ -416,7 +416,7 @@ def _plain_venv():
     import sys
     from pathlib import Path
 
-    from attntemp.ship.llamacpp_binary import engines_cache
+    from attntemp.ship.engine_common import engines_cache
 
     venv = engines_cache() / PLAIN_VENV
     python = venv / "bin" / "python"

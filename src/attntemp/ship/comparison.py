@@ -22,7 +22,7 @@ from ..ops.intervals import Interval, paired_ratio_interval
 from ..ops.spec import TemperatureSpec
 from ..utils import outputs
 from ..utils.tables import markdown_table
-from . import llamacpp_binary as llamacpp
+from .engine_common import scored
 
 KL_MAX = 1e-4  # mean KL per token, float32 weights and KV cache
 RATIO_TOLERANCE = 0.005  # |engine ratio / attntemp ratio - 1|
@@ -154,7 +154,7 @@ class EngineReference:
 @torch.no_grad()
 def engine_reference(model: Any, spec: TemperatureSpec, ids: torch.Tensor) -> EngineReference:
     """The patched model's next-token log-probabilities at llama-perplexity's scored positions."""
-    part = llamacpp.scored(ids.shape[1])
+    part = scored(ids.shape[1])
     rows, nll = [], []
     with patch(model, spec):
         for row in ids:  # [L]

@@ -28,6 +28,7 @@ import torch
 
 from ..ops.intervals import Interval
 from ..utils.errors import ExternalToolError
+from .engine_common import engines_cache
 
 MAGIC = b"_logits_"
 FLOOR = 16.0  # perplexity.cpp: min_logit = max(min_logit, max_logit - 16)
@@ -35,11 +36,6 @@ BINARY = "llama-perplexity"
 
 
 # ----------------------------------------------------------------------------- base file
-def scored(length: int) -> slice:
-    """The positions llama-perplexity scores in a chunk of ``length``: its second half."""
-    return slice(length // 2, length - 1)
-
-
 def quantize(logp: torch.Tensor) -> np.ndarray:
     """``[N, V]`` log-probabilities as perplexity.cpp stores them: ``[N, nv]`` uint16."""
     logp = logp.double()  # [N, V]
@@ -102,18 +98,6 @@ class LlamaCpp:
 
     perplexity: Path
     convert: Path | None
-
-
-def engines_cache() -> Path:
-    """``$ATTNTEMP_ENGINES`` or ``~/.cache/attntemp/engines`` (where scripts/build_*.sh put them); a
-    ValueError naming the variable when it names a file."""
-    env = os.environ.get("ATTNTEMP_ENGINES")
-    if env and Path(env).expanduser().exists() and not Path(env).expanduser().is_dir():
-        raise ValueError(
-            f"ATTNTEMP_ENGINES={env!r} is not allowed: it is a file; expected the folder scripts/build_*.sh build "
-            "the engines in (unset it for ~/.cache/attntemp/engines)"
-        )
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "attntemp" / "engines"
 
 
 def _candidates(engine_dir: str | None) -> list[Path]:

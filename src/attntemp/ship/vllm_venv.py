@@ -16,7 +16,7 @@ import torch
 
 from ..utils.errors import ExternalToolError
 from . import remote_code
-from .llamacpp_binary import engines_cache
+from .engine_common import engines_cache
 
 SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "vllm_logprobs.py"
 

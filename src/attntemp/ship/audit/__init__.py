@@ -1,6 +1,8 @@
 """``attntemp audit``'s wing of ``ship``: the command (:mod:`.run`: :class:`~.run.AuditConfig`,
-:func:`~.run.run_audit`), the reference it compares each engine with (:mod:`.expectation`), the random
-proxy an engine runs (:mod:`.proxy`) and the readings checked in the engines (:mod:`.reading_checks`).
+:func:`~.run.run_audit`). It sits above the engines and imports them; the reference each engine is
+compared with is :mod:`attntemp.ship.engines.expectation`, the proxy an engine runs
+:mod:`attntemp.ship.engine_common`, and the readings checked in the engines :mod:`attntemp.ship.readings.engine_checks`
+with their runners (:mod:`~attntemp.ship.readings.in_vllm`, :mod:`~attntemp.ship.readings.in_llamacpp`).
 
 ``AuditConfig``, ``run_audit`` and ``load_config`` are read here on first use (PEP 562: importing the
 package loads none of its modules).

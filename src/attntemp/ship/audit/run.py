@@ -1,12 +1,12 @@
 """``attntemp audit``: does an engine apply a model's RoPE scaling and attention temperature the way
 its config means? Checked per position on a tiny proxy of the model, from its ``config.json`` alone.
 
-The reference is attntemp's own math (:mod:`attntemp.ship.audit.expectation`): per layer group and
+The reference is attntemp's own math (:mod:`attntemp.ship.engines.expectation`): per layer group and
 position, the effective pre-softmax logit multiplier ``m(p) = af(p)^2 * scale_ratio * schedule(p)``
 and the inverse frequencies. Each engine is measured on a proxy with the same attention and RoPE
 configuration and random weights, as its module in :mod:`attntemp.ship.engines` says: transformers
 reads its rotary output and attention inputs directly; llama.cpp and vLLM run the proxy and are
-compared with the transformers proxy by KL (:mod:`attntemp.ship.audit.proxy`).
+compared with the transformers proxy by KL (:mod:`attntemp.ship.engine_common`).
 
 A verdict per engine: ``agrees``, ``differs`` (by how much, from which position) or ``cannot run``
 (why). The command exits 1 when an engine differs.
@@ -28,8 +28,8 @@ from ..config import AuditConfig
 from ..engines import ENGINES
 from ..engines import transformers as reference_engine
 from ..engines.base import AuditRun
-from . import reading_checks as audit_readings
-from .expectation import config_reference, inv_lists, per_position
+from ..engines.expectation import config_reference, inv_lists, per_position
+from ..readings import engine_checks as reading_checks
 
 
 def load_config(path: str) -> dict[str, Any]:
@@ -87,7 +87,7 @@ class AuditResult:
 
     def render(self) -> str:
         """The reference per group and position, then one line per engine; the readings checked."""
-        checked = audit_readings.render(self.readings) if self.readings else ""
+        checked = reading_checks.render(self.readings) if self.readings else ""
         return (self._render_config() + "\n\n" + checked if self.config else checked).strip()
 
     def _render_config(self) -> str:
@@ -120,7 +120,7 @@ def check_readings(engines: tuple[str, ...], engine_dir: str | None) -> dict[str
 
 def run_audit(cfg: AuditConfig) -> AuditResult:
     """Reference, then each engine in ``cfg.engines`` (see the module doc); with ``cfg.readings``, the
-    readings checked in each (:mod:`attntemp.ship.audit.reading_checks`)."""
+    readings checked in each (:mod:`attntemp.ship.readings.engine_checks`)."""
     readings = check_readings(cfg.engines, cfg.engine_dir) if cfg.readings else {}
     if readings and all("rows" not in e for e in readings.values()):
         why = "; ".join(f"{name}: {e['reason']}" for name, e in readings.items())

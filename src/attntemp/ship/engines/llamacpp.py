@@ -60,7 +60,7 @@ from ..comparison import (
     windows,
     work_folder,
 )
-from . import llamacpp_readings
+from ..readings import in_llamacpp
 from .base import (
     GLOBAL,
     Engine,
@@ -404,5 +404,5 @@ ENGINE = Engine(
     reads_gguf_arch=True,
     spec_to_bake=spec_to_bake,
     reads_back=handed_to_llamacpp,
-    check_readings=llamacpp_readings.check_llamacpp_installed,
+    check_readings=in_llamacpp.check_llamacpp_installed,
 )

@@ -1,7 +1,7 @@
-"""llama.cpp's audit of a config: the config's proxy (:mod:`attntemp.ship.audit.proxy`) converted to
+"""llama.cpp's audit of a config: the config's proxy (:mod:`attntemp.ship.engine_common`) converted to
 GGUF with the build's ``convert_hf_to_gguf.py``; ``llama-perplexity --kl-divergence`` reads the
 transformers proxy's log-probabilities and prints KL(transformers || llama.cpp), fitted over the
-logit scale c where it differs (:func:`attntemp.ship.audit.proxy.kl_verdict`)."""
+logit scale c where it differs (:func:`attntemp.ship.engine_common.kl_verdict`)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import torch
 
 from ...utils.errors import ExternalToolError
 from .. import llamacpp_binary as llamacpp
-from ..audit.proxy import LENGTH, cannot, kl_verdict, proxy_logp, random_ids, save_proxy
+from ..engine_common import LENGTH, cannot, kl_verdict, proxy_logp, random_ids, save_proxy
 from .base import AuditRun
 
 

@@ -26,7 +26,6 @@ from typing import Any
 
 from ...ops import attention_config, rope
 from ...ops.geometry import config_dict
-from ..audit.expectation import collapse, engine_entry, rounded
 from ..readings import Handed
 from .base import (
     EPS,
@@ -45,6 +44,7 @@ from .base import (
     static_ntk,
     theta_note,
 )
+from .expectation import collapse, engine_entry, rounded
 
 NAME = "transformers"
 SOURCE = (

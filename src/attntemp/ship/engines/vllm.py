@@ -19,7 +19,7 @@
 * Mistral 3's position schedule: the config's ``llama_4_scaling`` ``{original_max_position_embeddings,
   beta}`` (from Mistral's ``params.json``), read by ``deepseek_v2.py`` (``_get_llama_4_scaling``:
   DeepSeek-V2/V3-shaped models such as Mistral Large 3); set with ``--hf-overrides``.
-* audit: the config's proxy (:mod:`attntemp.ship.audit.proxy`) served from a folder by
+* audit: the config's proxy (:mod:`attntemp.ship.engine_common`) served from a folder by
   ``scripts/vllm_logprobs.py`` in vLLM's own venv (``scripts/build_vllm_cpu.sh``; its CPU build
   needs AVX-512), the whole vocabulary's log-probabilities at every position; vLLM runs once and
   the factor c is fitted on the transformers side.
@@ -57,10 +57,7 @@ from ...ops.intervals import Interval, mean_interval, perplexity_interval
 from ...ops.spec import TemperatureSpec
 from ...utils.errors import ExternalToolError
 from ...utils.resources import vllm_cpu_refusal
-from .. import llamacpp_binary as llamacpp
 from .. import remote_code, vllm_venv
-from ..audit.proxy import LENGTH, cannot, kl_verdict, proxy_logp, random_ids, save_proxy
-from ..audit.reading_checks import engine_rows, kl
 from ..bake import save_baked
 from ..comparison import (
     Comparison,
@@ -73,8 +70,19 @@ from ..comparison import (
     windows,
     work_folder,
 )
-from ..readings import Handed
-from . import vllm_readings
+from ..engine_common import (
+    LENGTH,
+    cannot,
+    engine_rows,
+    engines_cache,
+    kl_verdict,
+    mean_kl,
+    proxy_logp,
+    random_ids,
+    save_proxy,
+    scored,
+)
+from ..readings import Handed, in_vllm
 from .base import (
     EPS,
     GLOBAL,
@@ -226,7 +234,7 @@ def unavailable() -> str | None:
     cpuinfo = Path("/proc/cpuinfo")
     if "avx512f" not in (cpuinfo.read_text().split() if cpuinfo.is_file() else []):
         return "this CPU lacks avx512f, which vLLM's CPU build needs"
-    cache = llamacpp.engines_cache()
+    cache = engines_cache()
     if not any(p.is_file() for p in cache.glob("vllm-cpu-*/bin/python")):
         return f"vLLM is not installed (no {cache}/vllm-cpu-*; `bash scripts/build_vllm_cpu.sh`)"
     return None
@@ -259,13 +267,8 @@ def audit(run: AuditRun) -> dict[str, Any]:
 def engine_logp(got: dict[str, Any], vocab: int, length: int) -> list[torch.Tensor]:
     """vLLM's log-probabilities ``[n, V]`` per row at the scored positions: its ``top[p]`` is the
     distribution predicted at position p (of token p + 1), as the proxy's logits at p."""
-    part = llamacpp.scored(length)
+    part = scored(length)
     return [dense[part] for dense in engine_rows(got, vocab)]  # [n, V] each
-
-
-def mean_kl(ref: list[torch.Tensor], got: list[torch.Tensor]) -> float:
-    """Mean KL(ref || got) per position, both ``[n, V]`` log-probabilities per row."""
-    return kl(torch.cat(ref), torch.cat(got))  # [sum n, V] each
 
 
 def _audit_run(config: dict[str, Any], python: Path, work: Path) -> dict[str, Any]:
@@ -334,7 +337,7 @@ def kl_rows(ref: torch.Tensor, top: list, first: int) -> tuple[list[float], list
 def _compare(label: str, ref: EngineReference, got: dict, ids: torch.Tensor, full: bool) -> Comparison:
     length = ids.shape[1]
     first = length // 2
-    part = llamacpp.scored(length)
+    part = scored(length)
     nll = tuple(-sum(r["token"][part.start : part.stop]) for r in got["rows"])  # token p+1 given < p+1
     kl: list[float] = []
     same: list[bool] = []
@@ -396,5 +399,5 @@ ENGINE = Engine(
     rope_per_layer_type=True,
     verify=verify,
     reads_back=handed_to_vllm,
-    check_readings=lambda engine_dir: vllm_readings.check_vllm_installed(engine_dir, unavailable()),
+    check_readings=lambda engine_dir: in_vllm.check_vllm_installed(engine_dir, unavailable()),
 )

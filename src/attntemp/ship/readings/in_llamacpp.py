@@ -1,4 +1,4 @@
-"""The readings checked in llama.cpp (:mod:`attntemp.ship.audit.reading_checks` for the method).
+"""The readings checked in llama.cpp (:mod:`attntemp.ship.readings.engine_checks` for the method).
 
 llama.cpp is handed a GGUF converted from the HF config by its own ``convert_hf_to_gguf.py``, plus
 run-time flags, as its reading takes them (:mod:`attntemp.ship.readings.of_llamacpp`): the HF
@@ -22,8 +22,10 @@ import torch
 from ...ops.rope import factors as rope_factors
 from ...utils.errors import ExternalToolError
 from .. import llamacpp_binary as llamacpp
-from ..audit.proxy import save_proxy
-from ..audit.reading_checks import (
+from ..engine_common import save_proxy, scored
+from . import Reading, readers_of
+from .base import Handed
+from .engine_checks import (
     DIM,
     L0,
     PROXY_CONFIG,
@@ -33,9 +35,7 @@ from ..audit.reading_checks import (
     predicted_logp,
     random_row,
 )
-from ..readings import Reading, readers_of
-from ..readings.base import Handed
-from ..readings.of_llamacpp import GGUF_FACTOR, LLAMACPP
+from .of_llamacpp import GGUF_FACTOR, LLAMACPP
 
 CHUNKS = 2
 
@@ -115,7 +115,7 @@ def write_case(proxy: Path, case: LlamaCase, work: Path, llama: llamacpp.LlamaCp
 def engine_kl(model: Any, case: LlamaCase, reading: Reading, gguf: Path, llama, work: Path) -> float:
     """llama-perplexity's mean KL(``reading``'s prediction || llama.cpp) per scored token."""
     rows = [random_row(case.n, seed=i) for i in range(CHUNKS)]
-    part = llamacpp.scored(case.n)
+    part = scored(case.n)
     logp = [predicted_logp(model, row, reading)[part] for row in rows]  # [n-1-n/2, V] each
     base = llamacpp.write_base(work / "base.kld", torch.tensor(rows), logp)
     cmd = llamacpp.kl_command(llama, gguf, base, case.n, case.args(), None)

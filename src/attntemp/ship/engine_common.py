@@ -1,4 +1,6 @@
-"""The proxy the KL engines (llama.cpp, vLLM) are audited on, and their verdict by KL.
+"""What the engines share (llama.cpp, vLLM, and their readings checked in them): the proxy they are
+audited on and their verdict by KL, the positions a chunk scores, the engines' cache, and KL over
+log-probability tables.
 
 The proxy (:func:`attntemp.hf.proxy.build_proxy` with the start of the model's layer pattern,
 which llama.cpp hard-codes for some architectures, the shipped tiny model's byte-level tokenizer,
@@ -16,6 +18,7 @@ the scale.
 from __future__ import annotations
 
 import math
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -23,10 +26,9 @@ from typing import Any
 
 import torch
 
-from ...assets import tiny_path
-from ...hf.proxy import build_proxy
-from ...ops.search import golden_section
-from .. import llamacpp_binary as llamacpp
+from ..assets import tiny_path
+from ..hf.proxy import build_proxy
+from ..ops.search import golden_section
 
 CHUNKS, LENGTH = 2, 256
 KL_AGREE = 1e-5  # mean KL per token; float32 GGUF against the float64 proxy
@@ -67,7 +69,7 @@ def proxy_logp(model: Any, ids: torch.Tensor, c: float) -> list[torch.Tensor]:
     """The proxy's log-probabilities at llama-perplexity's scored positions, every softmax scale x c."""
     modules = [m for m in model.modules() if hasattr(m, "scaling") and hasattr(m, "layer_idx")]
     saved = [m.scaling for m in modules]
-    part = llamacpp.scored(ids.shape[1])
+    part = scored(ids.shape[1])
     try:
         for m in modules:
             m.scaling = m.scaling * c
@@ -93,3 +95,57 @@ def kl_verdict(fit: Callable[[float], float], engine: str, entry: dict[str, Any]
         f"x{c:.4g} of the reference (KL {best:.3g} there): the difference is in {cause}"
     )
     return {"verdict": "differs", "summary": summary, "best_multiplier_ratio": c, "kl_at_best": best, **entry}
+
+
+# ----------------------------------------------------------------------------- shared by the engines
+def scored(length: int) -> slice:
+    """The positions llama-perplexity scores in a chunk of ``length``: its second half."""
+    return slice(length // 2, length - 1)
+
+
+def engines_cache() -> Path:
+    """``$ATTNTEMP_ENGINES`` or ``~/.cache/attntemp/engines`` (where scripts/build_*.sh put them); a
+    ValueError naming the variable when it names a file."""
+    env = os.environ.get("ATTNTEMP_ENGINES")
+    if env and Path(env).expanduser().exists() and not Path(env).expanduser().is_dir():
+        raise ValueError(
+            f"ATTNTEMP_ENGINES={env!r} is not allowed: it is a file; expected the folder scripts/build_*.sh build "
+            "the engines in (unset it for ~/.cache/attntemp/engines)"
+        )
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "attntemp" / "engines"
+
+
+def engine_rows(got: dict[str, Any], vocab: int) -> list[torch.Tensor]:
+    """vLLM's prompt log-probabilities per row as ``[n - 1, V]`` (row p: the distribution of token p + 1)."""
+    out = []
+    for row in got["rows"]:
+        dense = torch.full((len(row["top"]), vocab), -math.inf, dtype=torch.float64)  # [n-1, V]
+        for p, entry in enumerate(row["top"]):
+            dense[p, torch.tensor([k for k, _ in entry])] = torch.tensor([v for _, v in entry], dtype=torch.float64)
+            if any(math.isnan(v) for _, v in entry):
+                dense[p] = math.nan
+        out.append(dense)
+    return out
+
+
+def kl(ref: torch.Tensor, got: torch.Tensor) -> float:
+    """Mean KL(ref || got) per position of two ``[P, V]`` log-probability tables (NaN where ``got`` is)."""
+    if got.shape[0] == 0:
+        return 0.0
+    return max(float((ref.exp() * (ref - got)).sum(-1).mean()), 0.0) + 0.0  # no -0
+
+
+def finite_kl(ref: torch.Tensor, got: torch.Tensor) -> float:
+    """:func:`kl` over the positions where ``got`` has no NaN."""
+    keep = ~torch.isnan(got).any(-1)  # [P]
+    return kl(ref[keep], got[keep])
+
+
+def per_row_kl(ref: torch.Tensor, got: torch.Tensor) -> torch.Tensor:
+    """KL(ref || got) per position ``[P]`` (NaN where ``got`` is)."""
+    return (ref.exp() * (ref - got)).sum(-1)  # [P]
+
+
+def mean_kl(ref: list[torch.Tensor], got: list[torch.Tensor]) -> float:
+    """Mean KL(ref || got) per position, both ``[n, V]`` log-probabilities per row."""
+    return kl(torch.cat(ref), torch.cat(got))  # [sum n, V] each

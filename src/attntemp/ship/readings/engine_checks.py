@@ -30,8 +30,9 @@ import torch
 
 from ...ops.rope import factors as rope_factors
 from ...utils.tables import markdown_table
-from ..readings import Reading
-from ..readings.base import Handed
+from ..engine_common import kl, per_row_kl
+from . import Reading
+from .base import Handed
 
 L0, DIM, THETA = 256, 64, 10000.0
 PROXY_CONFIG: dict[str, Any] = {
@@ -122,42 +123,11 @@ def predicted_logp(model: Any, row: list[int], reading: Reading) -> torch.Tensor
             m.attention_scaling = af
 
 
-def engine_rows(got: dict[str, Any], vocab: int) -> list[torch.Tensor]:
-    """vLLM's prompt log-probabilities per row as ``[n - 1, V]`` (row p: the distribution of token p + 1)."""
-    out = []
-    for row in got["rows"]:
-        dense = torch.full((len(row["top"]), vocab), -math.inf, dtype=torch.float64)  # [n-1, V]
-        for p, entry in enumerate(row["top"]):
-            dense[p, torch.tensor([k for k, _ in entry])] = torch.tensor([v for _, v in entry], dtype=torch.float64)
-            if any(math.isnan(v) for _, v in entry):
-                dense[p] = math.nan
-        out.append(dense)
-    return out
-
-
-def kl(ref: torch.Tensor, got: torch.Tensor) -> float:
-    """Mean KL(ref || got) per position of two ``[P, V]`` log-probability tables (NaN where ``got`` is)."""
-    if got.shape[0] == 0:
-        return 0.0
-    return max(float((ref.exp() * (ref - got)).sum(-1).mean()), 0.0) + 0.0  # no -0
-
-
 def break_from(reading: Reading) -> int | None:
     """The first position the reading says is undefined (None: no such break)."""
     if BREAK_AT not in reading.breaks:
         return None
     return int(reading.breaks.split(BREAK_AT, 1)[1].split(":")[0].split()[0])
-
-
-def finite_kl(ref: torch.Tensor, got: torch.Tensor) -> float:
-    """:func:`kl` over the positions where ``got`` has no NaN."""
-    keep = ~torch.isnan(got).any(-1)  # [P]
-    return kl(ref[keep], got[keep])
-
-
-def per_row_kl(ref: torch.Tensor, got: torch.Tensor) -> torch.Tensor:
-    """KL(ref || got) per position ``[P]`` (NaN where ``got`` is)."""
-    return (ref.exp() * (ref - got)).sum(-1)  # [P]
 
 
 def reading_verdict(

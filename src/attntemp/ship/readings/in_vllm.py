@@ -1,4 +1,4 @@
-"""The readings checked in vLLM (:mod:`attntemp.ship.audit.reading_checks` for the method): the case's
+"""The readings checked in vLLM (:mod:`attntemp.ship.readings.engine_checks` for the method): the case's
 settings as ``--hf-overrides`` and ``--max-model-len`` (``VLLM_ALLOW_LONG_MAX_MODEL_LEN`` unset, so
 a limit past the length vLLM derives is refused as its reading says), the whole vocabulary's
 prompt log-probabilities from ``scripts/vllm_logprobs.py`` in vLLM's own venv."""
@@ -11,19 +11,17 @@ from typing import Any
 
 from ...utils.errors import ExternalToolError
 from .. import vllm_venv
-from ..audit.proxy import save_proxy
-from ..audit.reading_checks import (
+from ..engine_common import engine_rows, finite_kl, save_proxy
+from . import reader_for, readers_of
+from .engine_checks import (
     PROXY_CONFIG,
     READINGS_KL,
     Case,
     cases,
-    engine_rows,
-    finite_kl,
     predicted_logp,
     random_row,
     reading_verdict,
 )
-from ..readings import reader_for, readers_of
 
 
 def run_vllm(model_dir: Path, case: Case, row: list[int], python: Path, work: Path) -> dict[str, Any] | None:
