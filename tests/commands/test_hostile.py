@@ -746,6 +746,11 @@ ISSUE_62 = [  # (id, argv, text the one error line must contain); issue 62's fin
         for argv in (A, D)
         for what, why in ATTENTION_FILES
     ],
+    # item 7: an external system fails in one line naming the flag (a loopback port nothing listens on)
+    ("advise-ray-address-closed", with_(A, "--ray-address", "127.0.0.1:1"), "--ray-address='127.0.0.1:1' could not be"),
+    ("demo-ray-address-closed", with_(D, "--ray-address", "127.0.0.1:1"), "--ray-address='127.0.0.1:1' could not be"),
+    ("demo-ray-address-port", with_(D, "--ray-address", "127.0.0.1"), "expected auto, HOST:PORT or ray://HOST:PORT"),
+    ("demo-workers-huge", with_(D, "--workers", "1000000"), "--workers=1000000 is not allowed; expected at most"),
     ("verify-work-dir-locked", with_(V, "--work-dir", "{w}/vlocked"), "--work-dir='{w}/vlocked' is in use by"),
     (  # was: the deprecation warning, then the 768 check the user turned off
         "advise-both-spellings-old-last",

@@ -82,3 +82,31 @@ def test_audit_positions_past_the_models_context_are_said(tmp_path, capsys):
     assert note in capsys.readouterr().out
     assert main([*argv, "0,4095"]) == 0
     assert "past the model's context" not in capsys.readouterr().out
+
+
+class _UnreachableRay:
+    """A stand-in for ``ray`` whose ``init`` does what Ray's does on a cluster it cannot join: its
+    C++ core writes its log lines to file descriptor 2, then it raises."""
+
+    def is_initialized(self) -> bool:
+        return False
+
+    def init(self, address=None, **kwargs):
+        for i in range(20):
+            os.write(2, f"[W 1 1] gcs_client.cc:210: Failed to get cluster ID from GCS server ({i})\n".encode())
+        raise ConnectionError(f"Failed to connect to GCS at {address}; see the logs")
+
+
+def test_a_ray_that_cannot_be_joined_is_one_line_naming_the_flag(capfd):
+    """Issue 62 item 7: 20 lines of Ray's own gcs_client.cc errors, then "Failed to connect" naming
+    no flag; now Ray's lines stay off the terminal and the error names --ray-address (the address
+    itself is never contacted here: the stand-in fails as Ray does)."""
+    from attntemp.evaluate import distributed
+    from attntemp.evaluate.sweep import SweepConfig
+
+    cfg = SweepConfig(out="x", ray_address="127.0.0.1:6379")
+    with pytest.raises(ValueError) as exc:
+        distributed.connect(_UnreachableRay(), cfg)
+    assert str(exc.value).startswith("ray_address='127.0.0.1:6379': Ray could not start or join the cluster (Failed")
+    said = capfd.readouterr()
+    assert "gcs_client" not in said.err + said.out

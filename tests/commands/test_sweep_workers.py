@@ -4,12 +4,14 @@ store, a worker killed with -9 restarted, the driver killed with -9 and rerun; o
 Ray is part of `[dev]` (the README's test command and `.ci/run` install it): a missing Ray fails
 these tests."""
 
+import contextlib
 import os
 import signal
 import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -80,17 +82,48 @@ def test_worker_resources():
         distributed.resources(SweepConfig(out="x", workers=3), {"CPU": 2.0})  # else each waits for a CPU forever
 
 
+SETTINGS_FRAME = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # an empty HTTP/2 SETTINGS frame
+
+
+@contextlib.contextmanager
+def _loopback_server(reply: bytes):
+    """A port on 127.0.0.1 that sends ``reply`` to each connection and closes it (in a thread)."""
+    head = socket.socket()
+    head.bind(("127.0.0.1", 0))
+    head.listen()
+    head.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve():
+        while not stop.is_set():
+            try:
+                conn, _ = head.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.sendall(reply)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield head.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join()
+        head.close()
+
+
 def test_workers_and_the_address_are_checked_before_ray_starts(monkeypatch):
     monkeypatch.setattr(distributed.machine, "usable_cpus", lambda: 3)
     distributed.preflight_ray(SweepConfig(out="x", workers=3))
     with pytest.raises(ValueError, match=r"^workers=4 is not allowed; expected at most 3: a local Ray runs one"):
         distributed.preflight_ray(SweepConfig(out="x", workers=4))
     distributed.preflight_ray(SweepConfig(out="x", workers=1000, ray_address="auto"))  # the cluster's CPUs decide
-    with socket.socket() as head:  # a listening port answers; a closed one is refused within the timeout
-        head.bind(("127.0.0.1", 0))
-        head.listen()
-        distributed.preflight_ray(SweepConfig(out="x", ray_address=f"127.0.0.1:{head.getsockname()[1]}"))
-        closed = f"127.0.0.1:{head.getsockname()[1]}"
+    with _loopback_server(SETTINGS_FRAME) as port:  # a port answering gRPC's preface, as a Ray head does
+        distributed.preflight_ray(SweepConfig(out="x", ray_address=f"127.0.0.1:{port}"))
+        closed = f"127.0.0.1:{port}"
+    with _loopback_server(b"") as port, pytest.raises(ValueError, match=r"accepts connections but did not answer"):
+        distributed.preflight_ray(SweepConfig(out="x", ray_address=f"127.0.0.1:{port}"))  # another program's port
     t0 = time.perf_counter()
     with pytest.raises(ValueError, match=rf"^ray_address='{closed}' could not be reached within 5 s"):
         distributed.preflight_ray(SweepConfig(out="x", ray_address=closed))

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from ..evaluate import corpus, multikey
+from ..evaluate import corpus, distributed, multikey
 from ..evaluate.lm import answer_and_generate, first_integer
 from ..evaluate.score import score_key
 from ..evaluate.tasks import passkey_prompts
@@ -217,7 +217,10 @@ def run_demo(cfg: DemoConfig) -> DemoResult:
     resolve(cfg.model)  # a bad --model is one line, before any progress is printed
     with outputs.claimed(cfg.out, "demo"):  # a second demo on this --out is refused before any check reads it
         check_attention_files(cfg.out)  # every file advise reads from --out, before the model loads
-        return _demo(cfg, preflight_advise(cfg), t0)
+        plan = preflight_advise(cfg)
+        if cfg.workers > 1 or cfg.ray_address is not None:
+            distributed.preflight_ray(cfg)  # workers within the CPUs, the address answering as a Ray head
+        return _demo(cfg, plan, t0)
 
 
 def _demo(cfg: DemoConfig, plan: AdvisePlan, t0: float) -> DemoResult:
@@ -227,7 +230,8 @@ def _demo(cfg: DemoConfig, plan: AdvisePlan, t0: float) -> DemoResult:
         _stage(t0, f"loading {cfg.model}")  # after the lock: a second demo on this --out is refused first
         model, _ = load_model(cfg.model, **cfg.load_args())
         _stage(t0, f"advising for {cfg.length} tokens (trained to {plan.trained})")
-        result = advise(plan, model, out)
+        with distributed.scoring_on_ray(cfg):  # --workers/--ray-address: advise's forwards on Ray workers
+            result = advise(plan, model, out)
         _stage(t0, "shipping the recommendation" if cfg.bake else "writing the report")
         extra = ["", *retrieval(result.evidence), *ship(cfg, plan, result, out)]
         extra.append(f"Total time: {time.perf_counter() - t0:.0f} s ({torch.get_num_threads()} CPU threads).")

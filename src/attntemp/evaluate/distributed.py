@@ -23,7 +23,6 @@ Ray is imported only when a sweep or advise asks for it (``pip install 'attntemp
 from __future__ import annotations
 
 import os
-import socket
 from collections import deque
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -36,6 +35,7 @@ from ..hf import introspect
 from ..hf.loading import load_model
 from ..ops.spec import TemperatureSpec
 from ..utils import resources as machine
+from .ray_address import CONNECT_TIMEOUT, check_address, quiet_init  # noqa: F401 (CONNECT_TIMEOUT: read here too)
 from .score import Job, run_job, scoring_on
 from .sweep.config import SweepConfig
 from .sweep.store import Store, evaluate_group, point_groups
@@ -44,14 +44,14 @@ from .tasks import eval_context
 
 INSTALL = "pip install 'attntemp[ray]'"
 RETRIES = 3  # restarts of a killed worker, and retries of the group it was running
-CONNECT_TIMEOUT = 5.0  # seconds to reach --ray-address before giving up (Ray itself retries for minutes)
 NAMED_ADDRESSES = ("auto", "local")  # Ray finds these itself (RAY_ADDRESS, the local session)
 
 
 def preflight_ray(cfg: Any) -> None:
     """Before the store opens or Ray starts: a local Ray's workers within this machine's CPUs (one
-    model each), and ``ray_address`` not empty and answering a TCP connection within
-    :data:`CONNECT_TIMEOUT` seconds (``auto`` and ``local`` are Ray's to find)."""
+    model each), and ``ray_address`` not empty and answering as a Ray head within
+    :data:`CONNECT_TIMEOUT` seconds (:func:`~.ray_address.check_address`; ``auto`` and ``local``
+    are Ray's to find)."""
     if cfg.ray_address is not None and not cfg.ray_address.strip():
         raise ValueError("ray_address='' is not allowed; expected auto, or HOST:PORT of a Ray cluster's head")
     if cfg.ray_address is None:
@@ -62,21 +62,7 @@ def preflight_ray(cfg: Any) -> None:
                 f"(one model) per CPU, and this process may use {cpus}; join a cluster with --ray-address for more"
             )
     elif cfg.ray_address not in NAMED_ADDRESSES:
-        _reachable(cfg.ray_address)
-
-
-def _reachable(address: str) -> None:
-    """Raise unless ``address`` (``HOST:PORT`` or ``ray://HOST:PORT``) accepts a TCP connection."""
-    host, _, port = address.removeprefix("ray://").rpartition(":")
-    if not host or not port.isdigit():
-        raise ValueError(f"ray_address={address!r} is not allowed; expected auto, HOST:PORT or ray://HOST:PORT")
-    try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT).close()
-    except OSError as exc:
-        raise ValueError(
-            f"ray_address={address!r} could not be reached within {CONNECT_TIMEOUT:g} s "
-            f"({exc.strerror or exc}); is the Ray head running there?"
-        ) from None
+        check_address(cfg.ray_address)
 
 
 def import_ray(cfg: Any, what: str = "the sweep") -> Any:
@@ -116,9 +102,9 @@ def connect(ray: Any, cfg: Any) -> bool:
         return False
     quiet = {"include_dashboard": False, "log_to_driver": False, "logging_level": "ERROR"}
     if cfg.ray_address:
-        ray.init(address=cfg.ray_address, **quiet)
+        quiet_init(ray, cfg.ray_address, **quiet)  # one line naming --ray-address, Ray's own kept off the terminal
     else:
-        ray.init(num_cpus=machine.usable_cpus(), **quiet)  # workers checked against it (preflight_ray)
+        quiet_init(ray, None, num_cpus=machine.usable_cpus(), **quiet)  # workers checked against it (preflight_ray)
     return True
 
 
