@@ -206,6 +206,8 @@ def per_engine_lines(ev: dict[str, Any]) -> list[str]:
         if e in recs and e != ev["question"]["engine"] and how["how"] not in ("nothing", "settings")
     ]
     said = ["", f"How the other engines read {pick['name']}:", "", *reads] if reads and pick["name"] else []
+    trades = [f"- {e}: {r['trade_off']['sentence']}" for e, r in recs.items() if r["status"] == "trade-off"]
+    said = ["", "Trade-offs:", "", *trades, *said] if trades else said
     return [
         "",
         "## Per engine",
@@ -221,7 +223,7 @@ def per_engine_lines(ev: dict[str, Any]) -> list[str]:
 def _not_run(rec: dict[str, Any]) -> str:
     """What an engine's row says when nothing is recommended: the trade-off's sentence, or no change."""
     if rec["status"] == "trade-off":
-        return f"trade-off: {rec['trade_off']['sentence']}"
+        return "trade-off (below)"
     return f"no change ({rec['status']})"
 
 
