@@ -31,7 +31,8 @@ def _results(hits: dict[str, int], cost: dict[str, float]):
     def result(name: str, task: str) -> dict:
         if task == "needles":
             logps = [-5.0] * 8 if name == BASELINE else good
-            return {"logp": sum(logps) / 8, "doc_logp": logps, "acc": 0.5, "doc_acc": [0.5] * 8, "documents_digest": "d"}
+            doc = {"acc": 0.5, "doc_acc": [0.5] * 8, "documents_digest": "d"}
+            return {"logp": sum(logps) / 8, "doc_logp": logps, **doc}
         if task == "passkey":
             h = [1] * hits[name] + [0] * (40 - hits[name])
             return {"acc": hits[name] / 40, "hits": h, "logp": -1.0, "logps": [-1.0] * 40}

@@ -14,9 +14,8 @@ from attntemp.hf.loading import load_model
 from attntemp.hf.patch import patch
 from attntemp.ops.spec import TemperatureSpec
 from attntemp.ship import comparison as C
-from attntemp.ship import engine_common
+from attntemp.ship import engine_common, remote_code
 from attntemp.ship import llamacpp_binary as llamacpp
-from attntemp.ship import remote_code
 from attntemp.ship import verify as V
 from attntemp.ship.bake import fixed_input, logits
 from attntemp.ship.engines import llamacpp as llamacpp_engine

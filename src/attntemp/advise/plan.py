@@ -25,7 +25,8 @@ PASSKEY, MULTIKEY = "passkey", "multikey"  # the retrieval axis' tasks (advise.r
 class Retrieval:
     """The retrieval axis: its task (``multikey``: ``keys`` keys per prefilled haystack, each asked
     from its cache; ``passkey``: one prompt per prefill; None: no axis), prefills per race window,
-    and why that task (with ``--retrieval-keys`` left out, a probe at L0 decides: :func:`probed`)."""
+    and why that task (with ``--retrieval-keys`` left out, a probe at L0 decides:
+    :func:`attntemp.advise.run.settle_retrieval`)."""
 
     task: str | None
     keys: int = 1
@@ -69,15 +70,15 @@ def plan_retrieval(cfg: AdviseConfig, tok: Any, trained: int) -> Retrieval:
     if cfg.retrieval_keys == 1:
         return Retrieval(PASSKEY, 1, cfg.retrieval_per_window, "--retrieval-keys 1: one passkey prompt per prefill")
     if cfg.retrieval_keys is not None:
-        if multikey.min_tokens(tok, cfg.retrieval_keys) > cfg.length:
+        if multikey.haystack_min_tokens(tok, cfg.retrieval_keys) > cfg.length:
             raise ValueError(
                 f"retrieval_keys={cfg.retrieval_keys} is not allowed at length={cfg.length}: the facts and a "
-                f"question take {multikey.min_tokens(tok, cfg.retrieval_keys)} tokens; give fewer keys"
+                f"question take {multikey.haystack_min_tokens(tok, cfg.retrieval_keys)} tokens; give fewer keys"
             )
         why = f"--retrieval-keys {cfg.retrieval_keys}: {cfg.retrieval_keys} keys per prefilled haystack"
         return Retrieval(MULTIKEY, cfg.retrieval_keys, cfg.retrieval_per_window, why)
     k = RETRIEVAL_KEYS
-    while k > 1 and multikey.min_tokens(tok, k) > trained:
+    while k > 1 and multikey.haystack_min_tokens(tok, k) > trained:
         k -= 1
     if k < 2:
         return Retrieval(PASSKEY, 1, cfg.retrieval_per_window, f"two keys do not fit the trained length {trained}")

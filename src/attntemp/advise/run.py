@@ -100,7 +100,7 @@ class Setup:
 PROBE_HAYSTACKS, PROBE_FLOOR = 2, 0.25  # haystacks no change answers at L0; the share that keeps multikey
 
 
-def probed(plan: AdvisePlan, model: Any, tctx: EvalContext, kept: Kept, count: Counter) -> Retrieval:
+def settle_retrieval(plan: AdvisePlan, model: Any, tctx: EvalContext, kept: Kept, count: Counter) -> Retrieval:
     """The retrieval axis with its task settled: as planned, or (``--retrieval-keys`` left out) by a
     probe: no change at L0 on :data:`PROBE_HAYSTACKS` haystacks of the tuning pool; multikey where it
     finds at least :data:`PROBE_FLOOR` of their keys, one passkey prompt per prefill where it cannot
@@ -126,7 +126,7 @@ def setup(plan: AdvisePlan, model: Any, store: ScoreStore) -> Setup:
     cfg, tok, count = plan.cfg, plan.tok, Counter()
     model_id = model_identity(model, cfg.model)
     ctx, tctx = contexts(plan)
-    found = probed(plan, model, tctx, Kept(store, model_id), count)
+    found = settle_retrieval(plan, model, tctx, Kept(store, model_id), count)
     if found.task:
         say(cfg, f"retrieval by generation: {found.task} ({found.why})")
     k = found.per_window  # retrieval prefills a window: block (a, b) is prefills (a k, b k)

@@ -55,7 +55,7 @@ def room(tok: Any, k: int) -> int:
     return len(_ids(tok, QUERY.format(word=longest))) + len(lead) + len(answer) + SLACK
 
 
-def min_tokens(tok: Any, k: int) -> int:
+def haystack_min_tokens(tok: Any, k: int) -> int:
     """The shortest length that holds ``k`` facts, their questions and :data:`HAYSTACK_MIN` of haystack."""
     key, longest = corpus.KEY_RANGE[1], max(WORDS[:k], key=len)
     return k * len(_ids(tok, FACT.format(word=longest, key=key))) + room(tok, k) + HAYSTACK_MIN
@@ -74,7 +74,7 @@ def build_haystack(tok: Any, hay: list[int], facts: list[tuple[str, int]], lengt
     if budget < HAYSTACK_MIN:
         raise ValueError(
             f"retrieval_keys={k} does not fit in length={length}: the facts and the longest question take "
-            f"{length - budget} tokens; give fewer keys or a longer length (at least {min_tokens(tok, k)})"
+            f"{length - budget} tokens; give fewer keys or a longer length (at least {haystack_min_tokens(tok, k)})"
         )
     depths = [(i + 0.5) / k for i in range(k)]
     cuts = [round(d * budget) for d in depths]
