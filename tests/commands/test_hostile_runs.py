@@ -110,3 +110,34 @@ def test_a_ray_that_cannot_be_joined_is_one_line_naming_the_flag(capfd):
     assert str(exc.value).startswith("ray_address='127.0.0.1:6379': Ray could not start or join the cluster (Failed")
     said = capfd.readouterr()
     assert "gcs_client" not in said.err + said.out
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["bake", "--spec", "{t}/s.json", "--out", "{t}/b"], "--out='{t}/b' is not allowed: the baked checkpoint"),
+        (["demo", "--out", "{t}/d"], "--out='{t}/d' is not allowed: baked/, the baked checkpoint"),
+        (
+            ["verify", "--engine", "llama.cpp", "--spec", "{t}/s.json", "--work-dir", "{t}/v", "--engine-dir", "{t}"],
+            "--work-dir='{t}/v' is not allowed: what verify writes there (2 float32 copies",
+        ),
+    ],
+    ids=["bake", "demo", "verify"],
+)
+def test_a_disk_too_small_for_what_is_known_is_refused_before_the_work(argv, named, tmp_path, capsys, monkeypatch):
+    """Issue 62 item 6: `demo --out <1 MiB tmpfs>/o` ran 164 s and failed at the bake, though the tiny
+    checkpoint alone (3.4 MB) could not fit; now the size known up front is checked before the work
+    (the disk here: 1 MiB free, as the tmpfs had)."""
+    import shutil
+
+    import attntemp.hf.preflight as preflight
+
+    (tmp_path / "s.json").write_text('{"multiplier": 1.1}')
+    real = shutil.disk_usage
+    monkeypatch.setattr(preflight.shutil, "disk_usage", lambda p: real(p)._replace(free=2**20))
+    before = sorted(os.listdir(tmp_path))
+    assert main([a.replace("{t}", str(tmp_path)) for a in argv]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and named.replace("{t}", str(tmp_path)) in err[0], err
+    assert "MiB, and" in err[0] and "has 1.0 MiB free" in err[0]
+    assert sorted(os.listdir(tmp_path)) == before  # nothing made, nothing left

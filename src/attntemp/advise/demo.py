@@ -29,6 +29,7 @@ from ..evaluate import corpus, distributed, multikey
 from ..evaluate.lm import answer_and_generate, first_integer
 from ..evaluate.score import score_key
 from ..evaluate.tasks import passkey_prompts
+from ..hf import preflight
 from ..hf.loading import load_model, resolve
 from ..ops.spec import TemperatureSpec
 from ..ship.bake import save_baked
@@ -218,6 +219,9 @@ def run_demo(cfg: DemoConfig) -> DemoResult:
     with outputs.claimed(cfg.out, "demo"):  # a second demo on this --out is refused before any check reads it
         check_attention_files(cfg.out)  # every file advise reads from --out, before the model loads
         plan = preflight_advise(cfg)
+        if cfg.bake:  # the baked checkpoint's size is known: the disk is checked before the long work
+            need = preflight.checkpoint_bytes(cfg.model)
+            preflight.check_space("out", cfg.out, need, f"{BAKED_DIR}/, the baked checkpoint (float32 weights)")
         if cfg.workers > 1 or cfg.ray_address is not None:
             distributed.preflight_ray(cfg)  # workers within the CPUs, the address answering as a Ray head
         return _demo(cfg, plan, t0)

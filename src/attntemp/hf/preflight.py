@@ -12,6 +12,8 @@ the backward pass), plus the weights. A run is refused when that exceeds the mem
 from __future__ import annotations
 
 import json
+import math
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -214,3 +216,45 @@ def source_folder(name: str) -> Path | None:
         return where
     cached = source.cached_config(where)
     return cached.parent if cached is not None else None
+
+
+# ----------------------------------------------------------------------------- disk space
+SPACE_MARGIN = 1.1  # what a write needs beyond its estimate (file system blocks, metadata, records)
+
+
+def _elements(path: Path) -> int:
+    """The number of tensor elements a safetensors file's header lists (checked when resolved)."""
+    with path.open("rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))
+    return sum(math.prod(t["shape"]) for k, t in header.items() if k != "__metadata__")
+
+
+def checkpoint_bytes(name: str, dtype_bytes: int = 4) -> int | None:
+    """About what a checkpoint of model ``name`` takes on disk with its weights in ``dtype_bytes``
+    per element (a bake writes float32): its tensors' elements (pickled weights: their size) and its
+    tokenizer files; None where the model is not here yet (a hub id not in the cache)."""
+    folder = source_folder(name)
+    if folder is None:
+        return None
+    total = sum(
+        _elements(f) * dtype_bytes if f.suffix == ".safetensors" else f.stat().st_size
+        for f in source.weight_files(folder, name)
+    )
+    return total + sum(p.stat().st_size for p in folder.glob("tokenizer*") if p.is_file())
+
+
+def check_space(name: str, out: str | Path, need: int | None, what: str) -> None:
+    """Raise naming ``name`` when the file system ``out`` is (or would be) on has less free space
+    than ``need`` bytes (and :data:`SPACE_MARGIN`): found before the work, not when writing."""
+    if need is None:
+        return
+    from ..utils.outputs import nearest_existing
+
+    where = nearest_existing(Path(out))
+    free = shutil.disk_usage(where).free
+    if need * SPACE_MARGIN > free:
+        raise ValueError(
+            f"{name}={str(out)!r} is not allowed: {what} needs about {need / 2**20:.1f} MiB, and {str(where)!r} "
+            f"has {free / 2**20:.1f} MiB free; free some space there, or choose a folder on another disk"
+        )

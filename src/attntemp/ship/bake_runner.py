@@ -46,6 +46,8 @@ def _bake(cfg: BakeConfig) -> BakeResult:
     install.recover(install.target(cfg.out).absolute().parent)  # D/sub/.. is D: its parent holds the staging
     keep = {"the spec file": Path(cfg.spec)} | ({"the model's own folder": source} if source else {})
     check_out_dir(Path(cfg.out), cfg.overwrite, keep, name="out")
+    space = preflight.checkpoint_bytes(cfg.model)  # the checkpoint's size is known: the disk is checked first
+    preflight.check_space("out", cfg.out, space, "the baked checkpoint (float32 weights and tokenizer)")
     config = preflight.source_config(cfg.model)
     preflight.check_spec("spec", cfg.spec, spec, config)
     _check_tokens_fit(cfg, config, spec)

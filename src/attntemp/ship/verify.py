@@ -12,6 +12,7 @@ the mean KL(attntemp || engine) per token (which must be ~0 in float32).
 
 from __future__ import annotations
 
+import tempfile
 from contextlib import nullcontext
 
 from ..hf import preflight
@@ -34,6 +35,18 @@ def check_size(cfg: VerifyConfig, spec: TemperatureSpec) -> None:
         preflight.check_forward("length", length, config, cfg.chunks, length)
 
 
+def check_work_space(cfg: VerifyConfig) -> None:
+    """The work folder's disk holds what verify writes there: a float32 GGUF beside a baked float32
+    checkpoint for llama.cpp (two copies of the weights), a baked checkpoint for vLLM."""
+    need = preflight.checkpoint_bytes(cfg.model)
+    if need is None:
+        return
+    copies = 2 if cfg.engine == "llama.cpp" else 1
+    where, name = (cfg.work_dir, "work_dir") if cfg.work_dir else (tempfile.gettempdir(), "TMPDIR")
+    what = f"what verify writes there ({copies} float32 copies of the weights)"
+    preflight.check_space(name, where, copies * need, what)
+
+
 def run_verify(cfg: VerifyConfig) -> VerifyResult:
     """Load the spec, check the work folder and the sizes, then the engine's own verify (see the module doc)."""
     spec = TemperatureSpec.load(cfg.spec)
@@ -42,6 +55,7 @@ def run_verify(cfg: VerifyConfig) -> VerifyResult:
     with claim:  # --work-dir locked, then checked again: a second verify there is refused at once
         check_work_dir(cfg.work_dir)
         check_size(cfg, spec)
+        check_work_space(cfg)
         engine = ENGINES[cfg.engine].verify
         assert engine is not None  # VerifyConfig takes verified engines only
         return engine(cfg, spec)
