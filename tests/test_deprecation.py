@@ -1,6 +1,6 @@
 """0.3.0 removed every alias that 0.2.0 kept for one minor release (the old names and the old
 module paths): importing one fails, and CHANGELOG.md names each with its replacement. What still
-warns is an old spelling (utils.deprecation.REMOVAL; advise's ``--check-length``: tests/utils)."""
+warns is an old spelling (utils.options.REMOVAL; advise's ``--check-length``: tests/utils)."""
 
 from __future__ import annotations
 

@@ -6,8 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from attntemp.utils.deprecation import REMOVAL
-from attntemp.utils.options import add_options, from_args, ints, option
+from attntemp.utils.options import REMOVAL, add_options, from_args, ints, option
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -42,7 +42,7 @@ from ..ops.rope.factors import init_factors, longrope_parameters
 from ..ops.rope.scalings import rope_at_scale
 from ..ops.schedules import yarn_multiplier
 from ..ops.spec import TemperatureSpec
-from ..utils import deprecation
+from ..utils import options
 
 SOFT = 0.9  # the softening multiplier raced (T = 1.11)
 SHARP = 1.1  # the sharpening multiplier raced at or below the trained length
@@ -86,7 +86,7 @@ def scale_of(s: float, trained: int, name: str) -> float:
     is the length they took before (N, as in ``candidates(512, 256)``), read as such with a
     DeprecationWarning (no model is extended to L0 squared)."""
     if s >= trained > 1:
-        deprecation.warn(f"{name}(length, trained, ...)", f"{name}(length / trained, trained, ...)", stacklevel=4)
+        options.deprecated(f"{name}(length, trained, ...)", f"{name}(length / trained, trained, ...)", stacklevel=4)
         return s / trained
     return float(s)
 

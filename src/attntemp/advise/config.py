@@ -13,7 +13,7 @@ from ..evaluate.corpus import HELDOUT_FOR_STDLIB
 from ..evaluate.sweep.config import SweepConfig
 from ..evaluate.task_base import MAX_NEEDLES, EvalOptions
 from ..ship.engines import ENGINE_NAMES
-from ..utils import checks, deprecation, options, outputs
+from ..utils import checks, options, outputs
 from ..utils.options import option, reuse
 
 REFERENCE_ENGINE = "transformers"  # the engine whose reading defines what a spec means
@@ -140,7 +140,7 @@ class AdviseConfig(EvalOptions):
                 "no candidate could leave the race before its windows run out"
             )
         if self.check_length is not None:
-            deprecation.warn("AdviseConfig(check_length=...)", "check_lengths=(n,), or () for none", stacklevel=4)
+            options.deprecated("AdviseConfig(check_length=...)", "check_lengths=(n,), or () for none", stacklevel=4)
             object.__setattr__(self, "check_lengths", (self.check_length,) if self.check_length else ())
             object.__setattr__(self, "check_length", None)
         if self.check_lengths == (0,):

@@ -20,10 +20,10 @@ from typing import Any
 
 CONNECT_TIMEOUT = 5.0  # seconds to reach --ray-address before giving up (Ray itself retries for minutes)
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # + an empty SETTINGS
-SETTINGS = 0x04  # the HTTP/2 frame type a gRPC server answers the preface with
+SETTINGS_FRAME = 0x04  # the HTTP/2 frame type a gRPC server answers the preface with
 
 
-def split(address: str) -> tuple[str, int]:
+def host_and_port(address: str) -> tuple[str, int]:
     """``HOST:PORT`` or ``ray://HOST:PORT`` as (host, port); a ValueError naming ``ray_address`` else."""
     host, _, port = address.removeprefix("ray://").rpartition(":")
     if not host or not port.isdigit():
@@ -34,7 +34,7 @@ def split(address: str) -> tuple[str, int]:
 def check_address(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
     """Raise unless ``address`` accepts a TCP connection and answers as a gRPC server (a Ray head)
     within ``timeout`` seconds."""
-    host, port = split(address)
+    host, port = host_and_port(address)
     try:
         sock = socket.create_connection((host, port), timeout=timeout)
     except OSError as exc:
@@ -48,7 +48,7 @@ def check_address(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
             frame: bytes | None = sock.recv(9)
         except OSError:  # a timeout, or the other end closed on the preface
             frame = None
-    if not frame or len(frame) < 4 or frame[3] != SETTINGS:
+    if not frame or len(frame) < 4 or frame[3] != SETTINGS_FRAME:
         how = "did not answer" if not frame else "answered"
         raise ValueError(
             f"ray_address={address!r} is not allowed: it accepts connections but {how} as a Ray head does (gRPC) "

@@ -41,7 +41,7 @@ def check_work_space(cfg: VerifyConfig) -> None:
     need = preflight.checkpoint_bytes(cfg.model)
     if need is None:
         return
-    copies = 2 if cfg.engine == "llama.cpp" else 1
+    copies = ENGINES[cfg.engine].verify_copies
     where, name = (cfg.work_dir, "work_dir") if cfg.work_dir else (tempfile.gettempdir(), "TMPDIR")
     what = f"what verify writes there ({copies} float32 copies of the weights)"
     preflight.check_space(name, where, copies * need, what)

@@ -25,6 +25,19 @@ from typing import Any, TypeVar
 
 from . import checks
 
+# Since 0.3.0 no renamed name or moved module path is kept as an alias (CHANGELOG.md lists each with
+# its replacement); what still warns is a spelling: advise's hidden ``--check-length`` (OldSpelling),
+# ``AdviseConfig(check_length=...)`` and the advise candidates' old ``(length, trained)`` call form.
+REMOVAL = "0.4.0"  # the release that removes the old spellings above
+
+
+def deprecated(old: str, new: str, stacklevel: int = 3) -> None:
+    """The one warning every old spelling gives: what replaces it and the release that removes it."""
+    import warnings
+
+    warnings.warn(f"{old} is deprecated; use {new} (removed in {REMOVAL})", DeprecationWarning, stacklevel=stacklevel)
+
+
 Parser = Callable[[str], Any]
 T = TypeVar("T")
 _SAME: Any = object()  # reuse: keep the field's own default
@@ -176,7 +189,7 @@ class NewSpelling(argparse._StoreAction):
 
 class OldSpelling(argparse.Action):
     """A flag's old spelling: stores the value under the new flag's field; the line on stderr saying
-    that the old spelling is deprecated (removed in the release ``utils.deprecation`` names) comes
+    that the old spelling is deprecated (removed in the release :data:`REMOVAL` names) comes
     when the config is built (:func:`given`), so a refusal of both spellings together
     (:class:`NewSpelling`) is the only line."""
 
@@ -185,8 +198,6 @@ class OldSpelling(argparse.Action):
         self.new = new
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option_string: Any = None):
-        from .deprecation import REMOVAL
-
         spelled = getattr(namespace, SPELLED, {})
         if hasattr(namespace, self.dest) and self.dest not in spelled:  # the new spelling came first
             _both(parser, option_string, values, self.new, getattr(namespace, self.dest))

@@ -21,7 +21,7 @@ from typing import Any
 
 from ...assets import configs_path, shipped_configs
 from ...ops import attention_config
-from ...ops.geometry import config_dict
+from ...ops.geometry import config_dict, stated_context
 from ...utils import checks
 from ...utils.tables import markdown_table
 from ..config import AuditConfig
@@ -135,7 +135,7 @@ def run_audit(cfg: AuditConfig) -> AuditResult:
 def past_context(config: dict[str, Any], positions: tuple[int, ...]) -> list[str]:
     """A note when ``positions`` reach past the context the config is set up for
     (``max_position_embeddings``): the figures there are the formula's, at a length no engine serves."""
-    most = config_dict(config).get("max_position_embeddings")
+    most = stated_context(config_dict(config))
     past = [p for p in positions if isinstance(most, int) and p >= most]
     if not past:
         return []

@@ -163,6 +163,7 @@ class Engine:
     spec_to_bake: Callable[[TemperatureSpec, dict[str, dict[str, Any]] | None], TemperatureSpec] | None = None
     reads_back: Callable[[ExportResult, Handed], Handed] | None = None
     check_readings: Callable[[str | None], dict[str, Any]] | None = None
+    verify_copies: int = 1  # float32 copies of the weights verify writes (llama.cpp: a checkpoint and its GGUF)
 
     def to_bake(self, spec: TemperatureSpec, config: dict[str, Any] | None) -> TemperatureSpec:
         """The spec to bake for this engine on the model of ``config``: ``spec`` itself, or its

@@ -405,4 +405,5 @@ ENGINE = Engine(
     spec_to_bake=spec_to_bake,
     reads_back=handed_to_llamacpp,
     check_readings=in_llamacpp.check_llamacpp_installed,
+    verify_copies=2,
 )
