@@ -139,6 +139,11 @@ class AdviseConfig(EvalOptions):
                 f"min_windows={self.min_windows} is not allowed; expected at most race_windows={self.race_windows}: "
                 "no candidate could leave the race before its windows run out"
             )
+        if self.check_length is not None and self.check_lengths is not None:
+            raise ValueError(
+                f"check_length={self.check_length!r} is not allowed with check_lengths={self.check_lengths!r}: "
+                "give check_lengths alone (check_length is its old spelling)"
+            )
         if self.check_length is not None:
             options.deprecated("AdviseConfig(check_length=...)", "check_lengths=(n,), or () for none", stacklevel=4)
             object.__setattr__(self, "check_lengths", (self.check_length,) if self.check_length else ())

@@ -59,19 +59,23 @@ class AdviseResult:
 def run_advise(cfg: AdviseConfig, model: Any = None, tok: Any = None) -> AdviseResult | status.AdviseStatus:
     """Check everything (:func:`preflight_advise`), then diagnose, race, confirm and recommend;
     the evidence, the report and the recommended spec written to ``cfg.out``. With ``cfg.status``:
-    where such a run stands, read from its store (:mod:`.status`)."""
-    plan = preflight_advise(cfg, model, tok)
+    where such a run stands, read from its store (:mod:`.status`). ``cfg.out`` is locked before
+    any check reads it (``--status`` writes nothing: no lock), held to the last write."""
     if cfg.status:
+        plan = preflight_advise(cfg, model, tok)
         return advise_status(plan, model if model is not None else load_model(cfg.model, **cfg.load_args())[0])
-    if cfg.workers > 1 or cfg.ray_address is not None:
-        distributed.preflight_ray(cfg)  # workers within the CPUs, the address answering: before any work
-    with outputs.output_folder(
-        cfg.out, replace=cfg.own_outputs() if cfg.overwrite else (), writer="advise", own=cfg.own_outputs()
-    ) as out:
-        if model is None:
-            model, _ = load_model(cfg.model, **cfg.load_args())
-        with distributed.scoring_on_ray(cfg):  # --workers/--ray-address: the forwards on Ray workers
-            return write_advice(advise(plan, model, out), out)
+    with outputs.claimed(cfg.out, "advise"):
+        diagnose.check_attention_files(cfg.out)  # every file advise reads from --out, before the model loads
+        plan = preflight_advise(cfg, model, tok)
+        if cfg.workers > 1 or cfg.ray_address is not None:
+            distributed.preflight_ray(cfg)  # workers within the CPUs, the address answering: before any work
+        with outputs.output_folder(
+            cfg.out, replace=cfg.own_outputs() if cfg.overwrite else (), writer="advise", own=cfg.own_outputs()
+        ) as out:
+            if model is None:
+                model, _ = load_model(cfg.model, **cfg.load_args())
+            with distributed.scoring_on_ray(cfg):  # --workers/--ray-address: the forwards on Ray workers
+                return write_advice(advise(plan, model, out), out)
 
 
 def contexts(plan: AdvisePlan) -> tuple[EvalContext, EvalContext]:

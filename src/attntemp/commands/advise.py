@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from contextlib import nullcontext
 
 from ..advise.config import AdviseConfig
-from ..utils import outputs
 from ..utils.options import add_options, from_args
 from . import command_help
 from .output import emit
@@ -22,15 +20,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..advise.diagnose import check_attention_files
     from ..advise.run import run_advise
     from ..advise.status import AdviseStatus
 
-    cfg = from_args(AdviseConfig, args)
-    # --out locked before any check reads it (--status writes nothing: no lock), held to the last write
-    with nullcontext() if cfg.status else outputs.claimed(cfg.out, "advise"):
-        check_attention_files(cfg.out)  # every file advise reads from --out, before the model loads
-        result = run_advise(cfg)
+    result = run_advise(from_args(AdviseConfig, args))  # --out locked there before any check reads it
     if isinstance(result, AdviseStatus):
         emit(args, result.markdown(), result.to_dict())
         return 0
