@@ -17,7 +17,6 @@ the question) rotate with slightly different bases, and the two paths can differ
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,8 +26,8 @@ import torch
 from ..hf.patch import batch_multipliers
 from . import corpus
 from .lm import answer_and_generate, first_integer, prefill
-from .needles import FACT, HAYSTACK_MIN, QUERY, WORDS, answer_ids, haystack_ids
-from .task_base import MAX_NEEDLES, EvalContext, Metric, Task, digest_of
+from .needles import FACT, HAYSTACK_MIN, QUERY, WORDS, answer_ids, drawn, hide_facts
+from .task_base import EvalContext, Metric, Task, digest_of
 
 SLACK = 2  # tokens generated past the answer's length: enough to see the integer end where the key ends
 
@@ -76,31 +75,13 @@ def build_haystack(tok: Any, hay: list[int], facts: list[tuple[str, int]], lengt
             f"retrieval_keys={k} does not fit in length={length}: the facts and the longest question take "
             f"{length - budget} tokens; give fewer keys or a longer length (at least {haystack_min_tokens(tok, k)})"
         )
-    depths = [(i + 0.5) / k for i in range(k)]
-    cuts = [round(d * budget) for d in depths]
-    ids: list[int] = []
-    for i, (a, b) in enumerate(zip([0, *cuts[:-1]], cuts, strict=True)):
-        ids += hay[a:b] + fact_ids[i]
-    ids += hay[cuts[-1] : budget]
+    ids, depths = hide_facts(hay, fact_ids, budget)
     return Haystack(ids, questions, answers, [key for _, key in facts], depths)
 
 
 def haystacks(tok: Any, length: int, ctx: EvalContext) -> list[Haystack]:
-    """``ctx.n_docs`` haystacks of ``ctx.needles_k`` keys each (the haystack text, else the
-    held-out documents), each from a seeded offset, keys and words."""
-    hay_docs = list(ctx.haystack) or corpus.split(list(ctx.docs), "heldout")
-    if not hay_docs:
-        raise ValueError(f"no haystack document for length={length}: give --gutenberg or a text")
-    k = ctx.needles_k
-    if k > MAX_NEEDLES:
-        raise ValueError(f"retrieval_keys={k} is not allowed; expected at most {MAX_NEEDLES}")
-    rng = random.Random(ctx.seed)
-    out = []
-    for d in range(ctx.n_docs):
-        hay = haystack_ids(tok, hay_docs, d, length, rng)
-        facts = [(w, rng.randint(*corpus.KEY_RANGE)) for w in rng.sample(WORDS, k)]
-        out.append(build_haystack(tok, hay, facts, length))
-    return out
+    """``ctx.n_docs`` haystacks of ``ctx.needles_k`` keys each (:func:`attntemp.evaluate.needles.drawn`)."""
+    return [build_haystack(tok, hay, facts, length) for hay, facts, _ in drawn(tok, length, ctx, "retrieval_keys")]
 
 
 def _found(tok: Any, gen: torch.Tensor, key: int) -> float:

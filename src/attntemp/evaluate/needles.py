@@ -13,6 +13,7 @@ not independent, so intervals resample documents (one document = one forward = k
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -70,6 +71,33 @@ def min_tokens(tok: Any, k: int) -> int:
     return fixed_tokens(tok, k) + HAYSTACK_MIN
 
 
+def hide_facts(hay: list[int], fact_ids: list[list[int]], budget: int) -> tuple[list[int], list[float]]:
+    """``(ids, depths)``: the first ``budget`` ids of ``hay`` with fact i at depth (i + 1/2) / k."""
+    k = len(fact_ids)
+    depths = [(i + 0.5) / k for i in range(k)]
+    cuts = [round(d * budget) for d in depths]
+    ids: list[int] = []
+    for i, (a, b) in enumerate(zip([0, *cuts[:-1]], cuts, strict=True)):
+        ids += hay[a:b] + fact_ids[i]
+    return ids + hay[cuts[-1] : budget], depths
+
+
+def drawn(tok: Any, length: int, ctx: EvalContext, flag: str) -> Iterator[tuple[list[int], list[tuple[str, int]], Any]]:
+    """``(haystack ids, facts, rng)`` for each of ``ctx.n_docs`` documents: the haystack text (else
+    the held-out documents) from a seeded offset, ``ctx.needles_k`` distinct words with their keys
+    (``flag``: the option that sets k, named when it is too many)."""
+    hay_docs = list(ctx.haystack) or corpus.split(list(ctx.docs), "heldout")
+    if not hay_docs:
+        raise ValueError(f"no haystack document for length={length}: give --gutenberg or a text")
+    k = ctx.needles_k
+    if k > MAX_NEEDLES:
+        raise ValueError(f"{flag}={k} is not allowed; expected at most {MAX_NEEDLES}")
+    rng = random.Random(ctx.seed)
+    for d in range(ctx.n_docs):
+        hay = haystack_ids(tok, hay_docs, d, length, rng)
+        yield hay, [(w, rng.randint(*corpus.KEY_RANGE)) for w in rng.sample(WORDS, k)], rng
+
+
 def build_document(tok: Any, hay: list[int], facts: list[tuple[str, int]], length: int, rng: random.Random):
     """A :class:`NeedleDocument` of exactly ``length`` ids: ``hay`` (at least long enough) cut to
     fit, fact i at depth (i + 1/2) / k, then the questions in a shuffled order, each answered."""
@@ -90,12 +118,7 @@ def build_document(tok: Any, hay: list[int], facts: list[tuple[str, int]], lengt
             f"needles_per_forward={k} does not fit in length={length}: its facts and questions take "
             f"{length - budget} tokens; give fewer needles or a longer length (at least {min_tokens(tok, k)})"
         )
-    depths = [(i + 0.5) / k for i in range(k)]
-    cuts = [round(d * budget) for d in depths]
-    ids: list[int] = []
-    for i, (a, b) in enumerate(zip([0, *cuts[:-1]], cuts, strict=True)):
-        ids += hay[a:b] + fact_ids[i]
-    ids += hay[cuts[-1] : budget]
+    ids, depths = hide_facts(hay, fact_ids, budget)
     offset = len(ids)
     ids += tail
     answers = [[offset + p - 1 for p in spans[i]] for i in range(k)]  # a token is predicted one position earlier
@@ -103,21 +126,11 @@ def build_document(tok: Any, hay: list[int], facts: list[tuple[str, int]], lengt
 
 
 def documents(tok: Any, length: int, ctx: EvalContext) -> list[NeedleDocument]:
-    """``ctx.n_docs`` documents of ``ctx.needles_per_forward`` needles each, on the haystack
-    (``ctx.haystack``, else the held-out documents), each from a seeded offset, keys and words."""
-    hay_docs = list(ctx.haystack) or corpus.split(list(ctx.docs), "heldout")
-    if not hay_docs:
-        raise ValueError(f"no haystack document for length={length}: give --gutenberg or a text")
-    rng = random.Random(ctx.seed)
-    k = ctx.needles_k
-    if k > MAX_NEEDLES:
-        raise ValueError(f"needles_per_forward={k} is not allowed; expected at most {MAX_NEEDLES}")
-    out = []
-    for d in range(ctx.n_docs):
-        hay = haystack_ids(tok, hay_docs, d, length, rng)
-        facts = [(w, rng.randint(*corpus.KEY_RANGE)) for w in rng.sample(WORDS, k)]
-        out.append(build_document(tok, hay, facts, length, rng))
-    return out
+    """``ctx.n_docs`` documents of ``ctx.needles_per_forward`` needles each (:func:`drawn`)."""
+    return [
+        build_document(tok, hay, facts, length, rng)
+        for hay, facts, rng in drawn(tok, length, ctx, "needles_per_forward")
+    ]
 
 
 def haystack_ids(tok: Any, docs: list[corpus.Document], d: int, length: int, rng: random.Random) -> list[int]:
