@@ -35,7 +35,7 @@ def test_fast_batches_stay_quiet_and_slow_ones_are_said(monkeypatch, capsys):
 
 def test_the_cost_line_says_rows_seconds_a_row_and_the_total_before_the_race():
     """12 candidates, 4 race windows of 1 objective row and 2 passkey prefills, 3 documents and 5
-    prompts to confirm: 144 race rows, 96 confirmation rows; at 2 s a row (the diagnosis's), 0.1 h."""
+    prompts to confirm: 144 race rows, 96 confirmation rows; at 2 s a row (the diagnosis's), 8 min."""
     from types import SimpleNamespace
 
     from attntemp.advise.plan import Retrieval
@@ -47,7 +47,7 @@ def test_the_cost_line_says_rows_seconds_a_row_and_the_total_before_the_race():
     assert "no row at that length timed yet" in status.cost_line(plan, 12, count)
     count.add("diagnosis", [Result(None, "key_tokens", 512, {}, "k", 4.0, False, 2)])
     line = status.cost_line(plan, 12, count)
-    assert line.startswith("plan: at most 144 race rows and 96 confirmation rows at 512 tokens, 2.0 s a row")
-    assert "at most 0.1 h" in line and "--budget" in line and "--workers" in line
+    assert line.startswith("plan: at most 144 race rows and 96 confirmation rows at 512 tokens, 2 s a row")
+    assert "at most 8 min" in line and "--budget" in line and "--workers" in line
     multikey = SimpleNamespace(cfg=cfg, retrieval=Retrieval("multikey", 8, 1))
     assert status.planned_rows(multikey, 12) == (96, 12 * (3 + 1))  # 5 keys: one haystack of 8

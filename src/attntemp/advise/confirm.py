@@ -298,8 +298,11 @@ def trade_off(
     cheap = min(rows, key=lambda r: r[2]["value"] if r[2] else float("inf"), default=None)
 
     def told(r) -> str:
-        found = _signed(r[1]) if r[1] and "value" in r[1] else "not measured" if retrieval is None else "itself"
-        return f"{r[0]} (keys found against YaRN's default {found}; cost below L0 {_ratio(r[2]) if r[2] else '-'})"
+        cost = f"cost below L0 {_ratio(r[2]) if r[2] else '-'}"
+        if r[1] and "value" in r[1]:
+            return f"{r[0]} (keys found against YaRN's default {_signed(r[1])}; {cost})"
+        what = "no retrieval measured" if retrieval is None else "YaRN's default itself"
+        return f"{r[0]} ({what}; {cost})"
 
     sentence = (
         f"Nothing {engine} carries both finds as many keys as YaRN's default and stays within the {limit:.0%} "

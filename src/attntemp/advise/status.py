@@ -100,9 +100,10 @@ def cost_line(plan: AdvisePlan, candidates: int, count: Counter) -> str:
     said = f"plan: at most {race_rows} race rows and {confirm_rows} confirmation rows at {cfg.length} tokens"
     if each is None:
         return said + " (no row at that length timed yet)"
-    hours = (race_rows + confirm_rows) * each / 3600 / max(1, cfg.workers)
+    total = (race_rows + confirm_rows) * each / max(1, cfg.workers)
+    took = f"{total / 3600:.1f} h" if total >= 3600 else f"{total / 60:.0f} min" if total >= 60 else f"{total:.0f} s"
     return (
-        f"{said}, {each:.1f} s a row here (the diagnosis's), at most {hours:.1f} h"
+        f"{said}, {each:.2g} s a row here (the diagnosis's), at most {took}"
         + (f" on {cfg.workers} workers" if cfg.workers > 1 else "")
         + "; the race usually stops far sooner; --budget ROWS caps the race, --workers K shares the rows out"
     )
