@@ -63,7 +63,8 @@ def median_interval(x: list[float], resamples: int = 2000, seed: int = 0) -> dic
 
 
 def machine() -> dict[str, object]:
-    """The CPU (model name, AVX-512 or not) and the load average when the figures were taken."""
+    """The CPU (model name; AVX-512, its bfloat16 instructions and AMX or not) and the load average
+    when the figures were taken."""
     cpu = "unknown"
     flags = ""
     with open("/proc/cpuinfo") as f:
@@ -72,7 +73,13 @@ def machine() -> dict[str, object]:
                 cpu = line.split(":", 1)[1].strip()
             if line.startswith("flags") and not flags:
                 flags = line
-    return {"cpu": cpu, "avx512f": " avx512f" in flags, "cores": os.cpu_count(), "load_average": os.getloadavg()}
+    has = set(flags.split(":", 1)[-1].split())
+    return {
+        "cpu": cpu,
+        **{f: f in has for f in ("avx512f", "avx512_bf16", "amx_bf16")},
+        "cores": os.cpu_count(),
+        "load_average": os.getloadavg(),
+    }
 
 
 def peak_rss_bytes() -> int:

@@ -8,6 +8,7 @@
 # there, or give it `--engine-dir`. The sdist's convert_hf_to_gguf.py (with its own gguf-py) is
 # under src/. Needs cmake, ninja, a C++ compiler and pip. The build runs under `nice -n 15` with
 # JOBS jobs (default 2): a shared 2-core machine takes about half an hour.
+case "${1:-}" in -h | --help) sed -n '2,/^set /s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 set -euo pipefail
 VERSION="${1:-11434.0.0}"
 JOBS="${JOBS:-2}"

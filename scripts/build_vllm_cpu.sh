@@ -6,6 +6,7 @@
 #   bash scripts/build_vllm_cpu.sh [VERSION]     # default 0.32.0
 #
 # Result: ~/.cache/attntemp/engines/vllm-cpu-VERSION/bin/python
+case "${1:-}" in -h | --help) sed -n '2,/^set /s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 set -euo pipefail
 VERSION="${1:-0.32.0}"
 ROOT="${ATTNTEMP_ENGINES:-$HOME/.cache/attntemp/engines}/vllm-cpu-$VERSION"

@@ -3,6 +3,7 @@
 #   bash scripts/experiments_tiny.sh [OUT]
 # 1. the multiplier sweep (16 documents per point, intervals and paired comparisons in its table);
 # 2. every tuning method tuned at 4x, checked on other documents and at 1x and 8x (scripts/trust_table.py).
+case "${1:-}" in -h | --help) sed -n '2,/^set /s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 set -euo pipefail
 OUT=${1:-runs/tiny}
 AT=${ATTNTEMP:-attntemp}

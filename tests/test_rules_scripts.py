@@ -1,21 +1,22 @@
 """Rules for ``scripts/`` and ``benchmarks/``: their flags come from config dataclasses through the
 package's options (:func:`attntemp.utils.options.from_argv`, built by ``add_options``; a shared
 flag's help is the package field's, :func:`attntemp.utils.options.reuse`), never declared by hand;
-each answers ``--help``; and each command line the docs, READMEs and docstrings show still parses
-(parsed only: no workload runs, see ``tests/scripts/run_entries.py``)."""
+each answers ``--help`` (the shell scripts too, doing nothing else); and each command line the
+docs, READMEs and docstrings show still parses (parsed only: no workload runs, see
+``tests/scripts/run_entries.py``; the smallest case of each runs in ``tests/benchmarks`` and
+``tests/scripts/test_script_runs.py``)."""
 
 import ast
 import json
+import os
 import re
 import shlex
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from runnable import ROOT, entries, sources
 
-ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = ("scripts", "benchmarks")
 # the one script allowed its own argparse flags, and why
 BY_HAND = {"scripts/vllm_logprobs.py": "it runs in vLLM's own virtual environment, which cannot import attntemp"}
 # where command lines of the scripts are shown
@@ -26,15 +27,7 @@ INVOCATION = re.compile(
     rf"(?P<flags>(?:\s+\[?--[\w-]+(?:(?:=|\s+)(?![-\[]){_VALUE})?\]?)*)"
 )
 PLACEHOLDER = re.compile(r"^(?:[A-Z]+|\{\w+\})$")  # DIR, N, K, {seed}: any value parses
-
-
-def sources() -> list[Path]:
-    return sorted(p for folder in FOLDERS for p in (ROOT / folder).glob("*.py"))
-
-
-def entries() -> list[str]:
-    """The runnable files (those with a ``__main__`` block), relative to the repository."""
-    return [str(p.relative_to(ROOT)) for p in sources() if '__name__ == "__main__"' in p.read_text()]
+DOCSTRING_END = re.compile(r'^[ \t]*(?:"""|\'\'\')[ \t]*$', re.MULTILINE)  # a line of closing quotes
 
 
 def flags_by_hand(source: str) -> list[int]:
@@ -61,12 +54,14 @@ def shown_command_lines(text: str) -> list[tuple[str, list[str]]]:
     """``(path, argv)`` for each command line of a script in ``text``: with its flags, or run
     with ``python`` and none. Optional flags (``[--x N]``) count; placeholders become ``1``."""
     text = text.replace("\\\\\n", " ").replace("\\\n", " ")  # continued lines (also inside a string)
+    text = DOCSTRING_END.sub("`", text)  # closing quotes end a command line (a code span's end), no value
     found = []
     for m in INVOCATION.finditer(text):
         if not (m["flags"].strip() or m["python"]):
             continue  # a script named in prose
-        argv = [t.strip("[]") for t in shlex.split(m["flags"])]
-        found.append((m["path"], ["1" if PLACEHOLDER.match(t) else t for t in argv if t]))
+        # a lone bracket is dropped; a quoted empty value ('') is kept
+        argv = [t.strip("[]") for t in shlex.split(m["flags"]) if t.strip("[]") or not t]
+        found.append((m["path"], ["1" if PLACEHOLDER.match(t) else t for t in argv]))
     return found
 
 
@@ -83,11 +78,15 @@ def test_command_lines_are_read_from_the_docs():
     got = shown_command_lines(
         'run `python scripts/a.py --out DIR [--lengths 1,2] --only "x y"`; see scripts/b.py, '
         "python benchmarks/c.py > log &\n$PY scripts/d.py --checks 256,2048 \\\n  --seed {seed}"
+        "\npython benchmarks/e.py --cases '' --k 2"
+        '\n    python scripts/f.py --check\n    """\nimport os'
     )
     assert got == [
         ("scripts/a.py", ["--out", "1", "--lengths", "1,2", "--only", "x y"]),
         ("benchmarks/c.py", []),
         ("scripts/d.py", ["--checks", "256,2048", "--seed", "1"]),
+        ("benchmarks/e.py", ["--cases", "", "--k", "2"]),
+        ("scripts/f.py", ["--check"]),  # a docstring's closing quotes are not an empty value
     ]
     shown = documented()
     assert len(shown) > 40 and {p for p, _ in shown} <= set(entries())
@@ -120,3 +119,18 @@ def test_every_script_and_benchmark_answers_help(ran, path):
 def test_every_documented_command_line_parses(ran, path, argv):
     result = ran[path, tuple(argv)]
     assert result["parsed"], result
+
+
+SHELL = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "scripts").glob("*.sh"))
+
+
+@pytest.mark.parametrize("path", SHELL)
+def test_every_shell_script_answers_help_and_does_nothing_else(path, tmp_path):
+    """Its header, usage line included; with every tool it would call set to ``false`` and its
+    folders in ``tmp_path``, a script that went on past ``--help`` would fail or leave files."""
+    tools = {k: "false" for k in ("ATTNTEMP", "PYTHON", "PIP")}
+    env = {**os.environ, **tools, "HOME": str(tmp_path), "ATTNTEMP_ENGINES": str(tmp_path / "engines")}
+    argv = ["bash", str(ROOT / path), "--help"]
+    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0 and f"bash {path}" in done.stdout, done
+    assert not list(tmp_path.iterdir()), "--help made files"

@@ -1,0 +1,179 @@
+"""Every benchmark in ``benchmarks/`` runs its smallest case (the shipped tiny model or the smallest
+shape, one length, one repeat, one thread), as ``python benchmarks/NAME.py ARGS`` in a fresh
+interpreter, and prints the JSON its docstring describes: each value parsed and checked for what
+the benchmark measures (the same decision, the same scores, the lengths asked for), so a benchmark
+that stops running, or runs something else, fails the day it does. The modules without a
+``__main__`` (``_harness.py``, the plumbing they share; ``retrieval_cost.py``, advise_cost's
+retrieval case) run through the benchmarks that import them (:data:`HELPERS`).
+
+The runs are ``slow`` (5-60 s each on 2 busy cores: a fresh interpreter imports torch, several
+spawn children or start Ray); ``.ci/run`` runs them (``pytest -m slow tests/benchmarks``). The
+rule that every benchmark has a case here is in the default suite."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from runnable import ROOT, entries, run_json, sources
+
+from attntemp.ship.engines import ENGINE_NAMES
+
+
+def _positive(x: Any) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x) and x > 0
+
+
+def advise_cost(values: list[dict]) -> None:
+    row, retrieval = values  # the scoring row's case, then the retrieval case (retrieval_cost.py)
+    assert (row["benchmark"], row["model"], row["length"]) == ("advise_cost", "tiny", 512)
+    assert row["kept_positions"] > 0 and all(_positive(row["key_ppl"][k]) for k in ("old", "new"))
+    assert row["goals"]["scores_within_tolerance"] == (row["key_ppl_rel_diff"] <= row["tolerance"])
+    assert set(row["peak_extra_bytes"]) == {"old", "new"}
+    assert (retrieval["case"], retrieval["length"], retrieval["keys_per_haystack"]) == ("retrieval", 512, 4)
+    assert retrieval["same_answers"] == 4 and all(_positive(v) for v in retrieval["trials_per_second"].values())
+
+
+def advise_racing(values: list[dict]) -> None:
+    (row,) = values  # one length: 2x the tiny model's 256
+    assert (row["benchmark"], row["length"], row["windows"]) == ("advise_racing", 512, 4)
+    racing, exhaustive = row["racing"], row["exhaustive"]
+    assert set(racing["picks"]) == set(exhaustive["picks"]) == set(row["engines"]) == set(ENGINE_NAMES)
+    assert all(racing["picks"].values()) and all(exhaustive["picks"].values())
+    assert 0 < row["forwards_racing"] <= row["forwards_exhaustive"]
+    assert row["ratio"] == round(row["forwards_racing"] / row["forwards_exhaustive"], 4)
+    same = racing["survivors"] == exhaustive["survivors"] and racing["picks"] == exhaustive["picks"]
+    assert row["same_decision"] is same
+    assert row["machine"]["cores"] >= 1
+
+
+def attention(values: list[dict]) -> None:
+    (out,) = values
+    (res,) = out["results"]
+    assert res["L"] == 256 and all(_positive(t) for t in res["seconds"].values())
+    assert set(res["seconds"]) == {"plain_sdpa", "tempered_sdpa", "reference"}
+
+
+def cli_help(values: list[dict]) -> None:
+    (out,) = values
+    (res,) = out["results"]
+    assert res["command"] == "top" and out["repeats"] == 1
+    assert all(_positive(res["seconds"][k]["median"]) for k in ("cli_help", "bare_python", "import_torch"))
+
+
+def forward_breakdown(values: list[dict]) -> None:
+    *runs, out = values  # a line per timed forward, then the summary
+    assert [(r["dtype"], r["L"]) for r in runs] == [("float32", 512), ("bfloat16", 512)]
+    for r in runs:
+        assert math.isclose(sum(p["share"] for p in r["parts"].values()), 1.0, rel_tol=1e-6)
+    (res,) = out["results"]
+    assert out["benchmark"] == "forward_breakdown" and res["L"] == 512 and "bfloat16_over_float32_total" in res
+
+
+def gradient_step(values: list[dict]) -> None:
+    (out,) = values
+    assert out["model"] == "tiny" and set(out["512"]) >= {"forward_s", "step_s", "step_peak_extra_gib"}
+
+
+def long_context(values: list[dict]) -> None:
+    (out,) = values
+    assert out["model"] == "tiny" and out["dtype"] == "float32" and _positive(out["512"]["peak_rss_gib"])
+
+
+def measure(values: list[dict]) -> None:
+    (out,) = values
+    assert out["L"] == 512 and all(_positive(t) for t in out["seconds"].values())
+    assert _positive(out["stats_over_sdpa"]["median"]) and set(out["peak_extra_MiB"]) == {"plain_sdpa", "stats"}
+
+
+def model_overhead(values: list[dict]) -> None:
+    (out,) = values
+    assert out["model"] == "tiny" and out["tokens"] == 512 and _positive(out["patched_over_unpatched"])
+
+
+def monitor(values: list[dict]) -> None:
+    (out,) = values
+    (res,) = out["results"]
+    assert "skipped" not in res and (res["model"], res["context"], res["new_tokens"]) == ("tiny", 512, 8)
+    assert set(res["ratios"]) == {"every_1_over_plain", "every_8_over_plain"}
+
+
+def needles_cost(values: list[dict]) -> None:
+    (out,) = values
+    assert (out["length"], out["needles_per_forward"], out["passkey_trials"]) == (512, 2, 1)
+    assert all(0 <= a <= 1 for a in out["accuracy"].values()) and _positive(out["passkey_over_needles"])
+
+
+def ray_sweep(values: list[dict]) -> None:
+    (out,) = values  # 1 length x 2 RoPE methods x 1 multiplier, three ways
+    assert out["same_rows"] is True
+    assert {k: r["points"] for k, r in out["runs"].items()} == dict.fromkeys(
+        ("one_process", "ray_1_worker", "ray_2_workers"), 2
+    )
+
+
+def sweep_batching(values: list[dict]) -> None:
+    (out,) = values
+    assert (out["length"], out["k"]) == (512, 2) and out["max_abs_tail_ppl_diff"] < 1e-3  # batched = one by one
+
+
+# path: (the smallest case's flags, the check of what it prints)
+SMALLEST: dict[str, tuple[list[str], Callable[[list[Any]], None]]] = {
+    "benchmarks/advise_cost.py": (
+        ["--cases", "tiny:512", "--retrieval", "tiny:512:4", "--repeats", "1", "--threads", "1"],
+        advise_cost,
+    ),
+    "benchmarks/advise_racing.py": (["--scales", "2", "--race-windows", "4", "--threads", "1"], advise_racing),
+    "benchmarks/attention.py": (["--lengths", "256", "--repeats", "1"], attention),
+    "benchmarks/cli_help.py": (["--commands", "top", "--repeats", "1"], cli_help),
+    "benchmarks/forward_breakdown.py": (
+        ["--model", "tiny", "--lengths", "512", "--repeats", "1", "--threads", "1"],
+        forward_breakdown,
+    ),
+    "benchmarks/gradient_step.py": (
+        ["--model", "tiny", "--lengths", "512", "--repeats", "1", "--threads", "1"],
+        gradient_step,
+    ),
+    "benchmarks/long_context.py": (["--model", "tiny", "--lengths", "512", "--threads", "1"], long_context),
+    "benchmarks/measure.py": (["--length", "512", "--repeats", "1"], measure),
+    "benchmarks/model_overhead.py": (["--model", "tiny", "--length", "512", "--repeats", "1"], model_overhead),
+    "benchmarks/monitor.py": (
+        ["--models", "tiny", "--new-tokens", "8", "--repeats", "1", "--threads", "1"],
+        monitor,
+    ),
+    "benchmarks/needles_cost.py": (
+        ["--model", "tiny", "--length", "512", "--k", "2", "--docs", "1", "--trials", "1", "--repeats", "1"],
+        needles_cost,
+    ),
+    "benchmarks/ray_sweep.py": (["--lengths", "256", "--docs", "1", "--multipliers", "1.0"], ray_sweep),
+    "benchmarks/sweep_batching.py": (["--length", "512", "--k", "2", "--repeats", "1"], sweep_batching),
+}
+
+
+# the modules benchmarks import (no ``__main__``), and the smallest case that runs each
+HELPERS = {
+    "benchmarks/_harness.py": "every benchmark",
+    "benchmarks/retrieval_cost.py": "benchmarks/advise_cost.py (--retrieval)",
+}
+
+
+def test_every_benchmark_has_a_smallest_case():
+    assert set(SMALLEST) == set(entries(("benchmarks",)))
+    modules = {str(p.relative_to(ROOT)) for p in sources(("benchmarks",))} - set(SMALLEST)
+    assert set(HELPERS) == modules, "a module of benchmarks/ without __main__: say which smallest case runs it"
+
+
+def test_the_json_checks_catch_a_wrong_result():
+    with pytest.raises(AssertionError):
+        sweep_batching([{"length": 512, "k": 2, "max_abs_tail_ppl_diff": 0.5}])
+    with pytest.raises(ValueError):  # a benchmark that printed two results where one was asked
+        advise_racing([{}, {}])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", sorted(SMALLEST))
+def test_smallest_case_runs_and_prints_its_json(path):
+    argv, check = SMALLEST[path]
+    check(run_json(path, argv))
