@@ -202,16 +202,20 @@ def answer_and_generate(
 
     ``prefix``: ``(cache, n)``, a KV cache already holding the first ``n`` positions of ``prompt``
     (a haystack prefilled once and asked many questions; a cache of one row serves every row of
-    ``prompt``): a copy of it is extended with the rest, so the caller's cache is left as it was
-    (:func:`prefill`)."""
+    ``prompt``): a copy of it takes the rest of the prompt and the teacher-forced answer in one
+    forward and is cropped back to ``P - 1`` positions for ``generate`` where every layer's cache
+    can be cropped (else the copy is extended, and copied again for the answer), so the caller's
+    cache is left as it was (:func:`prefill`)."""
     if prompt.shape[1] < 2:
         raise ValueError(f"prompt has {prompt.shape[1]} tokens; generation after a prefill needs at least 2")
     name = _cache_name(model)
-    cache = _extended(model, prompt, prefix) if prefix else last_logits(model, prompt[:, :-1])[1]  # P - 1 positions
-    forced = torch.cat([prompt[:, -1:], answer[:, :-1]], dim=1)  # [b, A]
-    out = model(input_ids=forced, use_cache=True, **{name: copy.deepcopy(cache)})
-    logp = torch.log_softmax(out.logits.float(), -1)  # [b, A, V]: soft-capped by the model
-    ans_lp = logp.gather(-1, answer[:, :, None].to(logp.device)).squeeze(-1).mean(1)  # [b]
+    if prefix is not None and _croppable(prefix[0]):
+        cache, ans_lp = _branch(model, prompt, answer, prefix)
+    else:
+        cache = _extended(model, prompt, prefix) if prefix else last_logits(model, prompt[:, :-1])[1]  # P - 1
+        forced = torch.cat([prompt[:, -1:], answer[:, :-1]], dim=1)  # [b, A]
+        out = model(input_ids=forced, use_cache=True, **{name: copy.deepcopy(cache)})
+        ans_lp = _answer_logp(out.logits, answer)  # [b]
     with noise.quiet_libraries():  # "exceeded the model's predefined maximum length": the point here
         gen = model.generate(
             input_ids=prompt,
@@ -231,8 +235,23 @@ def prefill(model: Any, ids: torch.Tensor) -> tuple[Any, int]:
     return last_logits(model, ids)[1], ids.shape[1]
 
 
-def _extended(model: Any, prompt: torch.Tensor, prefix: tuple[Any, int]) -> Any:
-    """A copy of the prefix cache extended with ``prompt[:, n:-1]`` (the question but its last token)."""
+def _answer_logp(logits: torch.Tensor, answer: torch.Tensor) -> torch.Tensor:
+    """``[b]`` mean log-probability of ``answer`` ``[b, A]`` from the logits predicting it ``[b, A, V]``."""
+    logp = torch.log_softmax(logits.float(), -1)  # [b, A, V]: soft-capped by the model
+    return logp.gather(-1, answer[:, :, None].to(logp.device)).squeeze(-1).mean(1)  # [b]
+
+
+def _croppable(cache: Any) -> bool:
+    """Whether every layer of ``cache`` can drop its last positions (transformers' full-attention
+    dynamic layers: a sliding window's or a static cache's cannot be rolled back as simply)."""
+    layers = getattr(cache, "layers", None)
+    return bool(layers) and all(
+        getattr(x, "is_croppable", False) and not getattr(x, "is_sliding", True) for x in layers
+    )
+
+
+def _forked(prompt: torch.Tensor, prefix: tuple[Any, int]) -> Any:
+    """A copy of the prefix cache, one row for every row of ``prompt``."""
     held, n = prefix
     if not 0 < n < prompt.shape[1]:
         raise ValueError(
@@ -241,6 +260,27 @@ def _extended(model: Any, prompt: torch.Tensor, prefix: tuple[Any, int]) -> Any:
     cache = copy.deepcopy(held)
     if prompt.shape[0] > 1:  # one prefilled row for every question of the batch
         cache.batch_repeat_interleave(prompt.shape[0])
+    return cache
+
+
+def _branch(
+    model: Any, prompt: torch.Tensor, answer: torch.Tensor, prefix: tuple[Any, int]
+) -> tuple[Any, torch.Tensor]:
+    """``(cache of P - 1 positions, [b] answer log-probability)``: one forward of the question and
+    ``answer[:, :-1]`` on a copy of the prefix cache, the answer scored off its last ``A`` logits,
+    then the copy cropped back by ``A`` positions (what ``generate`` continues from)."""
+    cache, width = _forked(prompt, prefix), answer.shape[1]
+    both = torch.cat([prompt[:, prefix[1] :], answer[:, :-1]], dim=1)  # [b, Q + A - 1]
+    keep = {"logits_to_keep": width} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+    out = model(input_ids=both, use_cache=True, **keep, **{_cache_name(model): cache})
+    ans_lp = _answer_logp(out.logits[:, -width:], answer)  # [b]: predictions at the question's last token on
+    cache.crop(-width)  # the last prompt token and the answer's first A - 1 tokens out again: P - 1 positions
+    return cache, ans_lp
+
+
+def _extended(model: Any, prompt: torch.Tensor, prefix: tuple[Any, int]) -> Any:
+    """A copy of the prefix cache extended with ``prompt[:, n:-1]`` (the question but its last token)."""
+    cache, n = _forked(prompt, prefix), prefix[1]
     if prompt.shape[1] - 1 > n:
         last_logits(model, prompt[:, n:-1], **{_cache_name(model): cache})  # extends the copy in place
     return cache
