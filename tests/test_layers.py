@@ -206,9 +206,9 @@ def test_the_circle_finder_finds_a_circle_through_a_lazy_import():
 # ----------------------------------------------------------------------------- tests mirror the package
 TESTS = Path(__file__).resolve().parent
 # tests/<layer>/ tests that layer and may import it and the layers below; tests/commands drives the
-# CLI (the top layer); tests/scripts and the top-level files test the project as a whole; tests/fixtures
-# holds data.
-UNLAYERED = ("scripts", "fixtures")  # fixtures: data files (model configs), no tests
+# CLI (the top layer); tests/scripts, tests/benchmarks and the top-level files test the project as a
+# whole; tests/fixtures holds data.
+UNLAYERED = ("scripts", "benchmarks", "fixtures")  # fixtures: data files (model configs), no tests
 
 
 def test_folders_of_the_tests_mirror_the_package():
