@@ -44,3 +44,18 @@ def test_a_shipped_config_is_named_by_its_name(capsys):
     assert abs(out["reference"]["logit_multiplier"] - (0.1 * __import__("math").log(4) + 1) ** 2) < 1e-9
     assert main(["audit", "--config", "qwen3_yar", "--engines", "transformers"]) == 2
     assert "Did you mean 'qwen3_yarn'?" in capsys.readouterr().err
+
+
+def test_every_shipped_config_audits_in_transformers_and_a_model_it_lacks_stops_in_one_line(capsys, tmp_path):
+    """Issue 62 item 2: DeepSeek-V4 (layer types only its own) and Mistral 4 (its causal LM outside the
+    causal LM auto mapping) stopped at exit 2; both agree now. A model_type transformers has no causal
+    LM of stops in one line naming --config (every row's figures: tests/ship/test_audit.py)."""
+    for name in ("deepseek_v4", "mistral4"):
+        assert main(["audit", "--config", name, "--engines", "transformers", "--positions", "0,8192"]) == 0
+        assert "agrees" in capsys.readouterr().out
+    config = {**json.loads(open(CONFIG).read()), "model_type": "qwen3z"}
+    (tmp_path / "c.json").write_text(json.dumps(config))
+    assert main(["audit", "--config", str(tmp_path / "c.json"), "--engines", "transformers"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("attntemp audit: error: --config=") and "\n" not in err
+    assert "config.model_type='qwen3z' is not a causal LM architecture transformers 5." in err

@@ -25,6 +25,7 @@ import copy
 import difflib
 import inspect
 import math
+from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -116,8 +117,8 @@ def build_proxy(
 
     fields, keep = proxy_config(config, vocab_size, initializer_range, full_depth)
     model_type = str(fields.get("model_type"))
-    mapping = transformers.models.auto.modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-    if model_type not in transformers.CONFIG_MAPPING or model_type not in mapping:
+    if model_type not in transformers.CONFIG_MAPPING or causal_lm_name(model_type) is None:
+        mapping = transformers.models.auto.modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
         known = sorted(k for k in mapping if k in transformers.CONFIG_MAPPING)
         close = difflib.get_close_matches(str(model_type), known, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
@@ -129,10 +130,46 @@ def build_proxy(
     cls = transformers.CONFIG_MAPPING[model_type]
     defaults = cls()  # sizes the class has but the config.json left to its defaults (DeepSeek's experts)
     fields.update({k: v for k, v in SMALL.items() if k not in fields and hasattr(defaults, k)})
-    hf_config = cls(**{k: v for k, v in fields.items() if k != "model_type"})
+    named = "layer_types" in geometry.config_dict(config)
+    hf_config = class_config(cls, {k: v for k, v in fields.items() if k != "model_type"}, named)
     torch.manual_seed(seed)
-    model = transformers.AutoModelForCausalLM.from_config(hf_config, attn_implementation="eager", dtype=torch.float64)
+    model = causal_lm_class(model_type)._from_config(hf_config, attn_implementation="eager", dtype=torch.float64)
     return model.eval(), keep
+
+
+def causal_lm_name(model_type: str) -> str | None:
+    """The name of transformers' causal LM class of ``model_type``: the one its causal LM auto mapping
+    names, else a ``...ForCausalLM`` another auto mapping names (Mistral 4's sits only in the
+    pretraining and multimodal ones), else None."""
+    import transformers
+    from transformers.models.auto import modeling_auto
+
+    name = modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type)
+    for other in ("MODEL_FOR_PRETRAINING_MAPPING_NAMES", "MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES"):
+        found = getattr(modeling_auto, other, {}).get(model_type)
+        name = name or (found if isinstance(found, str) and found.endswith("ForCausalLM") else None)
+    return name if name and hasattr(transformers, name) else None
+
+
+def causal_lm_class(model_type: str) -> Any:
+    """transformers' causal LM class of ``model_type`` (see :func:`causal_lm_name`)."""
+    import transformers
+
+    return getattr(transformers, str(causal_lm_name(model_type)))
+
+
+def class_config(cls: Any, fields: dict[str, Any], named: bool) -> Any:
+    """``cls(**fields)``. Where the config names no ``layer_types`` (attntemp reads each layer as
+    ``full_attention``) and the class refuses that type (DeepSeek-V4 allows only its own), the layer
+    types the class gives a model of that depth stand, as they would for the config.json itself."""
+    from huggingface_hub.errors import StrictDataclassError  # a transformers config class refusing a field
+
+    try:
+        return cls(**fields)
+    except StrictDataclassError:
+        if named or "layer_types" not in fields:
+            raise
+        return cls(**{k: v for k, v in fields.items() if k != "layer_types"})
 
 
 # ----------------------------------------------------------------------------- the probe
@@ -158,10 +195,13 @@ def _register_probe() -> None:
 
 
 class OffsetCache:
-    """A cache that says ``offset`` tokens came before and keeps nothing (one query, one key)."""
+    """A cache that says ``offset`` tokens came before and keeps nothing (one query, one key); it has
+    no layer states (``layers[i]`` is None), so a compressor that keeps one (DeepSeek-V4's) runs
+    stateless, over the query token alone."""
 
     def __init__(self, offset: int) -> None:
         self.offset = offset
+        self.layers: defaultdict[int, None] = defaultdict(lambda: None)
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.offset
@@ -184,12 +224,18 @@ def probing_proxy(model: Any) -> Iterator[list[dict[str, Any]]]:
 
 
 # ----------------------------------------------------------------------------- measuring
-def _rotary(model: Any, layer_type: str, position_ids: torch.Tensor) -> Any:
+def _rotary(model: Any, rope_key: str, position_ids: torch.Tensor) -> Any:
     rot = model.model.rotary_emb
     x = torch.zeros(1, dtype=torch.float64)
     if "layer_type" in inspect.signature(rot.forward).parameters:
-        return rot(x, position_ids, layer_type)
+        return rot(x, position_ids, rope_key)
     return rot(x, position_ids)
+
+
+def _rope_key(model: Any, j: int) -> str:
+    """The key of layer j's RoPE in the rotary module: the one its attention names (DeepSeek-V4's
+    ``rope_layer_type``: ``main`` or ``compress``), else its layer type."""
+    return getattr(model.model.layers[j].self_attn, "rope_layer_type", None) or _layer_type(model, j)
 
 
 def cos_sin(out: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -225,7 +271,11 @@ def _attend(model, j: int, hidden: torch.Tensor, position: int) -> dict[str, Any
     """One query token at ``position`` through layer j's attention; the probe's record."""
     attn = model.model.layers[j].self_attn
     pos = torch.tensor([[position]])
-    kwargs: dict[str, Any] = {"position_embeddings": _rotary(model, _layer_type(model, j), pos), "position_ids": pos}
+    key = _rope_key(model, j)
+    rotary = _rotary(model, key, pos)
+    if getattr(attn, "rope_layer_type", None):  # it picks its RoPE by name from the model's, as DeepSeek-V4 does
+        rotary = {key: rotary}
+    kwargs: dict[str, Any] = {"position_embeddings": rotary, "position_ids": pos}
     params = inspect.signature(attn.forward).parameters
     kwargs["cache" if "cache" in params else "past_key_values"] = OffsetCache(position)
     with probing_proxy(model) as seen:
@@ -249,24 +299,24 @@ def measure_layer(model: Any, j: int, layer: int, positions: tuple[int, ...]) ->
     scale_ratio = first["scaling"] * math.sqrt(first["query"].shape[-1])
     head = max(range(first["query"].shape[1]), key=lambda h: abs(_logit(first, h)))
     base = _logit(first, head)
-    layer_type = _layer_type(model, j)
-    af0 = _attention_factor(model, layer_type, 0)
+    key = _rope_key(model, j)
+    af0 = _attention_factor(model, key, 0)
     factors, mults, freqs = [], [], []
     for p in positions:
         ratio = _logit(_attend(model, j, hidden, p), head) / base
-        factors.append(_attention_factor(model, layer_type, p) if rotated else 1.0)
+        factors.append(_attention_factor(model, key, p) if rotated else 1.0)
         mults.append((af0**2 if rotated else 1.0) * scale_ratio * ratio)
-        freqs.append(_inv_freq(model, layer_type, p) if rotated else ())
-    return LayerMeasure(layer, layer_type, rotated, scale_ratio, tuple(factors), tuple(mults), tuple(freqs))
+        freqs.append(_inv_freq(model, key, p) if rotated else ())
+    return LayerMeasure(layer, _layer_type(model, j), rotated, scale_ratio, tuple(factors), tuple(mults), tuple(freqs))
 
 
-def _attention_factor(model, layer_type: str, position: int) -> float:
-    cos, sin = cos_sin(_rotary(model, layer_type, torch.tensor([[position]])))  # [1, d/2]
+def _attention_factor(model, rope_key: str, position: int) -> float:
+    cos, sin = cos_sin(_rotary(model, rope_key, torch.tensor([[position]])))  # [1, d/2]
     return float((cos**2 + sin**2).sqrt().mean())
 
 
-def _inv_freq(model, layer_type: str, position: int) -> tuple[float, ...]:
-    cos, sin = cos_sin(_rotary(model, layer_type, torch.tensor([[1, max(position, 1)]])))  # [2, d/2]
+def _inv_freq(model, rope_key: str, position: int) -> tuple[float, ...]:
+    cos, sin = cos_sin(_rotary(model, rope_key, torch.tensor([[1, max(position, 1)]])))  # [2, d/2]
     return tuple(float(x) for x in torch.atan2(sin[0], cos[0]))
 
 

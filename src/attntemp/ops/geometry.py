@@ -19,11 +19,12 @@ count). Fields read, by the geometry field they make:
   parameters, else the top-level one (Phi-3), for a scaled RoPE; ``max_position_embeddings`` for
   plain RoPE (a top-level ``original_max_position_embeddings`` beside it means nothing to engines);
 * ``layer_types``, ``rope_layers``, ``sliding_window``: ``layer_types`` (else Gemma 3's
-  ``sliding_window_pattern``, else every layer full), Llama 4's ``no_rope_layers`` /
-  ``no_rope_layer_interval`` (NoPE layers), ``sliding_window``;
+  ``sliding_window_pattern`` or DeepSeek-V4's ``compress_ratios``, else every layer full), Llama 4's
+  ``no_rope_layers`` / ``no_rope_layer_interval`` (NoPE layers), ``sliding_window``;
 * ``rope``, ``rope_theta``, ``local_rope_theta``: ``rope_parameters`` (per layer type or not) or the
   legacy ``rope_scaling`` + ``rope_theta`` (which Gemma 3 and OLMo 3 apply to full-attention layers
-  only; their sliding layers keep plain RoPE at ``rope_local_base_freq``).
+  only; their sliding layers keep plain RoPE at ``rope_local_base_freq``; DeepSeek-V4 applies it at
+  ``compress_rope_theta``, default 160000, and its sliding-only layers keep plain RoPE at ``rope_theta``).
 
 Bad values raise ``ValueError`` naming the field, the value and what is allowed, before any work.
 """
@@ -39,6 +40,11 @@ from ..utils import checks
 # Kimi K2 / K2.5 name their text model kimi_k2; transformers' KimiK25Config runs it as deepseek_v3
 ALIASES = {"kimi_k2": "deepseek_v3"}
 SCALING_ON_FULL_ONLY = ("gemma3_text", "olmo3")  # legacy rope_scaling applies to full_attention layers only
+# DeepSeek-V4 (DeepSeek's inference code, transformers' DeepseekV4Config): its legacy rope_scaling runs on
+# the compressing layers at compress_rope_theta; its sliding-only layers keep plain RoPE at rope_theta
+COMPRESS_THETA = {"deepseek_v4": ("compress_rope_theta", 160000.0)}  # model_type -> (field, its default)
+# and its older configs give each layer's type as compress_ratios: 0 none (sliding only), 4 CSA, 128 HCA
+COMPRESS_RATIO_TYPES = {0: "sliding_attention", 4: "compressed_sparse_attention", 128: "heavily_compressed_attention"}
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
 FULL = "full_attention"
 L0_KEY = "original_max_position_embeddings"  # the trained length a RoPE dict states (rope_params names it)
@@ -156,6 +162,8 @@ def layer_kinds(cfg: dict[str, Any]) -> list[tuple[str, bool]]:
     if types is None and cfg.get("model_type") == "gemma3_text":
         pattern = _int(cfg, "sliding_window_pattern", 6)
         types = ["sliding_attention" if (i + 1) % pattern else FULL for i in range(n)]
+    if types is None and cfg.get("model_type") in COMPRESS_THETA and cfg.get("compress_ratios") is not None:
+        types = _compress_types(cfg["compress_ratios"])
     if types is not None and not isinstance(types, (list, tuple)):  # a string would count its characters
         raise ValueError(f"config.layer_types={types!r} is not allowed; expected a list of {n} strings (one a layer)")
     types = types or [FULL] * n
@@ -170,6 +178,16 @@ def layer_kinds(cfg: dict[str, Any]) -> list[tuple[str, bool]]:
     return list(zip(types, uses, strict=True))
 
 
+def _compress_types(ratios: Any) -> list[str]:
+    """DeepSeek-V4's ``compress_ratios`` as layer types (:data:`COMPRESS_RATIO_TYPES`)."""
+    if not isinstance(ratios, (list, tuple)) or any(r not in COMPRESS_RATIO_TYPES for r in ratios):
+        allowed = ", ".join(map(str, COMPRESS_RATIO_TYPES))
+        raise ValueError(
+            f"config.compress_ratios={ratios!r} is not allowed; expected a list of {allowed} (one a layer)"
+        )
+    return [COMPRESS_RATIO_TYPES[r] for r in ratios]
+
+
 def layer_rope(cfg: dict[str, Any], layer_type: str) -> dict[str, Any]:
     """The RoPE parameters of one layer type: ``rope_type``, ``rope_theta`` and the type's own keys."""
     rp = _rope_dicts(cfg)
@@ -181,10 +199,11 @@ def layer_rope(cfg: dict[str, Any], layer_type: str) -> dict[str, Any]:
         scaling = cfg.get("rope_scaling") or {}
         if not isinstance(scaling, dict):
             raise ValueError(f"config.rope_scaling={scaling!r} is not allowed; expected an object or null")
-        theta = cfg.get("rope_theta", 10000.0)
-        if layer_type == "sliding_attention" and cfg.get("model_type") in SCALING_ON_FULL_ONLY:
+        theta, model_type = cfg.get("rope_theta", 10000.0), cfg.get("model_type")
+        if layer_type == "sliding_attention" and model_type in (*SCALING_ON_FULL_ONLY, *COMPRESS_THETA):
             return {"rope_type": "default", "rope_theta": cfg.get("rope_local_base_freq", theta)}
-        params = {"rope_theta": theta, **scaling}
+        field, default = COMPRESS_THETA.get(str(model_type), ("rope_theta", theta))
+        params = {"rope_theta": cfg.get(field, default), **scaling}
     params["rope_type"] = params.pop("type", None) or params.get("rope_type") or "default"
     params.setdefault("rope_theta", cfg.get("rope_theta", 10000.0))
     checks.choice("config rope_type", params["rope_type"], ROPE_TYPES)
@@ -207,9 +226,11 @@ def _theta_source(cfg: dict[str, Any], layer_type: str) -> str:
     stated = inner if isinstance(inner, dict) else rp if rp else cfg.get("rope_scaling")
     if isinstance(stated, dict) and "rope_theta" in stated:
         return f"{rope_source(cfg, layer_type)}.rope_theta"
-    if layer_type == "sliding_attention" and cfg.get("model_type") in SCALING_ON_FULL_ONLY:
+    model_type = cfg.get("model_type")
+    if layer_type == "sliding_attention" and model_type in (*SCALING_ON_FULL_ONLY, *COMPRESS_THETA):
         return "config.rope_local_base_freq" if "rope_local_base_freq" in cfg else "config.rope_theta"
-    return "config.rope_theta"
+    legacy = COMPRESS_THETA.get(str(model_type), ("rope_theta",)) if not rp else ("rope_theta",)
+    return f"config.{legacy[0]}"
 
 
 def rope_source(cfg: dict[str, Any], layer_type: str) -> str:

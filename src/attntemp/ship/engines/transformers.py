@@ -162,6 +162,8 @@ def base_entry(config: dict[str, Any], ref: dict[str, Any], name: str, tol: floa
             f"config={name!r}: transformers {transformers.__version__} cannot build a proxy of "
             f"model_type {model_type!r} ({type(exc).__name__}: {str(exc)[:160]})"
         ) from None
+    except ValueError as exc:  # the proxy's own refusal: a model_type transformers has no causal LM of
+        raise ValueError(f"config={name!r}: {exc}") from None
     return engine_entry(ref, got, f"transformers {transformers.__version__}", tol)
 
 
