@@ -356,7 +356,9 @@ def test_dynamic_ntk_scales_from_max_position_embeddings_as_the_engines_do(tmp_p
     assert not result.differs and result.engines["transformers"]["verdict"] == "agrees"
     assert result.reference["notes"] == [
         "config original_max_position_embeddings=2048 is ignored: dynamic NTK scales from max_position_embeddings="
-        "4096 (transformers and vLLM read no other base length)"
+        "4096 (transformers and vLLM read no other base length)",
+        "--positions 8191 is past the model's context, max_position_embeddings=4096: the figures there are the "
+        "formula's, at a length the model is not set up for",
     ]
     inv = result.reference["inv_freq"]  # per position: the same up to 4095, lower at 8191
     assert inv[0] == inv[1] == inv[2] and inv[3][-1] < inv[2][-1]
