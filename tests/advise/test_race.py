@@ -196,3 +196,16 @@ def test_min_retrieval_waives_the_comparison_for_a_floor():
     by = {e.name: e for e in res.entries}
     assert by["m = 1.2"].reason is None and by["m = 1.1"].reason is None
     assert "below --min-retrieval 0.3" in by["m = 1.3"].reason
+
+
+def test_a_leader_whose_cost_is_undecided_cuts_no_one_and_what_it_beat_stays_when_it_leaves_on_cost():
+    """m = 1.2 leads at N by far but costs about 1.2% below L0: its short-length interval straddles
+    the 1% limit early, so it cuts no one then; once its cost is over the limit for certain it leaves,
+    and m = 1.1 (which it beat at N, within the cost) is what stays, as scoring every window keeps it."""
+    calls: list = []
+    long_effect = {1.1: -0.5, 1.2: -0.8}  # both far better than no change at N; 1.2 the best
+    short_effect = {1.1: 0.0, 1.2: 0.012}  # 1.2 costs about 1.2% below L0
+    r = race(cands(1.0, 1.1, 1.2), fake_scorer(long_effect, short_effect, calls), SETTINGS)
+    by = {e.name: e for e in r.entries}
+    assert by["m = 1.2"].reason is not None and "costs" in by["m = 1.2"].reason
+    assert by["m = 1.1"].reason is None and [e.name for e in r.survivors] == ["m = 1.1"]

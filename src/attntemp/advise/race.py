@@ -16,7 +16,9 @@ and all-token perplexity at the short lengths (below the trained length L0). Aft
   leaves only when its accuracy's Wilson interval lies wholly below it.
 
 The cuts run in that order, each among those still in, so the leader of an axis never leaves on
-that axis and at least one candidate stays.
+that axis and at least one candidate stays. A leader cuts others only once its own cost below L0 is
+decided within the limit (:func:`admissible`): a leader that later leaves on its cost would have
+taken with it candidates that scoring every window would have kept.
 
 A candidate whose short-length interval lies wholly within the cost is no longer scored there.
 The race ends with one candidate ("decided"), with the windows spent ("tied": the survivors are
@@ -124,6 +126,12 @@ def _leader(settings: RaceSettings, alive: list[Entry]) -> Entry:
     return max(alive, key=lambda e: sign * merged(settings.task, e.parts[key])[settings.metric])
 
 
+def admissible(settings: RaceSettings, e: Entry) -> bool:
+    """Whether ``e`` may cut others: "no change", or its cost is decided within the limit at every
+    short length."""
+    return e.key == BASELINE_KEY or all(n in e.short_ok for n in settings.short_lengths)
+
+
 def _objective_cut(settings: RaceSettings, alive: list[Entry], windows: int) -> Entry:
     """Compare every candidate with the leader at N; those worse leave."""
     task, key = get_task(settings.task), (settings.task, settings.length)
@@ -135,7 +143,7 @@ def _objective_cut(settings: RaceSettings, alive: list[Entry], windows: int) -> 
         ci = task.paired(merged(settings.task, e.parts[key]), lead_res, settings.metric)
         verdict = None if ci is None else task.verdict(ci, settings.metric)
         e.comparisons["objective_vs_leader"] = {"leader": lead.name, **(_interval_dict(ci, verdict) or {})}
-        if verdict == "worse":
+        if verdict == "worse" and admissible(settings, lead):
             e.reason = (
                 f"worse than {lead.name!r} at {settings.length} tokens on {objective_label(settings.task)}: "
                 f"{ci.fixed() if ci else ''} after {windows} windows"
@@ -206,7 +214,7 @@ def _retrieval_cut(settings: RaceSettings, alive: list[Entry], windows: int) -> 
         ci = task.paired(mine, lead_res, RETRIEVAL_METRIC)
         verdict = None if ci is None else task.verdict(ci, RETRIEVAL_METRIC)
         e.comparisons["retrieval_vs_leader"] = {"leader": lead.name, **(_interval_dict(ci, verdict) or {})}
-        if verdict == "worse" and ci is not None:
+        if verdict == "worse" and ci is not None and admissible(settings, lead):
             e.reason = (
                 f"finds fewer passkeys by generation than {lead.name!r} at {settings.length} tokens: "
                 f"{ci.fixed()} (difference in share found) after {prompts} trials"
