@@ -18,6 +18,6 @@ def test_run_advise_refuses_a_foreign_attention_file_before_the_model_loads(tmp_
     out.mkdir()
     (out / "attention_512.json").write_text("not json")
     monkeypatch.setattr(run, "load_model", lambda *a, **k: pytest.fail("the model loaded before the refusal"))
-    with pytest.raises(ValueError, match="holds attention_512.json, which is not advise's attention statistics"):
+    with pytest.raises(ValueError, match=r"holds attention_512\.json, which is not advise's attention statistics"):
         run.run_advise(AdviseConfig(length=512, out=str(out), check_lengths=(), heldout_text="none"))
     assert sorted(p.name for p in out.iterdir()) == ["attention_512.json"]

@@ -244,7 +244,7 @@ def _answer_logp(logits: torch.Tensor, answer: torch.Tensor) -> torch.Tensor:
 def _croppable(cache: Any) -> bool:
     """Whether every layer of ``cache`` can drop its last positions (transformers' full-attention
     dynamic layers: a sliding window's or a static cache's cannot be rolled back as simply)."""
-    layers = getattr(cache, "layers", None)
+    layers = getattr(cache, "layers", None) or []
     return bool(layers) and all(
         getattr(x, "is_croppable", False) and not getattr(x, "is_sliding", True) for x in layers
     )
