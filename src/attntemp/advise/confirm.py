@@ -23,6 +23,7 @@ from ..ops.spec import TemperatureSpec
 from .candidates import BASELINE, BASELINE_KEY, Candidate, by_key
 from .carry import computes_as_meant
 from .race import (
+    MULTIKEY_TASK,
     PLAIN,
     RETRIEVAL_METRIC,
     RETRIEVAL_TASK,
@@ -51,7 +52,7 @@ class Check:
 
 RETRIEVAL_LABEL = "passkeys found"
 MULTIKEY_LABEL = "keys found"  # k keys per prefilled haystack, answered by generation
-RETRIEVAL_LABELS = {RETRIEVAL_TASK: RETRIEVAL_LABEL, "multikey": MULTIKEY_LABEL}
+RETRIEVAL_LABELS = {RETRIEVAL_TASK: RETRIEVAL_LABEL, MULTIKEY_TASK: MULTIKEY_LABEL}
 COST_LABEL = "cost at {n}: perplexity ratio"
 
 

@@ -40,7 +40,8 @@ from .candidates import BASELINE
 from .config import BAKED_DIR, DEMO_OUTPUTS, DemoConfig
 from .confirm import RETRIEVAL_LABELS
 from .diagnose import check_attention_files
-from .plan import MULTIKEY, AdvisePlan, Retrieval, preflight_advise
+from .plan import AdvisePlan, Retrieval, preflight_advise
+from .race import MULTIKEY_TASK
 from .run import AdviseResult, advise, contexts, write_advice
 
 
@@ -104,7 +105,7 @@ def retrieval(ev: dict[str, Any]) -> list[str]:
 def _retrieval_said(ev: dict[str, Any]) -> str:
     """How the retrieval table was made: multikey haystacks or passkey prompts, and its intervals."""
     trials, r = ev["question"]["retrieval_prompts"]["confirmation"], retrieval_of(ev)
-    if r.task == MULTIKEY:
+    if r.task == MULTIKEY_TASK:
         return (
             f"{trials} keys, {r.keys} hidden in each haystack of real text, each haystack prefilled once and every "
             "key asked from a copy of its KV cache, answered by greedy generation (transformers' generate), none "
@@ -173,14 +174,14 @@ def plain_retrieval(plan: AdvisePlan, result: AdviseResult, path: Path) -> list[
     said = f"In plain transformers (`generate`, greedy), the baked checkpoint finds {sum(hits)} of {len(hits)} keys"
     if stored is None:
         return [said + ".", ""]
-    mine = [int(h) for row in stored[0]["key_hits"] for h in row] if r.task == MULTIKEY else stored[0]["hits"]
+    mine = [int(h) for row in stored[0]["key_hits"] for h in row] if r.task == MULTIKEY_TASK else stored[0]["hits"]
     same = sum(a == b for a, b in zip(hits, mine, strict=True))
     return [f"{said}; attntemp's patched model found {sum(mine)} on the same trials (the same answer on {same}).", ""]
 
 
 def _plain_hits(model: Any, tok: Any, n: int, ctx: Any, r: Retrieval) -> list[int]:
     """Keys found by ``model`` (no attntemp patch) on the confirmation's trials, in the store's order."""
-    if r.task == MULTIKEY:
+    if r.task == MULTIKEY_TASK:
         return [
             int(found) for h in multikey.haystacks(tok, n, ctx) for found, _ in multikey.score_haystack(model, tok, h)
         ]

@@ -17,8 +17,7 @@ from ..hf import preflight
 from ..ops.spec import TemperatureSpec
 from ..utils import outputs
 from .config import LEARN_WINDOWS, RETRIEVAL_KEYS, SPARE, STORE, AdviseConfig
-
-PASSKEY, MULTIKEY = "passkey", "multikey"  # the retrieval axis' tasks (advise.race.RETRIEVAL_TASKS)
+from .race import MULTIKEY_TASK, RETRIEVAL_TASK
 
 
 @dataclass(frozen=True)
@@ -38,18 +37,20 @@ class Retrieval:
         """The race's retrieval prefills on the tuning pool: ``per_window`` per race window."""
         n = windows * self.per_window
         return (
-            replace(tctx, n_docs=n, needles_per_forward=self.keys) if self.task == MULTIKEY else replace(tctx, trials=n)
+            replace(tctx, n_docs=n, needles_per_forward=self.keys)
+            if self.task == MULTIKEY_TASK
+            else replace(tctx, trials=n)
         )
 
     def confirm_pool(self, ctx: EvalContext, trials: int) -> EvalContext:
         """The confirmation's: ``trials`` passkey prompts, or haystacks holding at least ``trials`` keys."""
-        if self.task == MULTIKEY:
+        if self.task == MULTIKEY_TASK:
             return replace(ctx, n_docs=self.confirm_pool_size(trials), needles_per_forward=self.keys)
         return replace(ctx, trials=trials)
 
     def confirm_pool_size(self, trials: int) -> int:
         """Prefills the confirmation answers ``trials`` with: one per passkey prompt, one per haystack."""
-        return math.ceil(trials / self.keys) if self.task == MULTIKEY else trials
+        return math.ceil(trials / self.keys) if self.task == MULTIKEY_TASK else trials
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -68,7 +69,9 @@ def plan_retrieval(cfg: AdviseConfig, tok: Any, trained: int) -> Retrieval:
     if cfg.length <= trained or not cfg.retrieval_per_window:
         return Retrieval(None)
     if cfg.retrieval_keys == 1:
-        return Retrieval(PASSKEY, 1, cfg.retrieval_per_window, "--retrieval-keys 1: one passkey prompt per prefill")
+        return Retrieval(
+            RETRIEVAL_TASK, 1, cfg.retrieval_per_window, "--retrieval-keys 1: one passkey prompt per prefill"
+        )
     if cfg.retrieval_keys is not None:
         if multikey.haystack_min_tokens(tok, cfg.retrieval_keys) > cfg.length:
             raise ValueError(
@@ -76,13 +79,15 @@ def plan_retrieval(cfg: AdviseConfig, tok: Any, trained: int) -> Retrieval:
                 f"question take {multikey.haystack_min_tokens(tok, cfg.retrieval_keys)} tokens; give fewer keys"
             )
         why = f"--retrieval-keys {cfg.retrieval_keys}: {cfg.retrieval_keys} keys per prefilled haystack"
-        return Retrieval(MULTIKEY, cfg.retrieval_keys, cfg.retrieval_per_window, why)
+        return Retrieval(MULTIKEY_TASK, cfg.retrieval_keys, cfg.retrieval_per_window, why)
     k = RETRIEVAL_KEYS
     while k > 1 and multikey.haystack_min_tokens(tok, k) > trained:
         k -= 1
     if k < 2:
-        return Retrieval(PASSKEY, 1, cfg.retrieval_per_window, f"two keys do not fit the trained length {trained}")
-    return Retrieval(MULTIKEY, k, cfg.retrieval_per_window, auto=True)
+        return Retrieval(
+            RETRIEVAL_TASK, 1, cfg.retrieval_per_window, f"two keys do not fit the trained length {trained}"
+        )
+    return Retrieval(MULTIKEY_TASK, k, cfg.retrieval_per_window, auto=True)
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,8 @@ from .carry import computes_as_meant, with_engines
 from .config import STORE, AdviseConfig, served_by
 from .confirm import checks_for, confirm, on_yarn, recommendation, to_confirm
 from .learned import LearnJob, added_candidates, learned_candidates
-from .plan import MULTIKEY, PASSKEY, AdvisePlan, Retrieval, preflight_advise
-from .race import RETRIEVAL_TASK, RaceResult, RaceSettings, race, retrieval_rows
+from .plan import AdvisePlan, Retrieval, preflight_advise
+from .race import MULTIKEY_TASK, RETRIEVAL_TASK, RaceResult, RaceSettings, race, retrieval_rows
 from .status import Counter, cost_line, race_progress, say, scoring_line
 
 
@@ -114,7 +114,9 @@ def settle_retrieval(plan: AdvisePlan, model: Any, tctx: EvalContext, kept: Kept
         return r
     ctx = replace(tctx, n_docs=PROBE_HAYSTACKS, needles_per_forward=r.keys)
     try:
-        got = score_many(model, plan.tok, [TemperatureSpec()], MULTIKEY, plan.trained, ctx, kept.store, kept.model_id)
+        got = score_many(
+            model, plan.tok, [TemperatureSpec()], MULTIKEY_TASK, plan.trained, ctx, kept.store, kept.model_id
+        )
     except NotStored:  # --status before the probe was stored: nothing raced yet
         return replace(r, auto=False, why="the probe at L0 is not scored yet")
     found, trials = count.add("probe", got)[0].metrics["acc"], PROBE_HAYSTACKS * r.keys
@@ -122,7 +124,7 @@ def settle_retrieval(plan: AdvisePlan, model: Any, tctx: EvalContext, kept: Kept
     if found >= PROBE_FLOOR:
         return replace(r, auto=False, why=f"{said}: {r.keys} keys per prefilled haystack")
     why = f"{said}: it cannot do several keys, so one passkey prompt per prefill"
-    return Retrieval(PASSKEY, 1, r.per_window, why)
+    return Retrieval(RETRIEVAL_TASK, 1, r.per_window, why)
 
 
 def setup(plan: AdvisePlan, model: Any, store: ScoreStore) -> Setup:
@@ -311,7 +313,7 @@ def _evidence(plan, s: Setup, result: RaceResult, diagnosis, confirmed, recs, se
             "min_retrieval": cfg.min_retrieval,
             "retrieval_prompts": {
                 "race": cfg.race_windows * r.per_window * r.keys,
-                "confirmation": r.confirm_pool(s.ctx, prompts).n_docs * r.keys if r.task == MULTIKEY else prompts,
+                "confirmation": r.confirm_pool_size(prompts) * r.keys,
             }
             if r.task
             else None,
