@@ -15,6 +15,7 @@ from safetensors.torch import save_file
 
 from attntemp.assets import tiny_path
 from attntemp.hf.loading import resolve
+from attntemp.hf.models import weights
 from attntemp.hf.models import where as source
 
 TENSORS = {"a": torch.zeros(3), "e": torch.zeros(0), "b": torch.ones(2, 2)}
@@ -54,13 +55,13 @@ def _refused(match: str, call, *args) -> str:
 
 
 def test_a_well_formed_safetensors_file_passes(good):
-    source.check_safetensors(good, "m")
+    weights.check_safetensors(good, "m")
     assert _header(good)["e"]["data_offsets"][0] == _header(good)["e"]["data_offsets"][1]  # an empty tensor
 
 
 def test_a_header_that_is_not_an_object_is_refused(tmp_path):
     text = _refused(
-        "header is a JSON list; expected an object", source.check_safetensors, _file(tmp_path / "x", [1]), "m"
+        "header is a JSON list; expected an object", weights.check_safetensors, _file(tmp_path / "x", [1]), "m"
     )
     assert f"{tmp_path / 'x'}: its header" in text
 
@@ -82,7 +83,7 @@ def test_a_header_that_is_not_an_object_is_refused(tmp_path):
     ],
 )
 def test_a_tensor_entry_of_the_wrong_shape_is_named(good, edit, match):
-    _refused(match, source.check_safetensors, _edited(good, edit), "m")
+    _refused(match, weights.check_safetensors, _edited(good, edit), "m")
 
 
 def test_offsets_must_tile_the_file(good):
@@ -94,17 +95,17 @@ def test_offsets_must_tile_the_file(good):
 
     _refused(
         "tensor 'b' at data_offsets=\\[12, 28\\] leaves a gap of 4 bytes",
-        source.check_safetensors,
+        weights.check_safetensors,
         _edited(good, gap),
         "m",
     )
-    _refused("overlaps the tensor before it", source.check_safetensors, _edited(good, overlap), "m")
+    _refused("overlaps the tensor before it", weights.check_safetensors, _edited(good, overlap), "m")
     with_tail = good.with_name("tail.safetensors")
     with_tail.write_bytes(good.read_bytes() + b"\0" * 8)
-    _refused("has 8 bytes after its last tensor", source.check_safetensors, with_tail, "m")
+    _refused("has 8 bytes after its last tensor", weights.check_safetensors, with_tail, "m")
     cut = good.with_name("cut.safetensors")
     cut.write_bytes(good.read_bytes()[:-4])
-    _refused("is truncated: its header lists", source.check_safetensors, cut, "m")
+    _refused("is truncated: its header lists", weights.check_safetensors, cut, "m")
 
 
 def _index(folder: Path, shard, name: str = "model.safetensors.index.json") -> Path:
@@ -127,16 +128,16 @@ def _index(folder: Path, shard, name: str = "model.safetensors.index.json") -> P
     ],
 )
 def test_an_index_names_plain_files_inside_its_folder(tmp_path, shard, match):
-    _refused(match, source.index_shards, _index(tmp_path / "f", shard), "m")
+    _refused(match, weights.index_shards, _index(tmp_path / "f", shard), "m")
 
 
 def test_an_index_without_a_weight_map_is_refused(tmp_path):
     (tmp_path / "i.json").write_text(json.dumps({"weight_map": ["a"]}))
-    _refused("i.json: has no weight_map", source.index_shards, tmp_path / "i.json", "m")
+    _refused("i.json: has no weight_map", weights.index_shards, tmp_path / "i.json", "m")
     (tmp_path / "i.json").write_text("{bad")
-    _refused("i.json: is not valid JSON", source.index_shards, tmp_path / "i.json", "m")
+    _refused("i.json: is not valid JSON", weights.index_shards, tmp_path / "i.json", "m")
     (tmp_path / "i.json").write_text(json.dumps({"weight_map": {"a": "x-1.safetensors", "b": "sub/x-2.safetensors"}}))
-    assert source.index_shards(tmp_path / "i.json", "m") == [
+    assert weights.index_shards(tmp_path / "i.json", "m") == [
         tmp_path / "sub/x-2.safetensors",
         tmp_path / "x-1.safetensors",
     ]
@@ -153,7 +154,7 @@ def test_an_index_pointing_outside_is_refused_before_the_file_is_opened(tmp_path
     outside = f"../{good.name}"  # a valid safetensors file, outside the folder
     _index(folder, outside)
     opened = []
-    monkeypatch.setattr(source, "check_safetensors", lambda path, name: opened.append(path))
+    monkeypatch.setattr(weights, "check_safetensors", lambda path, name: opened.append(path))
     _refused("points outside the folder", source.check_folder, folder, "m")
     assert opened == []
 
@@ -161,7 +162,7 @@ def test_an_index_pointing_outside_is_refused_before_the_file_is_opened(tmp_path
 def test_a_single_file_comes_before_an_index_as_in_transformers(tmp_path):
     folder = _tiny(tmp_path / "m")
     _index(folder, 1)  # not read: transformers loads model.safetensors
-    assert source.weight_files(folder, "m") == [folder / "model.safetensors"]
+    assert weights.weight_files(folder, "m") == [folder / "model.safetensors"]
     assert source.check_folder(folder, "m") == folder
 
 
@@ -178,17 +179,17 @@ def test_a_truncated_safetensors_beside_a_gguf_is_still_caught(tmp_path):
 
 def test_pickles_load_as_weights_only_or_are_refused(tmp_path):
     torch.save({"w": torch.ones(3)}, tmp_path / "ok.bin")
-    source.check_pickle(tmp_path / "ok.bin", "m")
+    weights.check_pickle(tmp_path / "ok.bin", "m")
     torch.save({"w": torch.ones(3)}, tmp_path / "old.bin", _use_new_zipfile_serialization=False)
-    source.check_pickle(tmp_path / "old.bin", "m")  # the legacy format: not memory-mapped, still checked
+    weights.check_pickle(tmp_path / "old.bin", "m")  # the legacy format: not memory-mapped, still checked
     (tmp_path / "junk.bin").write_bytes(b"garbage, not a pickle" * 100)
-    text = _refused("junk.bin: does not load with torch.load\\(weights_only=True\\)", source.check_pickle,
+    text = _refused("junk.bin: does not load with torch.load\\(weights_only=True\\)", weights.check_pickle,
                     tmp_path / "junk.bin", "m")  # fmt: skip
     assert "UnpicklingError" in text or "Error" in text
     torch.save({"w": torch.ones(3), "f": Path("x")}, tmp_path / "code.bin")  # a global weights_only refuses
-    _refused("code.bin: does not load with torch.load", source.check_pickle, tmp_path / "code.bin", "m")
+    _refused("code.bin: does not load with torch.load", weights.check_pickle, tmp_path / "code.bin", "m")
     torch.save([torch.ones(3)], tmp_path / "list.bin")
-    _refused("list.bin: holds a list, not a state dict of tensors", source.check_pickle, tmp_path / "list.bin", "m")
+    _refused("list.bin: holds a list, not a state dict of tensors", weights.check_pickle, tmp_path / "list.bin", "m")
 
 
 def test_a_garbage_bin_folder_is_refused_and_a_sharded_bin_index_is_checked(tmp_path):
@@ -279,18 +280,18 @@ def test_nonfinite_weights_are_named_with_their_file(tmp_path):
             self.b = torch.nn.Linear(2, 2)
 
     model = Two()
-    source.refuse_nonfinite("m", model, tmp_path)
+    weights.refuse_nonfinite("m", model, tmp_path)
     with torch.no_grad():
         model.b.weight[0, 0] = float("nan")
         model.b.bias[0] = float("inf")
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"b.weight": "x-2.safetensors"}}))
     _refused(f"^model='m': {tmp_path / 'x-2.safetensors'}: tensor 'b.weight' holds NaN; expected finite weights$",
-             source.refuse_nonfinite, "m", model, tmp_path)  # fmt: skip
+             weights.refuse_nonfinite, "m", model, tmp_path)  # fmt: skip
     with torch.no_grad():
         model.b.weight[0, 0] = 0.0
-    _refused(f"{tmp_path}: tensor 'b.bias' holds inf", source.refuse_nonfinite, "m", model, tmp_path)
+    _refused(f"{tmp_path}: tensor 'b.bias' holds inf", weights.refuse_nonfinite, "m", model, tmp_path)
     (tmp_path / "model.safetensors").touch()
-    _refused("model.safetensors: tensor 'b.bias' holds inf", source.refuse_nonfinite, "m", model, tmp_path)
+    _refused("model.safetensors: tensor 'b.bias' holds inf", weights.refuse_nonfinite, "m", model, tmp_path)
 
 
 def test_a_pickle_error_while_loading_is_one_line():

@@ -21,7 +21,7 @@ from ..utils import noise
 from ..utils.lazy import lazy
 from . import devices, dtype_probe
 from .model_options import ModelOptions as ModelOptions  # read here before its own module
-from .models import shipped
+from .models import shipped, weights
 from .models import where as source
 
 if TYPE_CHECKING:
@@ -141,7 +141,7 @@ def load_model(name_or_path: str = "tiny", opts: LoadOptions | None = None, **gi
         )  # fmt: skip
         model, info = loaded
         source.refuse_missing(name_or_path, info)  # transformers would initialise them at random
-        source.refuse_nonfinite(name_or_path, model, _folder_of(src))  # NaN or inf weights: no result to report
+        weights.refuse_nonfinite(name_or_path, model, _folder_of(src))  # NaN or inf weights: no result to report
         tok = AutoTokenizer.from_pretrained(src, **extra)
     return model.eval(), tok
 

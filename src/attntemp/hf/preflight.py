@@ -20,6 +20,7 @@ from typing import Any
 from ..ops.geometry import ModelGeometry, config_dict, head_dims, stated_l0
 from ..utils import digest, resources
 from .loading import cache_dir, resolve
+from .models import weights
 from .models import where as source
 
 BYTES = 4  # float32 activations (the conservative case)
@@ -239,7 +240,7 @@ def checkpoint_bytes(name: str, dtype_bytes: int = 4) -> int | None:
         return None
     total = sum(
         _elements(f) * dtype_bytes if f.suffix == ".safetensors" else f.stat().st_size
-        for f in source.weight_files(folder, name)
+        for f in weights.weight_files(folder, name)
     )
     return total + sum(p.stat().st_size for p in folder.glob("tokenizer*") if p.is_file())
 
