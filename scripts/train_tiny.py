@@ -26,7 +26,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from tqdm import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from attntemp.evaluate import corpus, lm, model_card
+from attntemp.evaluate import corpus, lm, model_card, needles
 from attntemp.hf.introspect import trained_length
 from attntemp.hf.loading import ModelOptions
 from attntemp.utils.options import from_argv, option, reuse
@@ -130,9 +130,9 @@ def passkey_rows(tokenizer, context: int, seed: int):
 
     ``answer`` marks the tokens after the final question (`` {key}.<eos>``).
     """
-    low = corpus.passkey_min_tokens(tokenizer)
+    low = needles.passkey_min_tokens(tokenizer)
     for i in itertools.count():
-        (text,) = corpus.passkey_documents(1, tokenizer, low, context - 10, seed * 1_000_003 + i)
+        (text,) = needles.passkey_documents(1, tokenizer, low, context - 10, seed * 1_000_003 + i)
         ids = [*tokenizer(text, add_special_tokens=False)["input_ids"], EOS_ID]
         asked = corpus.count_tokens(tokenizer, text[: text.rindex(" ")])  # the prompt
         row = torch.full((context,), EOS_ID, dtype=torch.long)  # [context]

@@ -1,4 +1,4 @@
-"""Text sources, the train/held-out split and passkey prompts (attntemp.evaluate.corpus)."""
+"""Text sources, the train/held-out split (evaluate.corpus) and the passkey prompts (evaluate.needles)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from attntemp.evaluate import corpus
+from attntemp.evaluate import corpus, needles
 
 GUTENBERG = pathlib.Path(__file__).resolve().parents[3] / "shared" / "data" / "gutenberg"
 
@@ -146,50 +146,50 @@ def test_select_documents(stdlib):
 def test_passkey_prompt_format_and_length(tok):
     rng = random.Random(0)
     for _ in range(50):
-        key, depth = rng.randint(*corpus.KEY_RANGE), rng.random()
+        key, depth = rng.randint(*needles.KEY_RANGE), rng.random()
         n = rng.randint(200, 2000) if isinstance(tok, ByteTokenizer) else rng.randint(40, 400)
-        prompt = corpus.passkey_prompt(key, n, depth, tok)
-        assert corpus.KEY_LINE.format(key=key) in prompt
-        assert prompt.startswith(corpus.TASK) and prompt.endswith("\n" + corpus.QUESTION)
+        prompt = needles.passkey_prompt(key, n, depth, tok)
+        assert needles.KEY_LINE.format(key=key) in prompt
+        assert prompt.startswith(needles.TASK) and prompt.endswith("\n" + needles.QUESTION)
         assert n - 20 <= corpus.count_tokens(tok, prompt) <= n
         if isinstance(tok, ByteTokenizer):
             assert len(prompt.encode()) == n
 
 
 def test_passkey_depth_places_the_key():
-    tok, line = ByteTokenizer(), corpus.KEY_LINE.format(key=123)
-    first = corpus.passkey_prompt(123, 600, 0.0, tok)
-    last = corpus.passkey_prompt(123, 600, 1.0, tok)
-    assert first.startswith(f"{corpus.TASK}\n\n{line}\n")
-    assert last.endswith(f"\n{line}\n\n{corpus.QUESTION}")
-    middle = corpus.passkey_prompt(123, 600, 0.5, tok)
+    tok, line = ByteTokenizer(), needles.KEY_LINE.format(key=123)
+    first = needles.passkey_prompt(123, 600, 0.0, tok)
+    last = needles.passkey_prompt(123, 600, 1.0, tok)
+    assert first.startswith(f"{needles.TASK}\n\n{line}\n")
+    assert last.endswith(f"\n{line}\n\n{needles.QUESTION}")
+    middle = needles.passkey_prompt(123, 600, 0.5, tok)
     assert 0.4 < middle.index(line) / len(middle) < 0.6
 
 
 def test_passkey_prompt_rejects_bad_arguments():
     tok = ByteTokenizer()
     with pytest.raises(ValueError, match="n_tokens=50"):
-        corpus.passkey_prompt(7, 50, 0.5, tok)
+        needles.passkey_prompt(7, 50, 0.5, tok)
     with pytest.raises(ValueError, match=r"depth=1\.5"):
-        corpus.passkey_prompt(7, 500, 1.5, tok)
-    least = corpus.passkey_min_tokens(tok)
-    bare = corpus.passkey_prompt(50000, least, 0.3, tok)
-    assert bare == "\n".join([corpus.TASK, "", corpus.KEY_LINE.format(key=50000), "", corpus.QUESTION])
+        needles.passkey_prompt(7, 500, 1.5, tok)
+    least = needles.passkey_min_tokens(tok)
+    bare = needles.passkey_prompt(50000, least, 0.3, tok)
+    assert bare == "\n".join([needles.TASK, "", needles.KEY_LINE.format(key=50000), "", needles.QUESTION])
     with pytest.raises(ValueError, match=f"n_tokens={least - 1} .* >= {least}"):
-        corpus.passkey_prompt(50000, least - 1, 0.3, tok)
+        needles.passkey_prompt(50000, least - 1, 0.3, tok)
 
 
 def test_keys_and_passkey_documents_are_seeded():
-    keys = corpus.draw_keys(200, seed=3)
-    assert keys == corpus.draw_keys(200, seed=3) != corpus.draw_keys(200, seed=4)
-    assert all(corpus.KEY_RANGE[0] <= k <= corpus.KEY_RANGE[1] for k in keys)
+    keys = needles.draw_keys(200, seed=3)
+    assert keys == needles.draw_keys(200, seed=3) != needles.draw_keys(200, seed=4)
+    assert all(needles.KEY_RANGE[0] <= k <= needles.KEY_RANGE[1] for k in keys)
     tok = ByteTokenizer()
-    docs = list(corpus.passkey_documents(20, tok, 200, 300, seed=5))
-    assert docs == list(corpus.passkey_documents(20, tok, 200, 300, seed=5))
+    docs = list(needles.passkey_documents(20, tok, 200, 300, seed=5))
+    assert docs == list(needles.passkey_documents(20, tok, 200, 300, seed=5))
     for text in docs:
         prompt, answer = text.rsplit(" ", 1)
         key = int(answer.rstrip("."))
-        assert prompt.endswith(corpus.QUESTION) and corpus.KEY_LINE.format(key=key) in prompt
+        assert prompt.endswith(needles.QUESTION) and needles.KEY_LINE.format(key=key) in prompt
         assert 200 <= len(prompt.encode()) <= 300
 
 

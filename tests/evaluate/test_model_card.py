@@ -12,7 +12,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from attntemp.assets import tiny_path
-from attntemp.evaluate import corpus, lm, model_card
+from attntemp.evaluate import corpus, lm, model_card, needles
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -126,7 +126,7 @@ def test_training_rows(script, tokenizer):
         ids, labels, answer = next(rows)  # [256] each
         prompt = tokenizer.decode(ids[: int(answer.nonzero()[0])])
         key = int(tokenizer.decode(ids[answer], skip_special_tokens=True).strip(" ."))
-        assert prompt.endswith(corpus.QUESTION) and corpus.KEY_LINE.format(key=key) in prompt
+        assert prompt.endswith(needles.QUESTION) and needles.KEY_LINE.format(key=key) in prompt
         assert int(labels[answer][-1]) == script.EOS_ID and (labels[~answer] != script.IGNORE).any()
     gen = torch.Generator().manual_seed(0)
     row = bytes(script.copy_row(gen, 200, 16).tolist()).decode()

@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..evaluate.corpus import KEY_RANGE, passkey_prompt
 from ..evaluate.lm import first_integer
+from ..evaluate.needles import KEY_RANGE, passkey_prompt
 from ..hf.introspect import trained_length
 from ..hf.patch import patch
 from ..ops.intervals import mean_interval, wilson

@@ -1,12 +1,11 @@
-"""Text sources, a deterministic train/held-out split and passkey prompts.
+"""Text sources, a deterministic train/held-out split and the held-out windows scored.
 
 Everything here is offline: the default text is the running CPython's standard library, read at
 run time; ``gutenberg:<book>`` reads a plain-text book from a local folder, ``gutenberg`` every book
 there (the folder: :func:`gutenberg_dir`); ``package:<name>`` the
 ``.py`` files of an installed package (e.g. ``package:markdown``, a dependency of attntemp, so on
 every machine that has it: Python code the tiny model, trained on the stdlib, never saw); a path
-reads files.
-Passkey prompts follow the YaRN paper's format (jquesnelle/yarn, ``eval/passkey.py``).
+reads files. The passkey prompts drawn from no text are :mod:`attntemp.evaluate.needles`'.
 """
 
 from __future__ import annotations
@@ -16,9 +15,8 @@ import hashlib
 import importlib.util
 import os
 import pathlib
-import random
 import sysconfig
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -37,12 +35,6 @@ GUTENBERG_ENV = "ATTNTEMP_GUTENBERG"
 HELDOUT_PERCENT = 10
 # the second text for a run on stdlib: Python code outside the stdlib, an attntemp dependency on every machine
 HELDOUT_FOR_STDLIB = "package:markdown"
-
-TASK = "There is a pass key hidden in this text. Find it and remember it."
-FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
-KEY_LINE = "The pass key is {key}. Remember it. {key} is the pass key."
-QUESTION = "What is the pass key? The pass key is"
-KEY_RANGE = (1, 50000)
 
 
 @dataclass(frozen=True)
@@ -326,61 +318,6 @@ def select_documents(
             if len(chosen) == n:
                 return chosen
     raise ValueError(f"n={n} is not allowed; only {len(chosen)} {part} documents have min_tokens={min_tokens}")
-
-
-def _assemble(key: int, filler: str, depth: float) -> str:
-    cut = round(depth * len(filler))
-    lines = [TASK, filler[:cut], KEY_LINE.format(key=key), filler[cut:], QUESTION]
-    return "\n".join(lines)
-
-
-def passkey_min_tokens(tokenizer: Any) -> int:
-    """Tokens of a passkey prompt with no filler and the longest key: the least ``n_tokens``."""
-    return count_tokens(tokenizer, _assemble(KEY_RANGE[1], "", 0.0))
-
-
-def passkey_prompt(key: int, n_tokens: int, depth: float, tokenizer: Any) -> str:
-    """A YaRN-format passkey prompt of at most ``n_tokens`` tokens (exactly, for a byte tokenizer).
-
-    The key line sits at ``depth`` (0 = right after the task line, 1 = right before the question)
-    of the filler; the filler is the repeated YaRN sentence cut at a character.
-    """
-    key = checks.positive_int("key", key)
-    n_tokens = checks.positive_int("n_tokens", n_tokens)
-    if not 0.0 <= float(depth) <= 1.0:
-        raise ValueError(f"depth={depth!r} is not allowed; expected a number in [0, 1]")
-    fixed = count_tokens(tokenizer, _assemble(key, "", 0.0))
-    if fixed > n_tokens:
-        raise ValueError(f"n_tokens={n_tokens} is not allowed; a passkey prompt needs >= {fixed}")
-    sentence = FILLER + " "
-    per_char = len(sentence) / count_tokens(tokenizer, sentence)
-    chars = int((n_tokens - fixed) * per_char)
-    filler = " ".join([FILLER] * (chars // len(sentence) + 2))
-    while True:
-        text = _assemble(key, filler[:chars], float(depth))
-        over = count_tokens(tokenizer, text) - n_tokens
-        if over <= 0:
-            return text
-        chars = max(0, chars - max(1, int(over * per_char)))
-
-
-def draw_keys(n: int, seed: int) -> list[int]:
-    """``n`` pass keys drawn uniformly from KEY_RANGE by ``random.Random(seed)``."""
-    rng = random.Random(seed)
-    return [rng.randint(*KEY_RANGE) for _ in range(checks.positive_int("n", n))]
-
-
-def passkey_documents(n: int, tokenizer: Any, min_tokens: int, max_tokens: int, seed: int) -> Iterator[str]:
-    """``n`` training texts: a passkey prompt of ``min_tokens..max_tokens`` tokens, then its answer.
-
-    Each text is ``prompt + " {key}."``, so the whole text is at most ``max_tokens`` tokens plus the
-    answer; lengths, depths and keys come from ``random.Random(seed)``.
-    """
-    rng = random.Random(seed)
-    for _ in range(checks.positive_int("n", n)):
-        key = rng.randint(*KEY_RANGE)
-        length = rng.randint(min_tokens, max_tokens)
-        yield passkey_prompt(key, length, rng.random(), tokenizer) + f" {key}."
 
 
 def heldout_windows(

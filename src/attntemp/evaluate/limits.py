@@ -36,9 +36,9 @@ def min_length(task: str, tok: Any, key_span: int = 0, needles_per_forward: int 
     if task == "needles":
         return needles.min_tokens(tok, needles_per_forward)
     if task == "passkey":
-        return corpus.passkey_min_tokens(tok) + ANSWER_ROOM
+        return needles.passkey_min_tokens(tok) + ANSWER_ROOM
     if task == "needle":
-        fixed = "\n" + NEEDLE.format(key=corpus.KEY_RANGE[1]) + "\n\n" + NEEDLE_QUESTION
+        fixed = "\n" + NEEDLE.format(key=needles.KEY_RANGE[1]) + "\n\n" + NEEDLE_QUESTION
         return corpus.count_tokens(tok, fixed) + 8 + ANSWER_ROOM
     return PERPLEXITY_MIN
 

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from ..utils import checks
-from . import corpus
+from . import needles
 from .lm import first_integer, greedy
 
 REFERENCE_TEXT = "def main():\n    return 0\n"
@@ -31,8 +31,8 @@ def passkey_trials(
     budget = checks.positive_int("length", length) - new_tokens
     out = []
     for _ in range(checks.positive_int("trials", trials)):
-        key = rng.randint(*corpus.KEY_RANGE)
-        out.append((corpus.passkey_prompt(key, budget, rng.random(), tokenizer), key))
+        key = rng.randint(*needles.KEY_RANGE)
+        out.append((needles.passkey_prompt(key, budget, rng.random(), tokenizer), key))
     return out
 
 

@@ -24,9 +24,8 @@ from typing import Any
 import torch
 
 from ..hf.patch import batch_multipliers
-from . import corpus
 from .lm import answer_and_generate, first_integer, prefill
-from .needles import FACT, HAYSTACK_MIN, QUERY, WORDS, answer_ids, drawn, hide_facts
+from .needles import FACT, HAYSTACK_MIN, KEY_RANGE, QUERY, WORDS, answer_ids, drawn, hide_facts
 from .task_base import EvalContext, Metric, Task, digest_of
 
 SLACK = 2  # tokens generated past the answer's length: enough to see the integer end where the key ends
@@ -49,14 +48,14 @@ def _ids(tok: Any, text: str) -> list[int]:
 
 def room(tok: Any, k: int) -> int:
     """Tokens each branch needs past the haystack: the longest question, answer and slack."""
-    key, longest = corpus.KEY_RANGE[1], max(WORDS[:k], key=len)
+    key, longest = KEY_RANGE[1], max(WORDS[:k], key=len)
     lead, answer = answer_ids(tok, key)
     return len(_ids(tok, QUERY.format(word=longest))) + len(lead) + len(answer) + SLACK
 
 
 def haystack_min_tokens(tok: Any, k: int) -> int:
     """The shortest length that holds ``k`` facts, their questions and :data:`HAYSTACK_MIN` of haystack."""
-    key, longest = corpus.KEY_RANGE[1], max(WORDS[:k], key=len)
+    key, longest = KEY_RANGE[1], max(WORDS[:k], key=len)
     return k * len(_ids(tok, FACT.format(word=longest, key=key))) + room(tok, k) + HAYSTACK_MIN
 
 

@@ -1,5 +1,7 @@
-"""Many needles per forward: ``k`` keyed facts hidden at spread depths in real text, then ``k``
-teacher-forced questions at the end, all scored from ONE forward (no generation).
+"""Keys hidden in text. The passkey prompt (:func:`passkey_prompt`): one key in filler sentences,
+the YaRN paper's format (jquesnelle/yarn, ``eval/passkey.py``). Many needles per forward: ``k``
+keyed facts hidden at spread depths in real text, then ``k`` teacher-forced questions at the end,
+all scored from ONE forward (no generation).
 
 A document is ``haystack ... "The special magic number for <word> is <number>." ...`` (k distinct
 words at depths (i + 1/2) / k) followed by, for each word in a shuffled order, "What is the special
@@ -20,6 +22,7 @@ from typing import Any
 import torch
 
 from ..hf.patch import batch_multipliers
+from ..utils import checks
 from . import corpus
 from .lm import position_scores, repeat_rows
 from .task_base import MAX_NEEDLES, EvalContext, Metric, Task
@@ -36,6 +39,68 @@ WORDS = (
     "urchin", "vine", "willow", "yak",
 )  # fmt: skip
 HAYSTACK_MIN = 16  # tokens of haystack a document keeps at least
+
+# The passkey prompt of the YaRN paper (jquesnelle/yarn, eval/passkey.py): one key in filler sentences
+TASK = "There is a pass key hidden in this text. Find it and remember it."
+FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
+KEY_LINE = "The pass key is {key}. Remember it. {key} is the pass key."
+QUESTION = "What is the pass key? The pass key is"
+KEY_RANGE = (1, 50000)
+
+
+def _assemble(key: int, filler: str, depth: float) -> str:
+    cut = round(depth * len(filler))
+    lines = [TASK, filler[:cut], KEY_LINE.format(key=key), filler[cut:], QUESTION]
+    return "\n".join(lines)
+
+
+def passkey_min_tokens(tokenizer: Any) -> int:
+    """Tokens of a passkey prompt with no filler and the longest key: the least ``n_tokens``."""
+    return corpus.count_tokens(tokenizer, _assemble(KEY_RANGE[1], "", 0.0))
+
+
+def passkey_prompt(key: int, n_tokens: int, depth: float, tokenizer: Any) -> str:
+    """A YaRN-format passkey prompt of at most ``n_tokens`` tokens (exactly, for a byte tokenizer).
+
+    The key line sits at ``depth`` (0 = right after the task line, 1 = right before the question)
+    of the filler; the filler is the repeated YaRN sentence cut at a character.
+    """
+    key = checks.positive_int("key", key)
+    n_tokens = checks.positive_int("n_tokens", n_tokens)
+    if not 0.0 <= float(depth) <= 1.0:
+        raise ValueError(f"depth={depth!r} is not allowed; expected a number in [0, 1]")
+    fixed = corpus.count_tokens(tokenizer, _assemble(key, "", 0.0))
+    if fixed > n_tokens:
+        raise ValueError(f"n_tokens={n_tokens} is not allowed; a passkey prompt needs >= {fixed}")
+    sentence = FILLER + " "
+    per_char = len(sentence) / corpus.count_tokens(tokenizer, sentence)
+    chars = int((n_tokens - fixed) * per_char)
+    filler = " ".join([FILLER] * (chars // len(sentence) + 2))
+    while True:
+        text = _assemble(key, filler[:chars], float(depth))
+        over = corpus.count_tokens(tokenizer, text) - n_tokens
+        if over <= 0:
+            return text
+        chars = max(0, chars - max(1, int(over * per_char)))
+
+
+def draw_keys(n: int, seed: int) -> list[int]:
+    """``n`` pass keys drawn uniformly from KEY_RANGE by ``random.Random(seed)``."""
+    rng = random.Random(seed)
+    return [rng.randint(*KEY_RANGE) for _ in range(checks.positive_int("n", n))]
+
+
+def passkey_documents(n: int, tokenizer: Any, min_tokens: int, max_tokens: int, seed: int) -> Iterator[str]:
+    """``n`` training texts: a passkey prompt of ``min_tokens..max_tokens`` tokens, then its answer.
+
+    Each text is ``prompt + " {key}."``, so the whole text is at most ``max_tokens`` tokens plus the
+    answer; lengths, depths and keys come from ``random.Random(seed)``.
+    """
+    rng = random.Random(seed)
+    for _ in range(checks.positive_int("n", n)):
+        key = rng.randint(*KEY_RANGE)
+        length = rng.randint(min_tokens, max_tokens)
+        yield passkey_prompt(key, length, rng.random(), tokenizer) + f" {key}."
 
 
 @dataclass(frozen=True)
@@ -61,7 +126,7 @@ def answer_ids(tok: Any, key: int) -> tuple[list[int], list[int]]:
 
 def fixed_tokens(tok: Any, k: int) -> int:
     """Tokens of ``k`` facts and questions with the longest words and keys: all but the haystack."""
-    key, longest = corpus.KEY_RANGE[1], max(WORDS[:k], key=len)
+    key, longest = KEY_RANGE[1], max(WORDS[:k], key=len)
     per = len(_ids(tok, FACT.format(word=longest, key=key))) + len(_ids(tok, QUERY.format(word=longest)))
     return k * (per + len(_ids(tok, f" {key}")) + len(_ids(tok, ".")))
 
@@ -95,7 +160,7 @@ def drawn(tok: Any, length: int, ctx: EvalContext, flag: str) -> Iterator[tuple[
     rng = random.Random(ctx.seed)
     for d in range(ctx.n_docs):
         hay = haystack_ids(tok, hay_docs, d, length, rng)
-        yield hay, [(w, rng.randint(*corpus.KEY_RANGE)) for w in rng.sample(WORDS, k)], rng
+        yield hay, [(w, rng.randint(*KEY_RANGE)) for w in rng.sample(WORDS, k)], rng
 
 
 def build_document(tok: Any, hay: list[int], facts: list[tuple[str, int]], length: int, rng: random.Random):

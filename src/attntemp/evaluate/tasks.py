@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from ..hf.patch import batch_multipliers
-from . import corpus
+from . import corpus, needles
 from .corpus import heldout_windows
 from .key_tokens import KeyTokens
 from .lm import answer_and_generate, first_integer, multiplier_nll, repeat_rows
@@ -176,7 +176,7 @@ def _encode(tok, text: str) -> list[int]:
 
 def _keyed(tok, rng: random.Random, prompt_for) -> tuple[list[int], list[int], int]:
     """A random key, its prompt's ids and the answer's ids (" {key}")."""
-    key = rng.randint(*corpus.KEY_RANGE)
+    key = rng.randint(*needles.KEY_RANGE)
     return _encode(tok, prompt_for(key)), _encode(tok, f" {key}"), key
 
 
@@ -210,7 +210,7 @@ def passkey_prompts(tok, length: int, ctx: EvalContext) -> list[tuple[list[int],
     them (a baked checkpoint in plain transformers) must be given."""
     rng = random.Random(ctx.seed)
     prompts = [
-        _keyed(tok, rng, lambda key: corpus.passkey_prompt(key, length - 10, rng.random(), tok))
+        _keyed(tok, rng, lambda key: needles.passkey_prompt(key, length - 10, rng.random(), tok))
         for _ in range(ctx.trials)
     ]
     return list(ctx.pick(prompts))

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ...utils import checks
-from .. import corpus
+from .. import needles
 from ..tasks import needle_prompt
 
 LENGTHS = (256, 512, 1024)
@@ -72,9 +72,9 @@ def prompt_rows(family: str, tokenizer: Any, length: int, n: int = DOCS, seed: i
     rng = random.Random(f"{family}:{length}:{seed}")  # a str seed is hashed by sha512: stable
     rows = []
     for depth in _depths(checks.positive_int("n", n)):
-        key = rng.randint(*corpus.KEY_RANGE)
+        key = rng.randint(*needles.KEY_RANGE)
         if family == "passkey":
-            text = corpus.passkey_prompt(key, length - GEN_TOKENS, depth, tokenizer)
+            text = needles.passkey_prompt(key, length - GEN_TOKENS, depth, tokenizer)
         else:
             text = needle_prompt(tokenizer, haystack(rng, 8 * length), key, length - GEN_TOKENS, depth)
         rows.append({"prompt": text, "answer": str(key), "depth": round(depth, 4), "length": length})
