@@ -201,7 +201,7 @@ def test_llamacpp_carries_dynamic_only_as_its_nearest_static_ntk():
     cfg = config("llama").to_dict()  # head_dim 16, rope_theta 10000, 128 positions
     got = E.export(dynamic, "llama.cpp", trained_length=128, config=cfg, gguf_arch="llama")
     theta = 10000.0 * 3 ** (16 / 14)
-    assert got.nearest["rope"] == {"rope_type": "ntk", "factor": 3.0, "original_max_position_embeddings": 128}
+    assert got.nearest.rope == {"rope_type": "ntk", "factor": 3.0, "original_max_position_embeddings": 128}
     assert float(got.args[got.args.index("--rope-freq-base") + 1]) == pytest.approx(theta, rel=1e-9)
     assert got.args[-2:] == ("--override-kv", "llama.context_length=int:256")
     assert _kv_factor(got)[1] ** 2 == pytest.approx(1.2, rel=1e-8)
@@ -231,7 +231,7 @@ def test_longrope_exports_carry_the_factors_and_sqrt_m():
     assert cpp.args[-1] == "llama.context_length=int:1024"
     assert cpp.gguf_tensors == {"rope_freqs": LONGROPE["long_factor"]}
     # short_factor 1 under L0 is not what vLLM or llama.cpp read: both carry the long factors at every length
-    assert vllm.nearest["rope"]["short_factor"] == cpp.nearest["rope"]["short_factor"] == LONGROPE["long_factor"]
+    assert vllm.nearest.rope["short_factor"] == cpp.nearest.rope["short_factor"] == tuple(LONGROPE["long_factor"])
     assert tf.nearest is None and "NEAREST SPEC" in cpp.render()
     assert "rope_freqs" in " ".join(cpp.notes) and cpp.perplexity[5:7] == ("-c", "1024")
     scaled = TemperatureSpec(rope={**LONGROPE, "attention_factor": 1.1})  # LongRoPE's fixed scale, m = 1

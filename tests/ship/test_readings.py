@@ -9,6 +9,7 @@ import transformers as tf
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
 from attntemp.ops import rope
+from attntemp.ops.rope.params import Rope
 from attntemp.ship.readings import READERS, Handed, differs, lengths, meant, readers_of
 from attntemp.ship.readings.of_exllama import EXLLAMAV2, EXLLAMAV3
 from attntemp.ship.readings.of_llamacpp import GGUF_FACTOR, LLAMACPP
@@ -234,7 +235,7 @@ def test_every_reader_is_registered_once_with_its_source():
 
 
 def test_meant_writes_attntemps_static_ntk_as_an_explicit_rope_theta():
-    got = meant({"rope_type": "ntk", "factor": 3.0}, D, THETA, L0)
+    got = meant(Rope({"rope_type": "ntk", "factor": 3.0}), D, THETA, L0)
     assert got.rope == {"rope_type": "default", "rope_theta": pytest.approx(THETA * 3 ** (D / (D - 2)))}
     assert lengths(L0, N) == (128, 256, 257, 384, 512) and lengths(L0, L0) == (128, 256)  # up to the context
 

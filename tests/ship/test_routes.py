@@ -10,6 +10,7 @@ import pytest
 from tiny_configs import config
 
 import attntemp.ship.export as E
+from attntemp.ops.rope.params import Rope
 from attntemp.ops.spec import TemperatureSpec
 from attntemp.ship.engines import ENGINES
 from attntemp.ship.engines.base import ExportResult, ExportTarget
@@ -55,8 +56,7 @@ def read_as_meant(engine, result, spec):
     """Every departure of ``engine``'s readings of ``result`` from what ``spec`` means (empty: none),
     read back as the engine module does and checked here, length by length."""
     e = ENGINES[engine]
-    params = spec.rope.to_dict()
-    params.setdefault("original_max_position_embeddings", L0)
+    params = spec.rope if spec.rope.l0 else spec.rope.updated(original_max_position_embeddings=L0)
     got = e.reads_back(result, Handed({}, DIM, THETA, L0, L0))  # the model: its config unchanged
     want = meant(params, DIM, THETA, L0)
     out = []
@@ -79,7 +79,7 @@ def test_no_route_hands_an_engine_a_setting_it_reads_otherwise(engine, case):
     except ValueError as exc:
         assert EXPECTED[engine][case] == "refused", f"refused: {exc}"
         return
-    carried = spec if result.nearest is None else TemperatureSpec.from_dict(result.nearest)
+    carried = spec if result.nearest is None else result.nearest
     assert EXPECTED[engine][case] == ("meant" if result.nearest is None else "nearest")
     assert read_as_meant(engine, result, carried) == []
     assert result.checked == tuple(r.label for r in readers_of(engine))
@@ -92,7 +92,7 @@ def test_the_old_vllm_route_for_dynamic_is_read_otherwise():
     """What export printed before (rope_type dynamic in --hf-overrides): no scaling and NaN past L0."""
     rp = {"rope_type": "dynamic", "factor": 2.0, "rope_theta": THETA}
     old = ExportResult("vllm", 1.0, rp, ("--hf-overrides", json.dumps({"rope_parameters": rp})))
-    params = {"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": L0}
+    params = Rope({"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": L0})
     why = departures(ENGINES["vllm"], old, 1.0, params, ExportTarget(THETA, rotary_dim=DIM, positions=L0))
     assert "vllm 0.11-0.21 at n = 64: frequencies off" in why
     assert f"vllm 0.22-0.29 at n = {L0 + 1}: undefined past position {L0}" in why and "vllm >=0.30" in why
@@ -103,7 +103,7 @@ def test_vllm_dynamic_goes_as_static_ntk_at_an_explicit_theta_with_its_context()
     over = json.loads(got.args[got.args.index("--hf-overrides") + 1])
     assert over["rope_parameters"] == {"rope_type": "default", "rope_theta": pytest.approx(THETA * 3 ** (16 / 14))}
     assert over["max_position_embeddings"] == 256 and got.args[-2:] == ("--max-model-len", "256")
-    assert got.nearest["rope"] == {"rope_type": "ntk", "factor": 3.0, "original_max_position_embeddings": L0}
+    assert got.nearest.rope == {"rope_type": "ntk", "factor": 3.0, "original_max_position_embeddings": L0}
     assert "alpha = s^2 - s + 1 = 3" in got.nearest_why and '"rope_type": "dynamic"' not in got.render()
 
 

@@ -20,8 +20,10 @@ name: its scores are not what the engine computes (:func:`computes_as_meant`).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
+from ..ops.rope.params import Rope
 from ..ops.spec import TemperatureSpec
 from ..ship.engines import ENGINES
 from ..ship.engines.base import resolve_rope
@@ -39,23 +41,33 @@ def engine_route(
     """How ``engine`` carries ``spec`` on the model of ``config`` (its config dict: the settings take
     its rope_theta and, on Gemma 3, its per-layer-type RoPE), served to ``length`` tokens (default:
     s L0 of its rope): ``{"how": one of the module's routes, "settings" or "command", "spec" (nearest
-    or baked), "why"}``."""
+    or baked, as its JSON), "why"}``."""
+    return route_and_nearest(spec, engine, trained, config, length)[0]
+
+
+def route_and_nearest(
+    spec: TemperatureSpec, engine: str, trained: int, config: dict[str, Any] | None, length: int | None = None
+) -> tuple[dict[str, Any], TemperatureSpec | None]:
+    """:func:`engine_route`'s route and, where it is ``nearest``, the spec the engine carries instead
+    (the export's own, typed; the route holds its JSON), else None."""
     served = length if length and length > trained else None  # within L0 every engine serves as it is
     if spec.is_identity and not spec.rope:
         said = export(spec, engine, trained_length=trained, config=config, length=served) if served else None
-        return {"how": "nothing", "settings": said.render() if said and said.args else "serve the model as it is"}
+        settings = said.render() if said and said.args else "serve the model as it is"
+        return {"how": "nothing", "settings": settings}, None
     try:
         result = export(spec, engine, trained_length=trained, config=config, length=served)
     except ValueError as exc:
         why = str(exc)
         baked = ENGINES[engine].to_bake(spec, config) if not spec.position_dependent else spec
         if spec.rope and baked == spec and not rope_exported(spec, engine, trained, config, served):
-            return {"how": "not carried", "why": why}  # its RoPE itself: a bake would not carry it either
-    else:
-        if result.nearest is None:
-            return {"how": "settings", "settings": result.render()}
-        return {"how": "nearest", "settings": result.render(), "spec": result.nearest, "why": result.nearest_why}
-    return _not_settings(spec, engine, config, why)
+            return {"how": "not carried", "why": why}, None  # its RoPE itself: a bake would not carry it either
+        return _not_settings(spec, engine, config, why), None
+    near = result.nearest
+    if near is None:
+        return {"how": "settings", "settings": result.render()}, None
+    route = {"how": "nearest", "settings": result.render(), "spec": near.to_dict(), "why": result.nearest_why}
+    return route, near
 
 
 def rope_exported(
@@ -94,10 +106,7 @@ def reads_alike(
     to ``length``): the same frequencies and the same total logit multiplier (the spec's m times the
     rope's own factor squared), with every other field of the specs equal: the static check every
     export route passes (:func:`attntemp.ship.readings.departure`), transformers reading both."""
-    da, db = a.to_dict(), b.to_dict()
-    if {k: v for k, v in da.items() if k not in ("rope", "multiplier")} != {
-        k: v for k, v in db.items() if k not in ("rope", "multiplier")
-    }:
+    if replace(a, multiplier=1.0, rope=Rope()) != replace(b, multiplier=1.0, rope=Rope()):
         return False
     dim, theta = geometry or (PROBE_DIM, PROBE_THETA)
     ha = meant(resolve_rope(a, trained), dim, theta, trained)
@@ -112,14 +121,15 @@ def with_engines(cands: list[Candidate], trained: int, length: int, config: dict
     geometry = rotary(config)
     out = []
     for c in cands:
-        engines = {e: engine_route(c.spec, e, trained, config, length) for e in ENGINES}
-        for route in engines.values():
-            if route["how"] == "nearest":
-                near = TemperatureSpec.from_dict(route["spec"])
-                route["as"] = next(
-                    (o.key for o in cands if o.key != c.key and reads_alike(near, o.spec, trained, length, geometry)),
-                    None,
+        engines = {}
+        for e in ENGINES:
+            route, near = route_and_nearest(c.spec, e, trained, config, length)
+            if near is not None:
+                alike = (
+                    o.key for o in cands if o.key != c.key and reads_alike(near, o.spec, trained, length, geometry)
                 )
+                route["as"] = next(alike, None)
+            engines[e] = route
         out.append(Candidate(c.name, c.spec, c.family, c.gated, c.note, engines, c.key))
     return out
 

@@ -17,7 +17,7 @@ import functools
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -220,18 +220,16 @@ class TemperatureSpec:
 
     # ----------------------------------------------------------------------------- JSON
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d.pop("_schedule", None)
-        d["schedule_params"] = {k: deep_list(v) for k, v in self.schedule_params}
-        d["rope"] = self.rope.to_dict() or None
-        if self.layer_types is None:
-            d.pop("layer_types")
-        else:
-            d["layer_types"] = list(self.layer_types)
-        for key in ("layers", "heads"):
-            if d[key] is not None:
-                d[key] = json.loads(json.dumps(d[key]))
-        return d
+        """The JSON object: every field in its order, tuples as lists (``layer_types`` left out when None)."""
+        d = {
+            "multiplier": self.multiplier,
+            "layers": deep_list(self.layers),
+            "heads": deep_list(self.heads),
+            "schedule": self.schedule,
+            "schedule_params": {k: deep_list(v) for k, v in self.schedule_params},
+            "rope": self.rope.to_dict() or None,
+        }
+        return d if self.layer_types is None else {**d, "layer_types": list(self.layer_types)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TemperatureSpec:
@@ -307,10 +305,9 @@ class TemperatureSpec:
         d["layer_types"] = None if layer_types is None else list(layer_types)
         return TemperatureSpec.from_dict(d)
 
-    def with_rope(self, rope: dict[str, Any] | None) -> TemperatureSpec:
-        d = self.to_dict()
-        d["rope"] = rope
-        return TemperatureSpec.from_dict(d)
+    def with_rope(self, rope: Params) -> TemperatureSpec:
+        """This spec with ``rope`` (a :class:`Rope`, or its dict form; None: no extension) in place of its own."""
+        return replace(self, rope=Rope(rope))
 
     def heads_table(self, num_layers: int, num_heads: int, layer_types: Sequence[str] | None = None) -> torch.Tensor:
         """The static multipliers as a ``[layers, heads]`` table (for plots and baking); ``layer_types``:

@@ -9,6 +9,7 @@ read it (``schedule_readers``).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from ..ops.geometry import stated_l0
@@ -24,7 +25,7 @@ def split_schedule(spec: TemperatureSpec) -> tuple[TemperatureSpec, dict[str, fl
     if spec.schedule != SCHEDULE:
         return spec, None
     params = {"beta": 0.1, "original_max_position_embeddings": 16384.0, **dict(spec.schedule_params)}
-    return TemperatureSpec.from_dict({**spec.to_dict(), "schedule": "constant", "schedule_params": {}}), params
+    return replace(spec, schedule="constant", schedule_params=()), params
 
 
 def parameters(scaling: dict[str, float], rope: dict[str, Any] | None) -> tuple[float, int]:

@@ -104,13 +104,7 @@ class Rope(Mapping[str, Any]):
         pairs = params._pairs if isinstance(params, Rope) else frozen_pairs(params)
         object.__setattr__(self, "_pairs", pairs)
         if pairs:
-            _check(dict(pairs))
-
-    @classmethod
-    def _unchecked(cls, pairs: tuple[tuple[str, Any], ...]) -> Rope:
-        made = object.__new__(cls)
-        object.__setattr__(made, "_pairs", pairs)
-        return made
+            _check(self)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("a Rope is immutable; make a new one")
@@ -175,6 +169,12 @@ class Rope(Mapping[str, Any]):
         """The JSON / engine form: a plain dict, lists as lists (``{}`` for no extension)."""
         return {k: deep_list(v) for k, v in self._pairs}
 
+    def updated(self, **values: Any) -> Rope:
+        """This extension with ``values`` set (checked as a new one is): L0 filled in
+        (``updated(original_max_position_embeddings=L0)``), longrope's short factors made its long
+        ones."""
+        return Rope({**dict(self._pairs), **values})
+
     def arguments(self, trained: int, seq_len: int | None = None) -> dict[str, Any]:
         """The keyword arguments of :mod:`.rope`'s function of this type for a sequence of
         ``seq_len`` tokens, L0 the stated one or ``trained``."""
@@ -202,7 +202,7 @@ class Rope(Mapping[str, Any]):
         return float(rope_math.ROPE_FUNCTIONS[self.kind](dim, base, **self.arguments(trained, None))[1])
 
 
-def _check_keys(rope: dict[str, Any]) -> RopeKind:
+def _check_keys(rope: Rope) -> RopeKind:
     """A known ``rope_type``, a ``factor``, the keys the type needs and no others."""
     kind = KINDS[checks.choice("rope.rope_type", rope.get("rope_type", ""), tuple(KINDS))]
     if "factor" not in rope:
@@ -219,7 +219,7 @@ def _check_keys(rope: dict[str, Any]) -> RopeKind:
     return kind
 
 
-def _check_pair_lists(rope: dict[str, Any]) -> int:
+def _check_pair_lists(rope: Rope) -> int:
     """longrope's factor lists: numbers > 0, as many in each; returns that count (rotary_dim / 2)."""
     sizes = []
     for key in PAIR_LISTS:
@@ -238,7 +238,7 @@ def _check_pair_lists(rope: dict[str, Any]) -> int:
     return sizes[0]
 
 
-def _check(rope: dict[str, Any]) -> None:
+def _check(rope: Rope) -> None:
     """The keys (:func:`_check_keys`), ``factor`` in [1, MAX_FACTOR], L0 a positive integer, and
     every value checked by computing the frequencies of a 64-dim RoPE (longrope: the dimension
     its factor lists give)."""
@@ -250,6 +250,6 @@ def _check(rope: dict[str, Any]) -> None:
         raise ValueError(f"rope.truncate={rope['truncate']!r} is not allowed; expected true or false")
     dim = 2 * _check_pair_lists(rope) if kind.name == "longrope" else 64
     try:
-        rope_math.ROPE_FUNCTIONS[kind.name](dim, 10000.0, **Rope._unchecked(frozen_pairs(rope)).arguments(2048))
+        rope_math.ROPE_FUNCTIONS[kind.name](dim, 10000.0, **rope.arguments(2048))
     except (TypeError, ValueError) as exc:
         raise ValueError(f"rope ({kind.name}): {exc}") from None

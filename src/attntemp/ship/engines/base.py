@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ...ops import rope
@@ -28,15 +28,15 @@ from ...ops.geometry import (
     head_dims,
     layer_kinds,
     layer_rope,
-    stated_l0,
 )
 from ...ops.rope.bases import ntk_base
+from ...ops.rope.params import Rope
 from ...ops.schedules import yarn_mscale
 from ...ops.spec import TemperatureSpec
 from ...utils import checks
 from ..bake import refuse_position_dependent
 from ..comparison import VerifyOptions, VerifyResult
-from ..readings import Handed
+from ..readings import PROBE_L0, Handed
 
 
 def attn_factor(m: float, s: float) -> float:
@@ -71,7 +71,7 @@ class ExportResult:
     source: str = ""
     perplexity: tuple[str, ...] = ()  # llama.cpp: the same settings as a llama-perplexity command
     gguf_tensors: dict[str, list[float]] | None = field(default=None, hash=False)  # llama.cpp: tensors to write
-    nearest: dict[str, Any] | None = field(default=None, hash=False)  # the spec carried instead (None: the spec)
+    nearest: TemperatureSpec | None = None  # the spec carried instead (None: the spec)
     nearest_why: str = ""  # why the spec asked for is not carried as meant, and what the nearest one is
     checked: tuple[str, ...] = ()  # the engine readings these settings were checked against
 
@@ -79,8 +79,9 @@ class ExportResult:
         """The settings as printed: the command line's flags, shell-quoted (none: nothing)."""
         return [" ".join(shlex.quote(a) for a in self.args)] if self.args else []
 
-    def to_dict(self) -> dict[str, Any]:  # the --json document: every field
-        return asdict(self)
+    def to_dict(self) -> dict[str, Any]:  # the --json document: every field, the nearest spec as its JSON
+        near = None if self.nearest is None else self.nearest.to_dict()
+        return {**asdict(replace(self, nearest=None)), "nearest": near}
 
     def markdown(self) -> str:
         """What ``attntemp export`` prints (:meth:`render`)."""
@@ -151,7 +152,7 @@ class Engine:
     in the engine installed here (its build folder or venv), None for the reference."""
 
     name: str
-    export: Callable[[float, dict[str, Any], ExportTarget], ExportResult]
+    export: Callable[[float, Rope, ExportTarget], ExportResult]
     with_schedule: Callable[[ExportResult, float, int, ExportTarget], ExportResult]
     schedule_readers: str
     audit: Callable[[AuditRun], dict[str, Any]]
@@ -204,31 +205,24 @@ def global_multiplier(spec: TemperatureSpec, engine: Engine, per_type: bool = Fa
     return m * spec.schedule_multiplier()
 
 
-def resolve_rope(spec: TemperatureSpec, trained_length: int | None) -> dict[str, Any]:
-    """spec.rope with original_max_position_embeddings filled from ``trained_length`` (must agree)."""
-    params: dict[str, Any] = spec.rope.to_dict()
-    if trained_length is not None:
-        checks.positive_int("trained_length", trained_length)
-        l0 = stated_l0(params)
-        if l0 is not None and int(l0) != trained_length:
-            raise ValueError(
-                f"trained_length={trained_length} disagrees with the spec's rope original_max_position_embeddings={l0}"
-            )
-        if params:
-            params["original_max_position_embeddings"] = trained_length
-    return params
-
-
-def builtin_factor(params: dict[str, Any]) -> float:
-    """The rope's own cos/sin factor (yarn: given or 0.1 ln s + 1 / mscale ratio; longrope; else 1)."""
-    kind = params.get("rope_type")
-    if kind == "yarn":
-        return rope.yarn_attention_factor(
-            params["factor"], params.get("mscale"), params.get("mscale_all_dim"), params.get("attention_factor")
+def resolve_rope(spec: TemperatureSpec, trained_length: int | None) -> Rope:
+    """spec.rope with its L0 (original_max_position_embeddings) filled from ``trained_length`` (must agree)."""
+    if trained_length is None or not spec.rope:
+        return spec.rope
+    checks.positive_int("trained_length", trained_length)
+    l0 = spec.rope.l0
+    if l0 is not None and l0 != trained_length:
+        raise ValueError(
+            f"trained_length={trained_length} disagrees with the spec's rope original_max_position_embeddings={l0}"
         )
-    if kind == "longrope":
-        return rope.longrope_attention_factor(params["factor"], stated_l0(params), params.get("attention_factor"))
-    return 1.0
+    return spec.rope.updated(original_max_position_embeddings=trained_length)
+
+
+def own_factor(params: Rope) -> float:
+    """The rope's own cos/sin factor (:meth:`Rope.cos_sin_factor`: YaRN's and LongRoPE's, or the
+    stated ``attention_factor``; 1 for the other types). A rope stating no L0 is read at a probe L0:
+    only LongRoPE's default depends on it, and every engine refuses a longrope without one."""
+    return params.cos_sin_factor(params.l0 or PROBE_L0)
 
 
 def layer_ropes(config: dict[str, Any] | None) -> dict[str, dict[str, Any]] | None:
@@ -285,21 +279,14 @@ def per_layer_type(rp: dict[str, Any] | None, ropes: dict[str, dict[str, Any]] |
 
 
 # ----------------------------------------------------------------------------- export helpers
-def need(params: dict[str, Any], key: str, engine: str) -> Any:
-    """``params[key]``, or raise naming the rope type, the engine and the missing key."""
-    if params.get(key) is None:
-        raise ValueError(f"rope_type={params['rope_type']!r} for {engine} needs {key}")
-    return params[key]
-
-
-def need_l0(params: dict[str, Any], engine: str) -> int:
+def need_l0(params: Rope, engine: str) -> int:
     """The rope's L0, which ``engine`` needs: raise (saying how to give it) where it states none."""
-    if stated_l0(params) is None:
+    if params.l0 is None:
         raise ValueError(
-            f"rope_type={params['rope_type']!r} for {engine} needs original_max_position_embeddings (pass "
+            f"rope_type={params.kind!r} for {engine} needs original_max_position_embeddings (pass "
             "trained_length / --trained-length: the model's max_position_embeddings)"
         )
-    return int(stated_l0(params))
+    return params.l0
 
 
 def number(x: float) -> str:
@@ -307,9 +294,11 @@ def number(x: float) -> str:
     return format(float(x), ".10g")
 
 
-def rope_dict(params: dict[str, Any], rope_theta: float | None, **factors: float) -> dict[str, Any]:
-    """rope_parameters to write: mscale/mscale_all_dim folded into the explicit factor(s)."""
-    out = {k: v for k, v in params.items() if k not in ("mscale", "mscale_all_dim", "attention_factor")}
+def rope_dict(params: Rope, rope_theta: float | None, **factors: float) -> dict[str, Any]:
+    """rope_parameters to write (the engine's own settings, a dict): mscale/mscale_all_dim folded into
+    the explicit factor(s)."""
+    drop = ("mscale", "mscale_all_dim", "attention_factor")
+    out = {k: v for k, v in params.to_dict().items() if k not in drop}
     if rope_theta is not None:
         out["rope_theta"] = checks.positive("rope_theta", rope_theta)
     return {**out, **factors}
@@ -331,7 +320,7 @@ def theta_note(rope_theta: float | None, where: str) -> tuple[str, ...]:
     return (f"add the model's rope_theta to rope_parameters: {where} replaces the whole dict",)
 
 
-def static_ntk(params: dict[str, Any], target: ExportTarget, engine: str) -> tuple[float, int]:
+def static_ntk(params: Rope, target: ExportTarget, engine: str) -> tuple[float, int]:
     """``(rope_theta, context)`` of a static NTK rope (attntemp's ``ntk``, factor alpha): ``theta *
     alpha^(d / (d - 2))`` on the model's theta and rotary dim, served to ``target.length`` or alpha L0;
     raise naming what is missing."""
@@ -340,22 +329,22 @@ def static_ntk(params: dict[str, Any], target: ExportTarget, engine: str) -> tup
             f"rope_type='ntk' for {engine} is written as an explicit rope_theta = theta * alpha^(d / (d - 2)): it "
             "needs the model's rope_theta and rotary dim (pass its config: --config)"
         )
-    alpha = float(need(params, "factor", engine))
+    alpha = params.factor
     context = target.length or round(alpha * need_l0(params, engine))
     return ntk_base(float(target.rope_theta), alpha, target.rotary_dim), context
 
 
-def ntk_note(theta: float, params: dict[str, Any]) -> str:
+def ntk_note(theta: float, params: Rope) -> str:
     """What a static NTK export writes: plain RoPE at ``theta`` (alpha stated)."""
-    alpha = float(params["factor"])
+    alpha = params.factor
     return f"static NTK: plain RoPE at rope_theta = theta * alpha^(d / (d - 2)) = {theta:.10g}, alpha = {alpha:g}"
 
 
-def context_length(params: dict[str, Any]) -> int:
-    """A longrope's extended context: ``round(s * L0)``."""
-    return round(float(params["factor"]) * int(stated_l0(params)))
+def context_length(params: Rope, engine: str) -> int:
+    """A longrope's extended context for ``engine``: ``round(s * L0)``."""
+    return round(params.factor * need_l0(params, engine))
 
 
-def same_past_l0(engine: str, when: str, params: dict[str, Any]) -> str:
+def same_past_l0(engine: str, when: str, params: Rope) -> str:
     """The note that an engine's longrope agrees with transformers' past L0 only."""
-    return SAME_PAST_L0.format(engine=engine, when=when, l0=stated_l0(params))
+    return SAME_PAST_L0.format(engine=engine, when=when, l0=params.l0)

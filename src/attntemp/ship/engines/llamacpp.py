@@ -43,8 +43,8 @@ from ...hf import loading
 from ...hf.introspect import trained_length
 from ...hf.loading import load_model
 from ...ops import rope
-from ...ops.geometry import stated_l0
 from ...ops.intervals import perplexity_interval
+from ...ops.rope.params import Rope
 from ...ops.schedules import yarn_mscale
 from ...ops.spec import TemperatureSpec
 from .. import llamacpp_binary as llamacpp
@@ -66,14 +66,13 @@ from .base import (
     Engine,
     ExportResult,
     ExportTarget,
-    builtin_factor,
     context_length,
     global_multiplier,
     layer_ropes,
-    need,
     need_l0,
     ntk_note,
     number,
+    own_factor,
     same_past_l0,
     static_ntk,
 )
@@ -146,7 +145,7 @@ CONTEXT_NOTE = (
 )
 
 
-def _plain(m: float, params: dict[str, Any], target: ExportTarget) -> ExportResult:
+def _plain(m: float, params: Rope, target: ExportTarget) -> ExportResult:
     """No RoPE change, linear RoPE or static NTK (``--rope-freq-base``): ``ext_factor = 0``, so the GGUF
     factor f lands on cos/sin as is."""
     gguf_arch, kind = target.gguf_arch, params.get("rope_type")
@@ -154,9 +153,9 @@ def _plain(m: float, params: dict[str, Any], target: ExportTarget) -> ExportResu
     length = target.length
     said: list[str] = []
     if kind == "linear":
-        s = float(need(params, "factor", NAME))
+        s = params.factor
         args += ["--rope-scaling", "linear", "--rope-scale", number(s)]
-        l0 = stated_l0(params)
+        l0 = params.l0
         length = length or (round(s * int(l0)) if l0 else None)
     if kind is None and length:
         args += ["--rope-scaling", "none"]
@@ -176,13 +175,12 @@ def _plain(m: float, params: dict[str, Any], target: ExportTarget) -> ExportResu
     return _result(m, args + context, (*said, *_kv_notes(f, False, gguf_arch)), length)
 
 
-def _longrope(m: float, params: dict[str, Any], gguf_arch: str | None, served: int | None = None) -> ExportResult:
+def _longrope(m: float, params: Rope, gguf_arch: str | None, served: int | None = None) -> ExportResult:
     """No run-time RoPE scaling, the factors in the GGUF's ``rope_freqs`` tensor, the cos/sin factor
     ``sqrt(m)`` through the GGUF key."""
-    need(params, "factor", NAME)
     need_l0(params, NAME)
     f = rope.cos_sin_factor(m)
-    length = served or context_length(params)
+    length = served or context_length(params, NAME)
     args: list[str] = ["--rope-scaling", "none", "--ctx-size", str(length)]
     if abs(f - 1) > 1e-9:
         args += ["--override-kv", f"{gguf_arch or '<arch>'}.rope.scaling.attn_factor=float:{format(f, '.10g')}"]
@@ -203,7 +201,7 @@ def _longrope(m: float, params: dict[str, Any], gguf_arch: str | None, served: i
     return replace(got, gguf_tensors={"rope_freqs": [float(v) for v in params["long_factor"]]})
 
 
-def export_settings(m: float, params: dict[str, Any], target: ExportTarget) -> ExportResult:
+def export_settings(m: float, params: Rope, target: ExportTarget) -> ExportResult:
     """llama.cpp's flags (``--override-kv`` for the factor) carrying the total logit multiplier ``m``."""
     kind, gguf_arch = params.get("rope_type"), target.gguf_arch
     if kind == "longrope":
@@ -221,7 +219,7 @@ def export_settings(m: float, params: dict[str, Any], target: ExportTarget) -> E
         )
     if kind != "yarn":
         return _plain(m, params, target)
-    s = float(need(params, "factor", NAME))
+    s = params.factor
     if params.get("truncate") is False:
         raise ValueError(
             "rope truncate=False cannot be exported to llama.cpp: it always truncates the "
@@ -250,12 +248,12 @@ def export_settings(m: float, params: dict[str, Any], target: ExportTarget) -> E
     return _result(m, args, tuple(notes), length)
 
 
-def _factor_ratio(params: dict[str, Any]) -> float:
+def _factor_ratio(params: Rope) -> float:
     """The logit multiplier of a YaRN rope's own factor over YaRN's default: ``(factor / (0.1 ln s + 1))^2``."""
-    return (builtin_factor(params) / yarn_mscale(float(params["factor"]))) ** 2
+    return (own_factor(params) / yarn_mscale(params.factor)) ** 2
 
 
-def _refuse_own_factor_per_type(params: dict[str, Any], s: float, target: ExportTarget) -> None:
+def _refuse_own_factor_per_type(params: Rope, s: float, target: ExportTarget) -> None:
     """Raise where the model's RoPE is per layer type (Gemma 3) and the YaRN factor is not YaRN's
     own: llama.cpp's one cos/sin factor (``<arch>.rope.scaling.attn_factor``) multiplies every
     layer's rope, the sliding layers' too, while the config's ``attention_factor`` reaches the
@@ -265,7 +263,7 @@ def _refuse_own_factor_per_type(params: dict[str, Any], s: float, target: Export
         return
     own = yarn_mscale(s)
     raise ValueError(
-        f"attention_factor={builtin_factor(params):.6g} (YaRN's own at s={s:g} is {own:.6g}) cannot be exported to "
+        f"attention_factor={own_factor(params):.6g} (YaRN's own at s={s:g} is {own:.6g}) cannot be exported to "
         f"{NAME} for this model: its RoPE is per layer type and llama.cpp's one cos/sin factor reaches every "
         f"layer, the sliding ones too. Give the factor as a multiplier on layer_types=['{GLOBAL}'] with YaRN's own "
         "factor (attntemp.ship.engines.llamacpp.spec_to_bake) and bake it with `attntemp bake`"
@@ -276,8 +274,8 @@ def spec_to_bake(spec: TemperatureSpec, ropes: dict[str, dict[str, Any]] | None)
     """``spec`` as llama.cpp carries it on a model whose RoPE is per layer type: a YaRN factor other
     than YaRN's own moved into the multiplier of the global layers (the layers the rope reaches),
     ``(factor / (0.1 ln s + 1))^2``, the rope left with YaRN's own; ``spec`` itself elsewhere."""
-    params = dict(spec.rope)
-    if ropes is None or params.get("rope_type") != "yarn":
+    params = spec.rope
+    if ropes is None or params.kind != "yarn":
         return spec
     ratio = _factor_ratio(params)
     if abs(ratio - 1) <= 1e-9:
@@ -289,7 +287,7 @@ def spec_to_bake(spec: TemperatureSpec, ropes: dict[str, dict[str, Any]] | None)
             f"(layer_types={spec.layer_types}) cannot be folded into one spec for {NAME}: give the temperature "
             f"with layer_types=['{GLOBAL}'] or drop the rope's attention_factor"
         )
-    rope_only = {k: v for k, v in params.items() if k not in ("attention_factor", "mscale", "mscale_all_dim")}
+    rope_only = {k: v for k, v in params.to_dict().items() if k not in ("attention_factor", "mscale", "mscale_all_dim")}
     return replace(spec.with_rope(rope_only), multiplier=spec.multiplier * ratio, layer_types=(GLOBAL,))
 
 
@@ -334,15 +332,14 @@ def _tempered(
     save_baked(copy.deepcopy(model), tok, spec, work / "baked", overwrite=True)  # bake folds the spec in place
     out = work / "baked-f32.gguf"
     cmd = llamacpp.convert(llama.convert or Path("convert_hf_to_gguf.py"), work / "baked", out)
-    return "bake + convert", with_factors(spec, out, work), export_args(TemperatureSpec(rope=dict(spec.rope))), cmd
+    return "bake + convert", with_factors(spec, out, work), export_args(TemperatureSpec(rope=spec.rope)), cmd
 
 
 def with_factors(spec: TemperatureSpec, gguf: Path, work: Path) -> Path:
     """``gguf``, or for a longrope spec a copy carrying its long_factor as the ``rope_freqs`` tensor."""
-    rope = dict(spec.rope)
-    if rope.get("rope_type") != "longrope":
+    if spec.rope.kind != "longrope":
         return gguf
-    return llamacpp.with_rope_freqs(gguf, rope["long_factor"], work / f"{gguf.stem}-rope_freqs.gguf")
+    return llamacpp.with_rope_freqs(gguf, list(spec.rope["long_factor"]), work / f"{gguf.stem}-rope_freqs.gguf")
 
 
 def verify(cfg: VerifyOptions, spec: TemperatureSpec) -> VerifyResult:

@@ -21,38 +21,34 @@ Otherwise the export raises ``ValueError("not carried: ...")`` with the reading 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
-from ...ops.geometry import stated_l0
 from ...ops.rope.bases import alpha_at_scale
+from ...ops.rope.params import Rope
 from ...ops.spec import TemperatureSpec
 from .. import schedule_export
 from ..readings import PROBE_DIM, PROBE_L0, PROBE_THETA, Handed, departure, meant, readers_of
-from .base import EPS, GLOBAL, Engine, ExportResult, ExportTarget, builtin_factor, global_multiplier, resolve_rope
+from .base import EPS, GLOBAL, Engine, ExportResult, ExportTarget, global_multiplier, own_factor, resolve_rope
 
-NearSpec = tuple[dict[str, Any], str, ExportTarget]  # rope, why, target
+NearSpec = tuple[Rope, str, ExportTarget]  # the nearest rope, why, its target
 
 
-def model_of(params: dict[str, Any], target: ExportTarget) -> Handed:
+def model_of(params: Rope, target: ExportTarget) -> Handed:
     """The model an export is checked on (no rope yet): its rotary dim, theta, L0 and positions, each
     a probe value where neither the spec nor the target states it."""
     long = params.get("long_factor")
     dim = target.rotary_dim or (2 * len(long) if long else PROBE_DIM)
-    l0 = stated_l0(params) or target.positions or PROBE_L0
+    l0 = params.l0 or target.positions or PROBE_L0
     return Handed({}, int(dim), float(target.rope_theta or PROBE_THETA), int(l0), target.positions)
 
 
-def context_of(params: dict[str, Any], target: ExportTarget, l0: int) -> int:
+def context_of(params: Rope, target: ExportTarget, l0: int) -> int:
     """The longest request a route is checked at: the target's length, else s L0 of the rope, else L0."""
     if target.length:
         return target.length
-    factor = params.get("factor")
-    return round(float(factor) * l0) if factor else l0
+    return round(params.factor * l0) if params else l0
 
 
-def departures(
-    engine: Engine, result: ExportResult, m_spec: float, params: dict[str, Any], target: ExportTarget
-) -> str:
+def departures(engine: Engine, result: ExportResult, m_spec: float, params: Rope, target: ExportTarget) -> str:
     """Nothing (the empty string) where every reading of ``engine`` computes ``result``'s settings as
     ``params`` (and ``m_spec``) mean at every checked length (:func:`attntemp.ship.readings.departure`);
     else each departing reading's first departure, joined. Engines without readings are not checked."""
@@ -70,11 +66,11 @@ def departures(
         return f"{engine.name} has no reading of these settings: {exc}"
 
 
-def nearest(params: dict[str, Any], target: ExportTarget) -> list[NearSpec]:
-    """The nearest specs an engine may carry in place of ``params``, each with why and its target."""
-    kind = params.get("rope_type")
-    if kind == "dynamic" and params.get("factor"):
-        s, l0 = float(params["factor"]), stated_l0(params)
+def nearest(params: Rope, target: ExportTarget) -> list[NearSpec]:
+    """The nearest ropes an engine may carry in place of ``params``, each with why and its target."""
+    kind = params.kind
+    if kind == "dynamic":
+        s, l0 = params.factor, params.l0
         alpha = alpha_at_scale(s)
         at = f"s L0 = {round(s * int(l0))}" if l0 else "s L0"
         why = (
@@ -82,32 +78,32 @@ def nearest(params: dict[str, Any], target: ExportTarget) -> list[NearSpec]:
             f"at n = {at}; what vLLM 0.11-0.21 and SGLang make of `dynamic`): rope_theta = theta * "
             f"alpha^(d / (d - 2)) at every position, so prompts under L0{f' = {l0}' if l0 else ''} change too"
         )
-        ntk = {"rope_type": "ntk", "factor": alpha, **({"original_max_position_embeddings": l0} if l0 else {})}
-        length = target.length or (round(s * int(l0)) if l0 else None)
+        ntk = Rope({"rope_type": "ntk", "factor": alpha, **({"original_max_position_embeddings": l0} if l0 else {})})
+        length = target.length or (round(s * l0) if l0 else None)
         return [(ntk, why, replace(target, length=length))]
-    if kind == "longrope" and list(params.get("short_factor", ())) != list(params.get("long_factor", ())):
+    if kind == "longrope" and params["short_factor"] != params["long_factor"]:
         why = (
             f"longrope with long_factor at every length (transformers switches to it only past L0 = "
-            f"{stated_l0(params)}; this engine fixes the factors at load by its serving length): prompts under "
+            f"{params.l0}; this engine fixes the factors at load by its serving length): prompts under "
             "L0 change too"
         )
-        return [({**params, "short_factor": list(params["long_factor"])}, why, target)]
+        return [(params.updated(short_factor=params["long_factor"]), why, target)]
     return []
 
 
-def attempt(engine: Engine, m_spec: float, params: dict[str, Any], target: ExportTarget) -> tuple[ExportResult, str]:
+def attempt(engine: Engine, m_spec: float, params: Rope, target: ExportTarget) -> tuple[ExportResult, str]:
     """``engine``'s settings for ``params`` and ``m_spec`` and "" where they hold, else how they depart."""
-    m = m_spec * builtin_factor(params) ** 2 if params else m_spec
+    m = m_spec * own_factor(params) ** 2 if params else m_spec
     result = engine.export(m, params, target)
     return result, departures(engine, result, m_spec, params, target)
 
 
 def checked_export(
-    engine: Engine, spec: TemperatureSpec, m_spec: float, params: dict[str, Any], target: ExportTarget
+    engine: Engine, spec: TemperatureSpec, m_spec: float, params: Rope, target: ExportTarget
 ) -> ExportResult:
-    """``engine``'s settings for ``spec`` (its rope ``params``, its own logit multiplier ``m_spec``):
-    the spec's, checked in the engine's readings; else the nearest spec's, named as such (``nearest``:
-    that spec's ``to_dict()``); else a ValueError saying why."""
+    """``engine``'s settings for ``spec`` (its rope ``params``, L0 filled in; its own logit multiplier
+    ``m_spec``): the spec's, checked in the engine's readings; else the nearest spec's, named as such
+    (``nearest``: that spec); else a ValueError saying why."""
     checked = tuple(r.label for r in readers_of(engine.name)) if engine.reads_back else ()
     refused: ValueError | None = None
     try:
@@ -125,8 +121,7 @@ def checked_export(
             tried.append(f"the nearest, {near_why}, is not carried either: {exc}")
             continue
         if not off:
-            instead = spec.with_rope(near).to_dict()
-            return replace(got, nearest=instead, nearest_why=near_why, checked=checked)
+            return replace(got, nearest=spec.with_rope(near), nearest_why=near_why, checked=checked)
         tried.append(f"the nearest, {near_why}, is read otherwise too: {off}")
     if refused is not None:
         if not tried:
@@ -153,8 +148,7 @@ def export_spec(
             f"layer type, so the attention factor reaches the {GLOBAL} layers only and the sliding ones keep their "
             f"own rope. Give the spec layer_types=['{GLOBAL}'], or bake it into q_proj with `attntemp bake`"
         )
-    params = resolve_rope(spec, trained_length)
-    result = checked_export(engine, spec, m_spec, params, target)
+    result = checked_export(engine, spec, m_spec, resolve_rope(spec, trained_length), target)
     if scaling is None:
         return result
     beta, l0 = schedule_export.parameters(scaling, result.rope_parameters)

@@ -26,6 +26,7 @@ from typing import Any
 
 from ...ops import attention_config, rope
 from ...ops.geometry import config_dict
+from ...ops.rope.params import Rope
 from ..readings import Handed
 from .base import (
     EPS,
@@ -35,7 +36,6 @@ from .base import (
     Engine,
     ExportResult,
     ExportTarget,
-    need,
     need_l0,
     no_knob,
     ntk_note,
@@ -68,11 +68,10 @@ def logit_multiplier(factor: float) -> float:
     return rope.cos_sin_multiplier(factor)
 
 
-def export_settings(m: float, params: dict[str, Any], target: ExportTarget) -> ExportResult:
+def export_settings(m: float, params: Rope, target: ExportTarget) -> ExportResult:
     """``rope_parameters`` for ``config.json`` carrying the total logit multiplier ``m``."""
     kind, rope_theta = params.get("rope_type"), target.rope_theta
     if kind in ("yarn", "longrope"):
-        need(params, "factor", NAME)
         need_l0(params, NAME)
         rp = rope_dict(params, rope_theta, attention_factor=attention_factor(m))
         note = f"attention_factor = sqrt(m) = {rp['attention_factor']:.6g} on cos/sin (replaces the default)"

@@ -54,6 +54,7 @@ from ...hf.loading import load_model
 from ...ops import rope
 from ...ops.geometry import stated_context
 from ...ops.intervals import Interval, mean_interval, perplexity_interval
+from ...ops.rope.params import Rope
 from ...ops.spec import TemperatureSpec
 from ...utils.errors import ExternalToolError
 from ...utils.resources import vllm_cpu_refusal
@@ -92,7 +93,6 @@ from .base import (
     ExportTarget,
     context_length,
     export_target,
-    need,
     need_l0,
     no_knob,
     ntk_note,
@@ -121,13 +121,11 @@ FULL_VOCAB = 4096  # up to this vocabulary size, ask vLLM for every log-probabil
 
 
 # ----------------------------------------------------------------------------- export
-def longrope_settings(
-    params: dict[str, Any], m: float, rope_theta: float | None
-) -> tuple[dict[str, Any], tuple[str, ...]]:
+def longrope_settings(params: Rope, m: float, rope_theta: float | None) -> tuple[dict[str, Any], tuple[str, ...]]:
     """``(rope_parameters, notes)`` of a longrope spec: the factors as they are, the cos/sin factor
     ``sqrt(m)`` as ``attention_factor`` and as ``short_mscale``/``long_mscale``."""
     f = rope.cos_sin_factor(m)
-    rp = {k: v for k, v in params.items() if k != "attention_factor"}
+    rp = {k: v for k, v in params.to_dict().items() if k != "attention_factor"}
     if rope_theta is not None:
         rp["rope_theta"] = rope_theta
     rp.update(attention_factor=f, short_mscale=f, long_mscale=f)
@@ -152,7 +150,7 @@ def served(positions: int) -> tuple[str, ...]:
     return ("--max-model-len", str(positions))
 
 
-def static_ntk_settings(m: float, params: dict[str, Any], target: ExportTarget) -> ExportResult:
+def static_ntk_settings(m: float, params: Rope, target: ExportTarget) -> ExportResult:
     """attntemp's static ``ntk`` as plain RoPE at an explicit ``rope_theta``, served to its context."""
     if abs(m - 1) > EPS:
         raise no_knob(NAME, "ntk", m)
@@ -162,14 +160,13 @@ def static_ntk_settings(m: float, params: dict[str, Any], target: ExportTarget) 
     return ExportResult(NAME, m, per_layer_type(rp, target.layer_ropes), args, (ntk_note(theta, params),), SOURCE)
 
 
-def export_settings(m: float, params: dict[str, Any], target: ExportTarget) -> ExportResult:
+def export_settings(m: float, params: Rope, target: ExportTarget) -> ExportResult:
     """``--hf-overrides`` (and ``--max-model-len``) carrying the total logit multiplier ``m``."""
     kind, rope_theta = params.get("rope_type"), target.rope_theta
     if kind == "longrope":
-        need(params, "factor", NAME)
         need_l0(params, NAME)
         lr, said = longrope_settings(params, m, rope_theta)
-        context = context_length(params)
+        context = context_length(params, NAME)
         flags = ("--hf-overrides", overrides(lr, target, context), *served(context))
         said += theta_note(rope_theta, "vLLM --hf-overrides")
         return ExportResult(NAME, m, per_layer_type(lr, target.layer_ropes), flags, said, LONGROPE_SOURCE)
@@ -185,7 +182,7 @@ def export_settings(m: float, params: dict[str, Any], target: ExportTarget) -> E
     rp = rope_dict(params, rope_theta)
     positions = target.length
     if kind in ("yarn", "llama3"):  # the derived length is max_position_embeddings (yarn: from 0.30)
-        s = float(need(params, "factor", NAME))
+        s = params.factor
         positions = target.length or round(s * need_l0(params, NAME))
     limit = served(positions) if positions else ()
     if kind == "yarn":
@@ -304,11 +301,11 @@ def route(spec: TemperatureSpec, trained: int, config: dict[str, Any]) -> tuple[
     """("export", the spec's overrides) when vLLM's settings express it, ("schedule plugin", the
     RoPE's) for a position schedule, else ("bake", the RoPE's)."""
     if spec.position_dependent:
-        return "schedule plugin", _overrides(TemperatureSpec(rope=dict(spec.rope)), trained, config)
+        return "schedule plugin", _overrides(TemperatureSpec(rope=spec.rope), trained, config)
     try:
         return "export", _overrides(spec, trained, config)
     except ValueError:
-        return "bake", _overrides(TemperatureSpec(rope=dict(spec.rope)), trained, config)
+        return "bake", _overrides(TemperatureSpec(rope=spec.rope), trained, config)
 
 
 def bucket_kl(p: torch.Tensor, q: torch.Tensor) -> float:

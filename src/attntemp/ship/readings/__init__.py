@@ -19,11 +19,8 @@ asks of two specs that should read alike.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from ...ops.rope.bases import ntk_base
-from ...utils import checks
+from ...ops.rope.params import Rope
 from .base import Handed, Reader, Reading
 from .of_exllama import EXLLAMAV2, EXLLAMAV3
 from .of_llamacpp import GGUF_FACTOR, LLAMACPP
@@ -86,15 +83,16 @@ def reader_for(engine: str, version: str) -> Reader:
     return found[-1]
 
 
-def meant(params: Mapping[str, Any], dim: int, rope_theta: float, l0: int) -> Handed:
-    """What a spec's rope (``TemperatureSpec.rope`` as a dict, its L0 ``l0``) means, as transformers is
-    handed it: the rope itself with the model's ``max_position_embeddings`` at L0 (dynamic starts
-    there), attntemp's static ``ntk`` as plain RoPE at ``rope_theta * s^(d / (d - 2))``."""
-    rope = {k: list(v) if isinstance(v, tuple) else v for k, v in params.items()}
-    if rope.get("rope_type") == "ntk":
-        s = checks.at_least("rope.factor", rope["factor"], 1.0)
-        rope = {"rope_type": "default", "rope_theta": ntk_base(rope_theta, s, dim)}
-    return Handed(rope, dim, rope_theta, l0)
+def meant(params: Rope, dim: int, rope_theta: float, l0: int) -> Handed:
+    """What a spec's rope (its L0 ``l0``) means, as transformers is handed it: the rope itself (its
+    dict form, the engine's settings) with the model's ``max_position_embeddings`` at L0 (dynamic
+    starts there), attntemp's static ``ntk`` as plain RoPE at ``rope_theta * s^(d / (d - 2))``
+    (:func:`attntemp.ops.rope.bases.ntk_base`)."""
+    if params.kind == "ntk":
+        return Handed(
+            {"rope_type": "default", "rope_theta": ntk_base(rope_theta, params.factor, dim)}, dim, rope_theta, l0
+        )
+    return Handed(params.to_dict(), dim, rope_theta, l0)
 
 
 def lengths(l0: int, context: int) -> tuple[int, ...]:
