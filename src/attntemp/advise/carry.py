@@ -60,9 +60,9 @@ def route_and_nearest(
     except ValueError as exc:
         why = str(exc)
         baked = ENGINES[engine].to_bake(spec, config) if not spec.position_dependent else spec
-        if spec.rope and baked == spec and not rope_exported(spec, engine, trained, config, served):
+        if spec.rope and baked == spec and not exports_rope_alone(spec, engine, trained, config, served):
             return {"how": "not carried", "why": why}, None  # its RoPE itself: a bake would not carry it either
-        return _not_settings(spec, engine, config, why), None
+        return _bake_or_refusal(spec, engine, config, why), None
     near = result.nearest
     if near is None:
         return {"how": "settings", "settings": result.render()}, None
@@ -70,7 +70,7 @@ def route_and_nearest(
     return route, near
 
 
-def rope_exported(
+def exports_rope_alone(
     spec: TemperatureSpec, engine: str, trained: int, config: dict[str, Any] | None, length: int | None
 ) -> bool:
     """Whether ``engine`` carries ``spec``'s RoPE alone (m = 1) as settings at ``length``."""
@@ -81,7 +81,7 @@ def rope_exported(
     return True
 
 
-def _not_settings(spec: TemperatureSpec, engine: str, config: dict[str, Any] | None, why: str) -> dict[str, Any]:
+def _bake_or_refusal(spec: TemperatureSpec, engine: str, config: dict[str, Any] | None, why: str) -> dict[str, Any]:
     """The route when the engine's settings cannot hold ``spec``: bake, remote code or not carried."""
     if not spec.position_dependent:
         baked = ENGINES[engine].to_bake(spec, config)  # or the equivalent spec the engine carries

@@ -125,10 +125,7 @@ def longrope_settings(params: Rope, m: float, rope_theta: float | None) -> tuple
     """``(rope_parameters, notes)`` of a longrope spec: the factors as they are, the cos/sin factor
     ``sqrt(m)`` as ``attention_factor`` and as ``short_mscale``/``long_mscale``."""
     f = rope.cos_sin_factor(m)
-    rp = {k: v for k, v in params.to_dict().items() if k != "attention_factor"}
-    if rope_theta is not None:
-        rp["rope_theta"] = rope_theta
-    rp.update(attention_factor=f, short_mscale=f, long_mscale=f)
+    rp = rope_dict(params, rope_theta, attention_factor=f, short_mscale=f, long_mscale=f)
     notes = (
         f"cos/sin factor sqrt(m) = {f:.6g} as long_mscale/short_mscale (vLLM's default would be "
         "sqrt(1 + ln s / ln L0) from max_position_embeddings / L0)",
