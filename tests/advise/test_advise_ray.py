@@ -50,8 +50,8 @@ def test_two_workers_give_the_serial_runs_scores_and_recommendation(tmp_path, mo
     on_ray = run_advise(AdviseConfig(out=str(tmp_path / "ray"), workers=2, **SMALL))
     assert killed
     assert scores(tmp_path / "ray") == scores(tmp_path / "serial")
-    assert on_ray.evidence["recommendation"] == serial.evidence["recommendation"]
-    assert on_ray.evidence["by_engine"] == serial.evidence["by_engine"]
+    assert on_ray.recommendation == serial.recommendation
+    assert on_ray.by_engine == serial.by_engine
     assert not ray.is_initialized()  # the local Ray it started is shut down
 
 

@@ -1,30 +1,51 @@
 """advise's confirmation table when some checks (or all) could not be scored."""
 
-from attntemp.advise.advice_page import confirm_table
+import json
+from pathlib import Path
 
+from attntemp.advise.advice_page import advice_markdown, confirm_table
+from attntemp.advise.records.comparisons import Confirmation
+from attntemp.advise.records.evidence import Evidence
+from attntemp.evaluate import tasks  # noqa: F401 (registers the tasks the report names)
+
+TINY = Path(__file__).parents[2] / "docs" / "results" / "tiny_advise_512"
 CELL = {"value": "2.1 [2, 2.2]", "vs_no_change": None}
-PAIRED = {"value": "2.0 [1.9, 2.1]", "vs_no_change": {"value": 0.9, "low": 0.8, "high": 0.95, "verdict": "better"}}
+BETTER = {"value": 0.9, "low": 0.8, "high": 0.95, "level": 0.95, "method": "m", "verdict": "better"}
+PAIRED = {"value": "2.0 [1.9, 2.1]", "vs_no_change": BETTER}
+
+
+def test_a_committed_evidence_reads_back_whole_and_renders_its_committed_report():
+    """``evidence.json`` is JSON at the edge only: read into the records and written again it is the
+    same document, key for key; the report made from the records is the committed ``report.md``."""
+    doc = json.loads((TINY / "evidence.json").read_text())
+    ev = Evidence.from_dict(doc)
+    assert ev.to_dict() == doc
+    assert json.loads(json.dumps(ev.to_dict(), default=float)) == doc
+    assert advice_markdown(ev) == (TINY / "report.md").read_text()
 
 
 def test_a_failed_first_check_keeps_the_spec_rows_and_shows_its_error():
-    ev = {"confirmation": {"a": {"error": "no key tokens"}, "b": {"no change": CELL, "x": PAIRED}}}
-    table = confirm_table(ev)[0].splitlines()
+    conf = Confirmation.from_dict({"a": {"error": "no key tokens"}, "b": {"no change": CELL, "x": PAIRED}})
+    table = confirm_table(conf)[0].splitlines()
     assert [row.split(" | ")[0] for row in table[2:]] == ["| no change", "| x"]
     assert "no key tokens" in table[3] and "0.9000 [0.8000, 0.9500] better" in table[3]
 
 
 def test_every_check_failed_says_each():
-    ev = {"confirmation": {"a": {"error": "not yet scored"}, "b": {"error": "not yet either"}}}
-    assert confirm_table(ev) == ["(nothing confirmed)", "", "- a: not yet scored", "- b: not yet either"]
+    conf = Confirmation.from_dict({"a": {"error": "not yet scored"}, "b": {"error": "not yet either"}})
+    assert confirm_table(conf) == ["(nothing confirmed)", "", "- a: not yet scored", "- b: not yet either"]
 
 
 def test_a_carried_form_is_printed_beside_the_bake_command():
-    from attntemp.advise.advice_page import engine_lines
+    from dataclasses import replace
 
-    how = {"how": "bake", "command": "attntemp bake --spec carried.json --out BAKED", "why": "w", "spec": {"m": 2}}
-    ev = {"question": {"engine": "llama.cpp", "objective": "key_tokens", "length": 512},
-          "recommendation": {"name": "x", "status": "recommended", "why": "y", "evidence": "e",
-                             "engines": {"llama.cpp": how}}}  # fmt: skip
+    from attntemp.advise.advice_page import engine_lines
+    from attntemp.advise.records.answers import Route
+
+    ev = Evidence.from_dict(json.loads((TINY / "evidence.json").read_text()))
+    how = Route("bake", command="attntemp bake --spec carried.json --out BAKED", spec={"m": 2}, why="w")
+    rec = replace(ev.recommendation, engines={"llama.cpp": how})
+    ev = replace(ev, question=replace(ev.question, engine="llama.cpp"), recommendation=rec, by_engine={})
     text = "\n".join(engine_lines(ev))
     assert "carried.json (what llama.cpp carries of it)" in text and '{"m": 2}' in text
 
@@ -32,12 +53,19 @@ def test_a_carried_form_is_printed_beside_the_bake_command():
 def test_the_demo_never_bakes_what_its_retrieval_table_refutes():
     """refuted() reads the confirmation's passkeys: fewer than YaRN's default or than no change,
     distinguishably, refutes; not distinguishable does not."""
+    from dataclasses import replace
+
     from attntemp.advise.demo import refuted
 
+    base = Evidence.from_dict(json.loads((TINY / "evidence.json").read_text()))
+
     def ev(vs_default, vs_base="better"):
-        cell = {"value": "0.3", "vs_no_change": {"value": 0.3, "low": 0.1, "high": 0.5, "verdict": vs_base},
-                "vs_default": {"value": -0.2, "low": -0.3, "high": -0.05, "verdict": vs_default}}  # fmt: skip
-        return {"recommendation": {"name": "pick"}, "confirmation": {"passkeys found at 512": {"pick": cell}}}
+        paired = {"level": 0.95, "method": "m"}
+        cell = {"value": "0.3", "vs_no_change": {"value": 0.3, "low": 0.1, "high": 0.5, "verdict": vs_base, **paired},
+                "vs_default": {"against": "D", "value": -0.2, "low": -0.3, "high": -0.05, "verdict": vs_default,
+                               **paired}}  # fmt: skip
+        conf = Confirmation.from_dict({"passkeys found at 512": {"pick": cell}})
+        return replace(base, recommendation=replace(base.recommendation, name="pick"), confirmation=conf)
 
     assert "fewer keys than YaRN's default" in refuted(ev("worse"))
     assert refuted(ev("not distinguishable")) is None

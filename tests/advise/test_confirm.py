@@ -55,7 +55,18 @@ def _survivors(*names):
 
 
 def _cell(verdict):
-    return {"value": 0.1, "low": 0.0, "high": 0.2, "verdict": verdict}
+    return {"value": 0.1, "low": 0.0, "high": 0.2, "level": 0.95, "method": "made up", "verdict": verdict}
+
+
+def _confirmed(rows):
+    """The confirmation of ``{check label: {spec: {other spec: comparison}}}`` (its ``vs`` cells alone)."""
+    from attntemp.advise.records.comparisons import Confirmation
+
+    cells = {
+        label: {n: {"value": "-", "vs_no_change": None, "vs": vs} for n, vs in row.items()}
+        for label, row in rows.items()
+    }
+    return Confirmation.from_dict(cells)
 
 
 def test_decide_passes_over_a_survivor_another_survivor_beats_on_retrieval():
@@ -63,27 +74,24 @@ def test_decide_passes_over_a_survivor_another_survivor_beats_on_retrieval():
 
     checks = checks_for("key_tokens", 512, (), (), False, False, retrieval="passkey")
     race = _survivors("A", "B")
-    confirmed = {
-        checks[0].label: {
-            "A": {"vs": {"B": _cell("not distinguishable")}},
-            "B": {"vs": {"A": _cell("not distinguishable")}},
-        },
-        checks[1].label: {"A": {"vs": {"B": _cell("worse")}}, "B": {"vs": {"A": _cell("better")}}},
+    rows = {
+        checks[0].label: {"A": {"B": _cell("not distinguishable")}, "B": {"A": _cell("not distinguishable")}},
+        checks[1].label: {"A": {"B": _cell("worse")}, "B": {"A": _cell("better")}},
     }
-    chosen, why = decide(race, confirmed, checks[:2], "transformers")
+    chosen, why = decide(race, _confirmed(rows), checks[:2], "transformers")
     assert chosen.name == "B" and "no other survivor beats" in why
-    confirmed[checks[1].label]["B"]["vs"]["A"] = _cell("not distinguishable")  # nobody beats A: the simplest stays
-    assert decide(race, confirmed, checks[:2], "transformers")[0].name == "A"
+    rows[checks[1].label]["B"]["A"] = _cell("not distinguishable")  # nobody beats A: the simplest stays
+    assert decide(race, _confirmed(rows), checks[:2], "transformers")[0].name == "A"
 
 
 def test_decide_keeps_the_race_pick_and_says_so_when_every_survivor_is_beaten_somewhere():
     from attntemp.advise.confirm import checks_for, decide
 
     checks = checks_for("key_tokens", 512, (), (), False, False, retrieval="passkey")
-    confirmed = {
-        checks[0].label: {"A": {"vs": {"B": _cell("better")}}, "B": {"vs": {"A": _cell("worse")}}},
-        checks[1].label: {"A": {"vs": {"B": _cell("worse")}}, "B": {"vs": {"A": _cell("better")}}},
-    }
+    confirmed = _confirmed({
+        checks[0].label: {"A": {"B": _cell("better")}, "B": {"A": _cell("worse")}},
+        checks[1].label: {"A": {"B": _cell("worse")}, "B": {"A": _cell("better")}},
+    })  # fmt: skip
     chosen, why = decide(_survivors("A", "B"), confirmed, checks[:2], "transformers")
     assert chosen.name == "A" and "every survivor is beaten by another on some axis" in why
 

@@ -177,7 +177,7 @@ def test_a_candidate_that_finds_fewer_passkeys_by_generation_leaves_though_it_le
     by = {e.name: e for e in res.entries}
     assert "fewer passkeys by generation than 'm = 1.2'" in by["m = 1.1"].reason
     assert [e.name for e in res.survivors] == ["m = 1.2"]
-    assert by["m = 1.1"].comparisons["retrieval_vs_leader"]["high"] < 0  # the paired difference, wholly below
+    assert by["m = 1.1"].comparisons.retrieval_vs_leader.paired.high < 0  # the paired difference, wholly below
 
 
 def test_without_the_retrieval_axis_the_objective_leader_stays():

@@ -14,8 +14,9 @@ change and YaRN's default, each with its interval, and where another spec is bet
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..evaluate.task_base import get_task
@@ -34,6 +35,23 @@ from .race import (
     RaceResult,
     objective_label,
 )
+from .records.answers import (
+    BASELINE_HELD,
+    RECOMMENDED,
+    TRADE_OFF,
+    UNDECIDED,
+    Axis,
+    BetterElsewhere,
+    Cost,
+    CostAllowed,
+    EngineAdvice,
+    Headline,
+    Status,
+    TradeOff,
+    TradeOffPick,
+    routes,
+)  # fmt: skip
+from .records.comparisons import Against, Cell, CheckRow, Confirmation, Paired
 
 # score(specs, task, length, text) -> metrics per spec (the evaluation pool, or the second text)
 Confirmer = Callable[[Sequence[TemperatureSpec], str, int, str], list[dict[str, Any]]]
@@ -81,9 +99,9 @@ def checks_for(
     return out
 
 
-def _paired(task: Any, a: dict, b: dict, metric: str) -> dict[str, Any] | None:
+def _paired(task: Any, a: dict, b: dict, metric: str) -> Paired | None:
     ci = task.paired(a, b, metric)
-    return None if ci is None else {**ci.to_dict(), "verdict": task.verdict(ci, metric)}
+    return None if ci is None else Paired.of(ci, task.verdict(ci, metric))
 
 
 def confirm(
@@ -92,38 +110,39 @@ def confirm(
     scorer: Confirmer,
     against: dict[str, str] | None = None,
     default: str | None = None,
-) -> dict[str, Any]:
-    """``{check label: {spec name: {"value", "vs_no_change", "vs_reference", "vs_default", "vs"}}}``:
-    each spec paired against "no change", those named in ``against`` also against their reference
-    (YaRN with a temperature against YaRN at m = 1: what the temperature adds), every spec against
-    ``default`` (YaRN's own default) and, in ``vs``, against every other confirmed spec (whichever an
-    engine picks, the report reads who beats it there)."""
+) -> Confirmation:
+    """A :class:`~.records.comparisons.CheckRow` per check: each spec's :class:`~.records.comparisons.Cell`,
+    paired against "no change", those named in ``against`` also against their reference (YaRN with a
+    temperature against YaRN at m = 1: what the temperature adds), every spec against ``default``
+    (YaRN's own default) and, in ``vs``, against every other confirmed spec (whichever an engine
+    picks, the report reads who beats it there)."""
     against = against or {}
     names = list(specs)
-    out: dict[str, Any] = {}
+    rows: dict[str, CheckRow] = {}
     for c in checks:
         task = get_task(c.task)
         try:
             results = dict(zip(names, scorer([specs[n] for n in names], c.task, c.length, c.text), strict=True))
         except ValueError as exc:  # e.g. no key tokens in the second text's windows: said, not fatal
-            out[c.label] = {"error": str(exc)}
+            rows[c.label] = CheckRow(error=str(exc))
             continue
-        out[c.label] = {n: _cells(task, c.metric, results, n, against.get(n), default) for n in names}
-    return out
+        rows[c.label] = CheckRow({n: _cells(task, c.metric, results, n, against.get(n), default) for n in names})
+    return Confirmation(rows)
 
 
-def _cells(task: Any, metric: str, results: dict[str, Any], n: str, ref: str | None, default: str | None):
+def _cells(task: Any, metric: str, results: dict[str, Any], n: str, ref: str | None, default: str | None) -> Cell:
     """One spec's cells on one check: its value and its paired comparisons."""
-    cell: dict[str, Any] = {
-        "value": task.describe(results[n], metric),
-        "vs_no_change": None if n == BASELINE else _paired(task, results[n], results[BASELINE], metric),
-    }
-    if ref is not None and ref in results:
-        cell["vs_reference"] = {"against": ref, **(_paired(task, results[n], results[ref], metric) or {})}
-    if default in results and n != default:
-        cell["vs_default"] = {"against": default, **(_paired(task, results[n], results[default], metric) or {})}
-    cell["vs"] = {r: _paired(task, results[n], results[r], metric) for r in results if r != n}
-    return cell
+
+    def vs(other: str) -> Paired | None:
+        return _paired(task, results[n], results[other], metric)
+
+    return Cell(
+        task.describe(results[n], metric),
+        None if n == BASELINE else vs(BASELINE),
+        Against(ref, vs(ref)) if ref is not None and ref in results else None,
+        Against(default, vs(default)) if default is not None and default in results and n != default else None,
+        {r: vs(r) for r in results if r != n},
+    )
 
 
 def on_yarn(race: RaceResult, reference: str = "yarn") -> list[str]:
@@ -164,37 +183,43 @@ def pick(race: RaceResult, engine: str) -> tuple[Entry | None, str]:
     return best, f"{engine} carries none of the survivors; of the candidates it carries, this one stayed longest"
 
 
-def holds(confirmed: dict[str, Any], first: Check, name: str, retrieval: Check | None = None) -> tuple[bool, str]:
+def holds(confirmed: Confirmation, first: Check, name: str, retrieval: Check | None = None) -> tuple[bool, str]:
     """Whether ``name`` beats "no change" on the first check (the objective at N, evaluation pool)
     and, with ``retrieval``, finds no fewer passkeys than "no change" (distinguishably)."""
     if name == BASELINE:
         return True, "no change: nothing to hold"
-    row = confirmed.get(first.label, {})
-    if "error" in row:
-        return False, f"not confirmed: {row['error']}"
-    vs = row[name]["vs_no_change"]
+    row = confirmed.row(first.label)
+    if row.error is not None:
+        return False, f"not confirmed: {row.error}"
+    vs = row.cells[name].vs_no_change
     if vs is None:
         return False, "not confirmed: no paired interval (fewer than 2 windows)"
     said = (
-        f"{first.label} on the evaluation pool: {vs['value']:.4g} [{vs['low']:.4g}, {vs['high']:.4g}] against "
-        f"no change, {vs['verdict']}"
+        f"{first.label} on the evaluation pool: {vs.value:.4g} [{vs.low:.4g}, {vs.high:.4g}] against "
+        f"no change, {vs.verdict}"
     )
-    found = _cell(confirmed, retrieval, name, "vs_no_change")
-    if found and found.get("verdict") == "worse":
-        return False, (
-            f"{said}; but it finds fewer passkeys than no change: {found['value']:+.3f} "
-            f"[{found['low']:+.3f}, {found['high']:+.3f}]"
-        )
-    return vs["verdict"] == "better", said
+    found = _vs_no_change(confirmed, retrieval, name)
+    if found and found.worse:
+        return False, f"{said}; but it finds fewer passkeys than no change: {found.signed()}"
+    return vs.better, said
 
 
-def _cell(confirmed: dict[str, Any], check: Check | None, name: str, field: str) -> dict[str, Any] | None:
-    """The paired comparison ``field`` of ``name`` on ``check``; None where there is none."""
-    row = confirmed.get(check.label, {}) if check else {}
-    return None if "error" in row or name not in row else row[name].get(field)
+def _cell(confirmed: Confirmation, check: Check | None, name: str) -> Cell | None:
+    """``name``'s cell on ``check``; None where there is none (no check, a failed one, not confirmed)."""
+    return confirmed.cell(check.label if check else None, name)
 
 
-def decide(race: RaceResult, confirmed: dict[str, Any], axes: Sequence[Check], engine: str) -> tuple[Entry | None, str]:
+def _vs_no_change(confirmed: Confirmation, check: Check | None, name: str) -> Paired | None:
+    cell = _cell(confirmed, check, name)
+    return None if cell is None else cell.vs_no_change
+
+
+def _vs_default(confirmed: Confirmation, check: Check | None, name: str) -> Against | None:
+    cell = _cell(confirmed, check, name)
+    return None if cell is None else cell.vs_default
+
+
+def decide(race: RaceResult, confirmed: Confirmation, axes: Sequence[Check], engine: str) -> tuple[Entry | None, str]:
     """The race's survivor to recommend: the first (simplest) that ``engine`` carries and that no
     other survivor beats distinguishably on any of ``axes`` (the objective and retrieval at N) on
     the evaluation pool; the race's own pick where every survivor is beaten somewhere."""
@@ -209,9 +234,9 @@ def decide(race: RaceResult, confirmed: dict[str, Any], axes: Sequence[Check], e
     return chosen, why + "; every survivor is beaten by another on some axis (see where the axes disagree)"
 
 
-def beaten_by(confirmed: dict[str, Any], axes: Sequence[Check], name: str) -> list[tuple[str, str]]:
+def beaten_by(confirmed: Confirmation, axes: Sequence[Check], name: str) -> list[tuple[str, str]]:
     """``(check label, spec)`` for each confirmed spec distinguishably better than ``name`` on an axis."""
-    return [(c.label, n) for c in axes for n, _ in _better_than(confirmed.get(c.label, {}), name)]
+    return [(c.label, n) for c in axes for n, _ in _better_than(confirmed.row(c.label), name)]
 
 
 def decision_axes(checks: Sequence[Check]) -> list[Check]:
@@ -219,91 +244,88 @@ def decision_axes(checks: Sequence[Check]) -> list[Check]:
     return [c for c in checks if c.length == checks[0].length and c.text == "evaluation" and c.task != SHORT_TASK]
 
 
+def _retrieval(checks: Sequence[Check]) -> Check | None:
+    return next((c for c in checks if c.task in RETRIEVAL_TASKS), None)
+
+
 def recommendation(
-    race: RaceResult, confirmed: dict[str, Any], checks: Sequence[Check], engine: str, max_short_cost: float = 0.01
-) -> dict[str, Any]:
+    race: RaceResult, confirmed: Confirmation, checks: Sequence[Check], engine: str, max_short_cost: float = 0.01
+) -> EngineAdvice:
     """What to run: the decided survivor when it holds on the evaluation pool, or no change said
     plainly when nothing beats it, either kept only when its own confirmation does not refute it
     (:func:`objections`: no change refuted too, when it finds fewer keys than YaRN's default); else
     the simplest confirmed spec ``engine`` carries that holds unrefuted; else the trade-off, said
     with numbers; with its :func:`headline`."""
-    first, retrieval = checks[0], next((c for c in checks if c.task in RETRIEVAL_TASKS), None)
+    first, retrieval = checks[0], _retrieval(checks)
     axes = [c for c in decision_axes(checks) if c.task == first.task or c.task in RETRIEVAL_TASKS]
     chosen, why = decide(race, confirmed, axes, engine)
     alternative = if_cost_allowed(confirmed, checks, None if chosen is None else chosen.name)
     if chosen is None:
-        still = [e.name for e in race.survivors]
-        return {"name": None, "status": "undecided", "why": why, "still_in": still, "if_cost_allowed": alternative}
+        still = tuple(e.name for e in race.survivors)
+        return EngineAdvice(None, UNDECIDED, why, still_in=still, if_cost_allowed=alternative)
     rec = _recommend(race, confirmed, first, chosen, why, retrieval)
-    answer = chosen.name if rec["status"] == "recommended" else BASELINE  # no change when nothing held
+    answer = chosen.name if rec.status == RECOMMENDED else BASELINE  # no change when nothing held
     if said := objections(confirmed, checks, answer, max_short_cost):
         rec = _unrefuted(race, confirmed, checks, engine, max_short_cost, (answer, said))
-    if rec["name"] is None:
-        return {**rec, "if_cost_allowed": alternative}
-    return {**rec, "if_cost_allowed": alternative, "headline": headline(confirmed, checks, rec["name"])}
+    if rec.name is None:
+        return replace(rec, if_cost_allowed=alternative)
+    return replace(rec, if_cost_allowed=alternative, headline=headline(confirmed, checks, rec.name))
 
 
-def objections(confirmed: dict[str, Any], checks: Sequence[Check], name: str, max_short_cost: float) -> list[str]:
+def objections(confirmed: Confirmation, checks: Sequence[Check], name: str, max_short_cost: float) -> list[str]:
     """What ``name``'s own confirmation holds against it: fewer keys found than YaRN's default
     (distinguishably), a cost below L0 over ``1 + max_short_cost`` for certain (the interval wholly above)."""
     out = []
-    retrieval = next((c for c in checks if c.task in RETRIEVAL_TASKS), None)
-    found = _cell(confirmed, retrieval, name, "vs_default")
-    if retrieval and found and found.get("verdict") == "worse":
-        out.append(f"it finds fewer keys than YaRN's default ({found['against']}): {_signed(found)}")
+    retrieval = _retrieval(checks)
+    found = _vs_default(confirmed, retrieval, name)
+    if found and found.paired and found.paired.worse:
+        out.append(f"it finds fewer keys than YaRN's default ({found.against}): {found.paired.signed()}")
     for c in (c for c in checks if c.task == SHORT_TASK):
-        cost = _cell(confirmed, c, name, "vs_no_change")
-        if cost and cost["low"] > 1 + max_short_cost:
-            out.append(f"it costs {_ratio(cost)} of no change at {c.length}, over the {max_short_cost:.0%} limit")
+        cost = _vs_no_change(confirmed, c, name)
+        if cost and cost.low > 1 + max_short_cost:
+            out.append(f"it costs {cost.fixed()} of no change at {c.length}, over the {max_short_cost:.0%} limit")
     return out
 
 
-def _signed(c: dict[str, Any]) -> str:
-    return f"{c['value']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}]"
-
-
-def _ratio(c: dict[str, Any]) -> str:
-    return f"{c['value']:.4f} [{c['low']:.4f}, {c['high']:.4f}]"
-
-
 def _unrefuted(
-    race: RaceResult, confirmed: dict[str, Any], checks: Sequence[Check], engine: str, limit: float, refuted
-) -> dict[str, Any]:
+    race: RaceResult, confirmed: Confirmation, checks: Sequence[Check], engine: str, limit: float, refuted
+) -> EngineAdvice:
     """The simplest confirmed spec ``engine`` carries that holds and meets both limits, in place of
     the ``refuted`` pick (its name and objections); else the trade-off (status ``trade-off``)."""
-    first, retrieval = checks[0], next((c for c in checks if c.task in RETRIEVAL_TASKS), None)
+    first, retrieval = checks[0], _retrieval(checks)
     name, said = refuted
     held = [
         e
         for e in race.entries
-        if e.key != BASELINE_KEY and e.name in confirmed.get(first.label, {}) and computes_as_meant(e.candidate, engine)
-        and holds(confirmed, first, e.name, retrieval)[0]
+        if e.key != BASELINE_KEY and e.name in confirmed.row(first.label).cells
+        and computes_as_meant(e.candidate, engine) and holds(confirmed, first, e.name, retrieval)[0]
     ]  # fmt: skip
     why = f"{name!r}, the race's answer, is refuted by its own confirmation: {'; '.join(said)}"
     for e in held:
         if not objections(confirmed, checks, e.name, limit):
             evidence = holds(confirmed, first, e.name, retrieval)[1]
             better = f"{why}; the simplest confirmed spec {engine} carries that holds and meets both"
-            return _rec(e.candidate, "recommended", better, evidence)
+            return _rec(e.candidate, RECOMMENDED, better, evidence)
     return trade_off(confirmed, checks, engine, limit, [e.name for e in held], why)
 
 
 def trade_off(
-    confirmed: dict[str, Any], checks: Sequence[Check], engine: str, limit: float, names: list[str], why: str
-) -> dict[str, Any]:
+    confirmed: Confirmation, checks: Sequence[Check], engine: str, limit: float, names: list[str], why: str
+) -> EngineAdvice:
     """Nothing ``engine`` carries meets both limits: the best retrieval at its cost and the lowest cost
     at its retrieval (among ``names``, the confirmed specs it carries that beat no change), in one sentence."""
-    retrieval = next((c for c in checks if c.task in RETRIEVAL_TASKS), None)
-    rows = [(n, _cell(confirmed, retrieval, n, "vs_default"), worst_cost(confirmed, checks, n)) for n in names]
-    best = max(rows, key=lambda r: r[1]["value"] if r[1] and "value" in r[1] else float("-inf"), default=None)
-    cheap = min(rows, key=lambda r: r[2]["value"] if r[2] else float("inf"), default=None)
+    retrieval = _retrieval(checks)
+    rows = [TradeOffPick(n, _vs_default(confirmed, retrieval, n), worst_cost(confirmed, checks, n)) for n in names]
+    best = max(rows, key=lambda r: r.vs_default.paired.value if r.vs_default and r.vs_default.paired else -math.inf,
+               default=None)  # fmt: skip
+    cheap = min(rows, key=lambda r: r.cost.paired.value if r.cost else math.inf, default=None)
 
-    def told(r) -> str:
-        cost = f"cost below L0 {_ratio(r[2]) if r[2] else '-'}"
-        if r[1] and "value" in r[1]:
-            return f"{r[0]} (keys found against YaRN's default {_signed(r[1])}; {cost})"
+    def told(r: TradeOffPick) -> str:
+        cost = f"cost below L0 {r.cost.paired.fixed() if r.cost else '-'}"
+        if r.vs_default and r.vs_default.paired:
+            return f"{r.name} (keys found against YaRN's default {r.vs_default.paired.signed()}; {cost})"
         what = "no retrieval measured" if retrieval is None else "YaRN's default itself"
-        return f"{r[0]} ({what}; {cost})"
+        return f"{r.name} ({what}; {cost})"
 
     sentence = (
         f"Nothing {engine} carries both finds as many keys as YaRN's default and stays within the {limit:.0%} "
@@ -311,106 +333,68 @@ def trade_off(
         + (f": best retrieval {told(best)}; lowest cost {told(cheap)}." if best and cheap else "; and nothing it "
            "carries beats no change on the objective.")
     )  # fmt: skip
-    return {
-        "name": None,
-        "status": "trade-off",
-        "why": f"{why}. {sentence}",
-        "trade_off": {
-            "sentence": sentence,
-            "best_retrieval": None if best is None else {"name": best[0], "vs_default": best[1], "cost": best[2]},
-            "lowest_cost": None if cheap is None else {"name": cheap[0], "vs_default": cheap[1], "cost": cheap[2]},
-        },
-        "still_in": names,
-    }
+    return EngineAdvice(
+        None, TRADE_OFF, f"{why}. {sentence}", trade_off=TradeOff(sentence, best, cheap), still_in=tuple(names)
+    )
 
 
-def worst_cost(confirmed: dict[str, Any], checks: Sequence[Check], name: str) -> dict[str, Any] | None:
+def worst_cost(confirmed: Confirmation, checks: Sequence[Check], name: str) -> Cost | None:
     """``name``'s worst cost below L0 (paired against no change), with its check's label and length."""
-    costs = [(c, _cell(confirmed, c, name, "vs_no_change")) for c in checks if c.task == SHORT_TASK]
-    worst = max(((c, v) for c, v in costs if v), key=lambda cv: cv[1]["value"], default=None)
-    return None if worst is None else {"label": worst[0].label, "length": worst[0].length, **worst[1]}
+    costs = [Cost(c.label, c.length, v) for c in checks if c.task == SHORT_TASK
+             if (v := _vs_no_change(confirmed, c, name)) is not None]  # fmt: skip
+    return max(costs, key=lambda c: c.paired.value, default=None)
 
 
 def _recommend(
-    race: RaceResult, confirmed: dict[str, Any], first: Check, chosen: Entry, why: str, retrieval: Check | None
-) -> dict[str, Any]:
+    race: RaceResult, confirmed: Confirmation, first: Check, chosen: Entry, why: str, retrieval: Check | None
+) -> EngineAdvice:
     ok, evidence = holds(confirmed, first, chosen.name, retrieval)
     if chosen.key == BASELINE_KEY:
-        return _rec(chosen.candidate, "nothing beats the baseline", why, evidence)
+        return _rec(chosen.candidate, BASELINE_HELD, why, evidence)
     if not ok:
         base = next(e for e in race.entries if e.key == BASELINE_KEY).candidate
-        return _rec(
-            base, "nothing beats the baseline", f"{chosen.name!r} won the race ({why}) but did not hold", evidence
-        )
-    return _rec(chosen.candidate, "recommended", why, evidence)
+        return _rec(base, BASELINE_HELD, f"{chosen.name!r} won the race ({why}) but did not hold", evidence)
+    return _rec(chosen.candidate, RECOMMENDED, why, evidence)
 
 
-def headline(confirmed: dict[str, Any], checks: Sequence[Check], name: str) -> dict[str, Any]:
+def headline(confirmed: Confirmation, checks: Sequence[Check], name: str) -> Headline:
     """What the report says first about ``name``: per axis at N (the objective, keys found) its
     comparison with no change and with YaRN's default, its worst cost below L0, and each confirmed
     spec distinguishably better than it on an axis (paired against it on the same windows)."""
-    out: dict[str, Any] = {"axes": [], "better_elsewhere": []}
+    axes, better = [], []
     for c in decision_axes(checks):
-        row = confirmed.get(c.label, {})
-        out["axes"].append(
-            {
-                "label": c.label,
-                "task": c.task,
-                "metric": c.metric,
-                "value": None if "error" in row else (row.get(name) or {}).get("value"),
-                "vs_no_change": _cell(confirmed, c, name, "vs_no_change"),
-                "vs_default": _cell(confirmed, c, name, "vs_default"),
-            }
+        row = confirmed.row(c.label)
+        cell = row.cells.get(name)
+        value = None if cell is None else cell.value
+        axes.append(
+            Axis(c.label, c.task, c.metric, value, _vs_no_change(confirmed, c, name), _vs_default(confirmed, c, name))
         )
-        out["better_elsewhere"] += [
-            {"label": c.label, "task": c.task, "metric": c.metric, "name": n, "vs": vs}
-            for n, vs in _better_than(row, name)
-        ]
-    out["cost"] = worst_cost(confirmed, checks, name)
-    found = next((a for a in out["axes"] if a["task"] in RETRIEVAL_TASKS), None)
-    out["below_default_on_retrieval"] = bool(found and (found["vs_default"] or {}).get("verdict") == "worse")
-    return out
+        better += [BetterElsewhere(c.label, c.task, c.metric, n, vs) for n, vs in _better_than(row, name)]
+    found = next((a for a in axes if a.task in RETRIEVAL_TASKS), None)
+    below = bool(found and found.vs_default and found.vs_default.worse)
+    return Headline(tuple(axes), tuple(better), worst_cost(confirmed, checks, name), below)
 
 
-def _better_than(row: dict[str, Any], name: str) -> list[tuple[str, dict[str, Any]]]:
+def _better_than(row: CheckRow, name: str) -> list[tuple[str, Paired]]:
     """``(spec, its comparison with name)`` for each spec of a check's row distinguishably better than ``name``."""
-    if "error" in row:
-        return []
-    return [
-        (n, v["vs"][name]) for n, v in row.items() if ((v.get("vs") or {}).get(name) or {}).get("verdict") == "better"
-    ]
+    return [(n, vs) for n, c in row.cells.items() if (vs := c.vs.get(name)) is not None and vs.better]
 
 
-def if_cost_allowed(confirmed: dict[str, Any], checks: Sequence[Check], chosen: str | None) -> dict[str, Any] | None:
+def if_cost_allowed(confirmed: Confirmation, checks: Sequence[Check], chosen: str | None) -> CostAllowed | None:
     """The confirmed spec best on the objective at N against no change, when it is not the one
     chosen: what the short-cost limit gave up, with its worst cost below L0."""
     first = checks[0]
-    row = confirmed.get(first.label, {})
-    if "error" in row:
-        return None
     sign = 1.0 if get_task(first.task).higher_is_better(first.metric) else -1.0
-    scored = [
-        (n, c["vs_no_change"]) for n, c in row.items() if c["vs_no_change"] and c["vs_no_change"]["verdict"] == "better"
-    ]
+    scored = [(n, vs) for n, c in confirmed.row(first.label).cells.items()
+              if (vs := c.vs_no_change) is not None and vs.better]  # fmt: skip
     if not scored:
         return None
-    name, gain = max(scored, key=lambda x: sign * x[1]["value"])
+    name, gain = max(scored, key=lambda x: sign * x[1].value)
     if name == chosen:
         return None
     worst = worst_cost(confirmed, checks, name)
-    return {
-        "name": name,
-        "gain": gain,
-        "worst_cost": worst and {k: v for k, v in worst.items() if k not in ("label", "length")},
-    }
+    return CostAllowed(name, gain, None if worst is None else worst.paired)
 
 
-def _rec(c: Candidate, status: str, why: str, evidence: str) -> dict[str, Any]:
-    return {
-        "name": c.name,
-        "status": status,
-        "why": why,
-        "evidence": evidence,
-        "spec": c.spec.to_dict(),
-        "engines": c.engines,
-    }
+def _rec(c: Candidate, status: Status, why: str, evidence: str) -> EngineAdvice:
+    return EngineAdvice(c.name, status, why, evidence, c.spec, routes(c.engines))

@@ -42,6 +42,9 @@ from .confirm import RETRIEVAL_LABELS
 from .diagnose import check_attention_files
 from .plan import AdvisePlan, Retrieval, preflight_advise
 from .race import MULTIKEY_TASK
+from .records.answers import RECOMMENDED
+from .records.comparisons import Paired
+from .records.evidence import Evidence
 from .run import AdviseResult, advise, contexts, write_advice
 
 
@@ -51,49 +54,46 @@ def _stage(t0: float, text: str) -> None:
     print(f"demo: {text} ({time.perf_counter() - t0:.0f} s in)", file=sys.stderr, flush=True)
 
 
-def retrieval_check(ev: dict[str, Any]) -> str | None:
+def retrieval_check(ev: Evidence) -> str | None:
     """The confirmation's label of keys found at N (None: no retrieval axis)."""
-    return next((k for k in ev["confirmation"] if k.startswith(tuple(RETRIEVAL_LABELS.values()))), None)
+    return next((k for k in ev.confirmation.rows if k.startswith(tuple(RETRIEVAL_LABELS.values()))), None)
 
 
-def retrieval_of(ev: dict[str, Any]) -> Retrieval:
+def retrieval_of(ev: Evidence) -> Retrieval:
     """The retrieval axis the run settled on, read back from its evidence."""
-    r = ev["question"].get("retrieval") or {}
-    return Retrieval(r.get("task"), r.get("keys_per_prefill", 1), r.get("prefills_per_window", 0), r.get("why", ""))
+    return ev.question.retrieval or Retrieval(None)
 
 
-def refuted(ev: dict[str, Any]) -> str | None:
+def refuted(ev: Evidence) -> str | None:
     """Why the retrieval table refutes the recommendation (it finds fewer passkeys than no change
     or than YaRN's default, distinguishably, on the same prompts); None when it does not."""
-    rec, label = ev["recommendation"], retrieval_check(ev)
-    row = ev["confirmation"].get(label or "", {})
-    cell = row.get(rec["name"] or "") if "error" not in row else None
-    for field, who in (("vs_no_change", "no change"), ("vs_default", "YaRN's default")):
-        c = (cell or {}).get(field)
-        if c and c.get("verdict") == "worse":
-            return f"it finds fewer keys than {who}: {c['value']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}]"
+    cell = ev.confirmation.cell(retrieval_check(ev), ev.recommendation.name)
+    if cell is None:
+        return None
+    for c, who in ((cell.vs_no_change, "no change"), (cell.vs_default and cell.vs_default.paired, "YaRN's default")):
+        if c and c.worse:
+            return f"it finds fewer keys than {who}: {c.signed()}"
     return None
 
 
-def retrieval(ev: dict[str, Any]) -> list[str]:
+def retrieval(ev: Evidence) -> list[str]:
     """The confirmation's passkeys at the serving length, as a table: no change, YaRN's default, the
     recommendation (the same prompts, none of which the race saw)."""
     label = retrieval_check(ev)
-    row = ev["confirmation"].get(label or "", {})
-    if not label or "error" in row:
+    row = ev.confirmation.row(label)
+    if not label or row.error is not None:
         return []
-    rec = ev["recommendation"]["name"]
-    default = next((c["name"] for c in ev["candidates"] if c.get("key") == "yarn+m"), None)
-    names = [n for n in dict.fromkeys([BASELINE, default, rec]) if n in row]
+    rec = ev.recommendation.name
+    default = next((c.name for c in ev.candidates if c.key == "yarn+m"), None)
+    names = [n for n in dict.fromkeys([BASELINE, default, rec]) if n in row.cells]
     rows = []
     for n in names:
-        cell = row[n]
-        rows.append(
-            (n + (" (recommended)" if n == rec and n != BASELINE else ""), cell["value"],
-             _signed(cell.get("vs_no_change")), _signed(cell.get("vs_default")))
-        )  # fmt: skip
+        cell = row.cells[n]
+        default_vs = cell.vs_default.paired if cell.vs_default else None
+        mark = " (recommended)" if n == rec and n != BASELINE else ""
+        rows.append((n + mark, cell.value, _signed(cell.vs_no_change), _signed(default_vs)))
     return [
-        f"## Retrieval at {ev['question']['length']} tokens",
+        f"## Retrieval at {ev.question.length} tokens",
         "",
         _retrieval_said(ev),
         "",
@@ -102,9 +102,10 @@ def retrieval(ev: dict[str, Any]) -> list[str]:
     ]
 
 
-def _retrieval_said(ev: dict[str, Any]) -> str:
+def _retrieval_said(ev: Evidence) -> str:
     """How the retrieval table was made: multikey haystacks or passkey prompts, and its intervals."""
-    trials, r = ev["question"]["retrieval_prompts"]["confirmation"], retrieval_of(ev)
+    prompts, r = ev.question.retrieval_prompts, retrieval_of(ev)
+    trials = prompts.confirmation if prompts else 0
     if r.task == MULTIKEY_TASK:
         return (
             f"{trials} keys, {r.keys} hidden in each haystack of real text, each haystack prefilled once and every "
@@ -120,33 +121,29 @@ def _retrieval_said(ev: dict[str, Any]) -> str:
     )
 
 
-def _signed(c: dict[str, Any] | None) -> str:
-    return "-" if not c or "value" not in c else f"{c['value']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}] {c['verdict']}"
+def _signed(c: Paired | None) -> str:
+    return "-" if c is None else f"{c.signed()} {c.verdict}"
 
 
 def ship(cfg: DemoConfig, plan: AdvisePlan, result: AdviseResult, out: Path) -> list[str]:
     """Bake the recommendation when it held and its retrieval does not refute it; say why not
     otherwise; the baked checkpoint answers the confirmation's passkey prompts in plain transformers."""
-    rec = result.evidence["recommendation"]
+    rec = result.recommendation
     head = ["## Shipped", ""]
-    if rec["status"] != "recommended":
-        return [
-            *head,
-            f"Nothing baked: {rec['status'] if rec['name'] else 'undecided'} ({rec.get('evidence', '')}).",
-            "",
-        ]
+    if rec.status != RECOMMENDED or rec.spec is None:
+        return [*head, f"Nothing baked: {rec.status if rec.name else 'undecided'} ({rec.evidence or ''}).", ""]
     why = refuted(result.evidence)
     if why:
         return [*head, f"Nothing baked: the retrieval table refutes the recommendation ({why}).", ""]
     if not cfg.bake:
         return [*head, "Nothing baked (--no-bake).", ""]
-    spec = TemperatureSpec.from_dict(rec["spec"])
+    spec = rec.spec
     model, tok = load_model(cfg.model, **cfg.load_args(dtype="float32"))  # a fresh fp32 copy
     save = save_schedule_checkpoint if spec.position_dependent else save_baked
     res = save(model, tok, spec, out / BAKED_DIR, overwrite=True)
     return [
         *head,
-        f"The recommendation ({rec['name']}) is in `{res.path}`: a checkpoint that plain transformers loads"
+        f"The recommendation ({rec.name}) is in `{res.path}`: a checkpoint that plain transformers loads"
         + (" with trust_remote_code=True (its schedule as remote code)" if spec.position_dependent else "")
         + f". Reloaded without attntemp, its logits differ from the patched model's by at most "
         f"{res.max_abs_diff:.2e} (fp32, {res.tokens} tokens).",
@@ -168,7 +165,7 @@ def plain_retrieval(plan: AdvisePlan, result: AdviseResult, path: Path) -> list[
     with noise.quiet_libraries():
         model = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True, dtype=torch.float32).eval()
     hits = _plain_hits(model, plan.tok, n, ctx, r)
-    spec = TemperatureSpec.from_dict(result.evidence["recommendation"]["spec"])
+    spec = result.recommendation.spec or TemperatureSpec()
     task = r.task or "passkey"
     stored = result.store.get(score_key(spec, task, n, ctx, result.model_id)) if result.store else None
     said = f"In plain transformers (`generate`, greedy), the baked checkpoint finds {sum(hits)} of {len(hits)} keys"

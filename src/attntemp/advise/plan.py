@@ -60,6 +60,11 @@ class Retrieval:
             "why": self.why,
         }
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Retrieval:
+        """The axis as ``evidence.json``'s ``question.retrieval`` holds it."""
+        return cls(d["task"], d["keys_per_prefill"], d["prefills_per_window"], d["why"])
+
 
 def plan_retrieval(cfg: AdviseConfig, tok: Any, trained: int) -> Retrieval:
     """The retrieval axis before the model loads: none within L0 or with no prefills per window;

@@ -32,14 +32,14 @@ survivors again on windows the race never saw.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..evaluate.score import NotStored, Result, merged
 from ..evaluate.task_base import get_task
-from ..ops.intervals import Interval
 from ..ops.spec import TemperatureSpec
 from .candidates import BASELINE_KEY, Candidate
+from .records.comparisons import Leader, Paired, RaceComparisons, RetrievalRow, compared
 
 # scorer(specs, task, length, (first window, end)) -> one Result per spec, in order
 Scorer = Callable[[Sequence[TemperatureSpec], str, int, tuple[int, int]], list[Result]]
@@ -90,7 +90,7 @@ class Entry:
     short_ok: set[int] = field(default_factory=set)  # short lengths where its cost is decided within bounds
     reason: str | None = None
     left_after: int | None = None  # windows scored when it left
-    comparisons: dict[str, Any] = field(default_factory=dict)
+    comparisons: RaceComparisons = field(default_factory=RaceComparisons)  # at the last look
 
     @property
     def name(self) -> str:
@@ -113,10 +113,6 @@ class RaceResult:
     @property
     def survivors(self) -> list[Entry]:
         return [e for e in self.entries if e.reason is None]
-
-
-def _interval_dict(ci: Interval | None, verdict: str | None) -> dict[str, Any] | None:
-    return None if ci is None else {**ci.to_dict(), "verdict": verdict}
 
 
 def _leader(settings: RaceSettings, alive: list[Entry]) -> Entry:
@@ -142,7 +138,7 @@ def _objective_cut(settings: RaceSettings, alive: list[Entry], windows: int) -> 
             continue
         ci = task.paired(merged(settings.task, e.parts[key]), lead_res, settings.metric)
         verdict = None if ci is None else task.verdict(ci, settings.metric)
-        e.comparisons["objective_vs_leader"] = {"leader": lead.name, **(_interval_dict(ci, verdict) or {})}
+        e.comparisons = replace(e.comparisons, objective_vs_leader=Leader(lead.name, compared(ci, verdict)))
         if verdict == "worse" and admissible(settings, lead):
             e.reason = (
                 f"worse than {lead.name!r} at {settings.length} tokens on {objective_label(settings.task)}: "
@@ -162,7 +158,8 @@ def _short_cut(settings: RaceSettings, alive: list[Entry], base: Entry, windows:
             ci = task.paired(merged(SHORT_TASK, mine), merged(SHORT_TASK, theirs), SHORT_METRIC)
             if ci is None:
                 continue
-            e.comparisons.setdefault("short_cost", {})[str(n)] = _interval_dict(ci, task.verdict(ci, SHORT_METRIC))
+            cost = {**e.comparisons.short_cost, str(n): Paired.of(ci, task.verdict(ci, SHORT_METRIC))}
+            e.comparisons = replace(e.comparisons, short_cost=cost)
             if ci.low > bound:
                 e.reason = (
                     f"costs {ci.fixed()} all-token perplexity at {n} tokens (below the trained length) against "
@@ -201,7 +198,7 @@ def _retrieval_cut(settings: RaceSettings, alive: list[Entry], windows: int) -> 
         mine = merged(name, e.parts[key])
         if settings.min_retrieval is not None:
             ci = task.interval(mine, RETRIEVAL_METRIC)
-            e.comparisons["retrieval_floor"] = _interval_dict(ci, None)
+            e.comparisons = replace(e.comparisons, retrieval_floor=compared(ci))
             if ci is not None and ci.high < settings.min_retrieval:
                 e.reason = (
                     f"finds {ci.fixed()} of its passkeys at {settings.length} tokens by generation, below "
@@ -213,7 +210,7 @@ def _retrieval_cut(settings: RaceSettings, alive: list[Entry], windows: int) -> 
             continue
         ci = task.paired(mine, lead_res, RETRIEVAL_METRIC)
         verdict = None if ci is None else task.verdict(ci, RETRIEVAL_METRIC)
-        e.comparisons["retrieval_vs_leader"] = {"leader": lead.name, **(_interval_dict(ci, verdict) or {})}
+        e.comparisons = replace(e.comparisons, retrieval_vs_leader=Leader(lead.name, compared(ci, verdict)))
         if verdict == "worse" and ci is not None and admissible(settings, lead):
             e.reason = (
                 f"finds fewer passkeys by generation than {lead.name!r} at {settings.length} tokens: "
@@ -284,25 +281,27 @@ def race(candidates: Sequence[Candidate], scorer: Scorer, settings: RaceSettings
 
 def retrieval_rows(
     result: RaceResult, length: int, default: Entry | None, name: str = RETRIEVAL_TASK
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, RetrievalRow]:
     """Per candidate with race trials scored on the retrieval task ``name``: keys found by
     generation at ``length`` (share, with its 95% interval by the task's rule: Wilson over passkey
     prompts, bootstrap over multikey haystacks), and paired against no change and ``default``
     (YaRN's own default) on the trials both answered."""
     task, key = get_task(name), (name, length)
     base = next(e for e in result.entries if e.key == BASELINE_KEY)
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, RetrievalRow] = {}
     for e in (x for x in result.entries if x.parts.get(key)):
         mine = merged(name, e.parts[key])
-        row: dict[str, Any] = {"prompts": trials_of(mine), "found": round(mine[RETRIEVAL_METRIC] * trials_of(mine))}
-        ci = task.interval(mine, RETRIEVAL_METRIC)
-        row["share"] = _interval_dict(ci, None) if ci else {"value": mine[RETRIEVAL_METRIC]}
-        for vs_field, other in (("vs_no_change", base), ("vs_default", default)):
-            if other is None or other is e or not other.parts.get(key):
-                continue
-            n = min(len(e.parts[key]), len(other.parts[key]))  # the blocks both were scored on
-            a, b = merged(name, e.parts[key][:n]), merged(name, other.parts[key][:n])
-            pc = task.paired(a, b, RETRIEVAL_METRIC)
-            row[vs_field] = _interval_dict(pc, None if pc is None else task.verdict(pc, RETRIEVAL_METRIC))
-        out[e.name] = row
+        share = compared(task.interval(mine, RETRIEVAL_METRIC))
+        vs = [_paired_on(task, name, e, other, key) for other in (base, default)]
+        trials = trials_of(mine)
+        out[e.name] = RetrievalRow(trials, round(mine[RETRIEVAL_METRIC] * trials), share, mine[RETRIEVAL_METRIC], *vs)
     return out
+
+
+def _paired_on(task: Any, name: str, e: Entry, other: Entry | None, key: tuple[str, int]) -> Paired | None:
+    """``e`` against ``other`` on keys found, on the blocks both were scored on; None where not made."""
+    if other is None or other is e or not other.parts.get(key):
+        return None
+    n = min(len(e.parts[key]), len(other.parts[key]))
+    pc = task.paired(merged(name, e.parts[key][:n]), merged(name, other.parts[key][:n]), RETRIEVAL_METRIC)
+    return None if pc is None else Paired.of(pc, task.verdict(pc, RETRIEVAL_METRIC))

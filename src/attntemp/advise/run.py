@@ -29,28 +29,50 @@ from . import diagnose, status
 from .candidates import BASELINE, Candidate, by_key, candidates, rotary, tuned_yarn
 from .carry import computes_as_meant, with_engines
 from .config import STORE, AdviseConfig, served_by
-from .confirm import checks_for, confirm, on_yarn, recommendation, to_confirm
+from .confirm import Check, checks_for, confirm, on_yarn, recommendation, to_confirm
 from .learned import LearnJob, added_candidates, learned_candidates
 from .plan import AdvisePlan, Retrieval, preflight_advise
 from .race import MULTIKEY_TASK, RETRIEVAL_TASK, RaceResult, RaceSettings, race, retrieval_rows
+from .records.answers import EngineAdvice, Headline, OwnRace, routes
+from .records.comparisons import Confirmation, RetrievalRow
+from .records.evidence import Diagnosis, Evidence, Question, RaceRow, RaceSummary, RetrievalPrompts
 from .status import Counter, cost_line, race_progress, say, scoring_line
+
+JSON_KEYS = ("question", "diagnosis", "candidates", "recommendation", "by_engine", "forwards", "race")
 
 
 @dataclass(frozen=True)
 class AdviseResult:
-    """What advise found: the evidence (``to_dict()``) and the report (``markdown()``)."""
+    """What advise found: the :class:`~.records.evidence.Evidence` (``evidence.json``: its
+    ``to_dict()``), the headline engine's answer (:attr:`recommendation`, with its :attr:`headline`),
+    each engine's (:attr:`by_engine`), the ``--json`` document (``to_dict()``) and the report
+    (``markdown()``)."""
 
-    evidence: dict[str, Any]
+    evidence: Evidence
     folder: Path
     store: ScoreStore | None = None  # the scores, for a caller that scores more (the demo)
     model_id: str = ""
     count: Counter | None = None
 
+    @property
+    def recommendation(self) -> EngineAdvice:
+        """The headline engine's answer (``--engine``, else transformers')."""
+        return self.evidence.recommendation
+
+    @property
+    def headline(self) -> Headline | None:
+        """What the report says first about the pick; None where there is no pick."""
+        return self.evidence.recommendation.headline
+
+    @property
+    def by_engine(self) -> dict[str, EngineAdvice]:
+        """Each served engine's answer."""
+        return self.evidence.by_engine
+
     def to_dict(self) -> dict[str, Any]:
-        """The ``--json`` document: diagnosis, candidates, recommendation, forwards."""
-        ev = self.evidence
-        keep = ("question", "diagnosis", "candidates", "recommendation", "by_engine", "forwards", "race")
-        return {k: ev[k] for k in keep} | {"report": str(self.folder / "report.html")}
+        """The ``--json`` document: the evidence's :data:`JSON_KEYS` and where the report is."""
+        ev = self.evidence.to_dict()
+        return {k: ev[k] for k in JSON_KEYS} | {"report": str(self.folder / "report.html")}
 
     def markdown(self) -> str:
         return report.advice_markdown(self.evidence)
@@ -179,11 +201,15 @@ def advise(plan: AdvisePlan, model: Any, out: Path) -> AdviseResult:
     return AdviseResult(ev, out, s.store, s.model_id, s.count)
 
 
-def _per_engine(plan: AdvisePlan, s: Setup, result: RaceResult, confirmed, checks, model) -> dict[str, Any]:
+def _per_engine(
+    plan: AdvisePlan, s: Setup, result: RaceResult, confirmed: Confirmation, checks: list[Check], model: Any
+) -> dict[str, EngineAdvice]:
     """One recommendation per served engine: from the race where the engine computes one of its
     survivors as meant; else from a race among the candidates it does compute as meant (the store
     serves every score the first race made), confirmed the same way and said in ``race``."""
-    cfg, recs, races = plan.cfg, {}, {}
+    cfg = plan.cfg
+    recs: dict[str, EngineAdvice] = {}
+    races: dict[tuple[str, ...], tuple[RaceResult, Confirmation]] = {}
     for e in served_by(cfg):
         if result.status == "undecided" or any(computes_as_meant(x.candidate, e) for x in result.survivors):
             recs[e] = recommendation(result, confirmed, checks, e, cfg.max_short_cost)
@@ -195,8 +221,8 @@ def _per_engine(plan: AdvisePlan, s: Setup, result: RaceResult, confirmed, check
             own = race(mine, s.scorer, s.settings, race_progress(cfg))
             races[key] = own, _confirm(plan, own, model, s)[0]
         own, conf = races[key]
-        said = {"status": own.status, "windows": own.windows, "survivors": [x.name for x in own.survivors]}
-        recs[e] = {**recommendation(own, conf, checks, e, cfg.max_short_cost), "race": said}
+        said = OwnRace(own.status, own.windows, tuple(x.name for x in own.survivors))
+        recs[e] = replace(recommendation(own, conf, checks, e, cfg.max_short_cost), race=said)
     return recs
 
 
@@ -234,7 +260,7 @@ def _learned(plan: AdvisePlan, model, tctx: EvalContext, count: Counter) -> list
     return found
 
 
-def _diagnose(plan: AdvisePlan, model, tok, s: Setup, out: Path) -> dict[str, Any]:
+def _diagnose(plan: AdvisePlan, model, tok, s: Setup, out: Path) -> Diagnosis:
     """No change at L0 and N on the race's first windows (the race reads the same scores), and
     the attention statistics per head."""
     cfg, on_pool = plan.cfg, s.scorer
@@ -254,10 +280,10 @@ def _diagnose(plan: AdvisePlan, model, tok, s: Setup, out: Path) -> dict[str, An
     long = diagnose.window_attention_stats(model, tok, s.tctx, cfg.length, out, s.model_id)
     heads = diagnose.head_shift(long, short, plan.trained)
     text = diagnose.summary(min(plan.trained, cfg.length), cfg.length, cfg.objective, at, heads)
-    return {"scores": {str(n): v for n, v in at.items()}, "heads": heads, "summary": text}
+    return Diagnosis({str(n): v for n, v in at.items()}, heads, text)
 
 
-def _confirm(plan: AdvisePlan, result: RaceResult, model, s: Setup):
+def _confirm(plan: AdvisePlan, result: RaceResult, model, s: Setup) -> tuple[Confirmation, list[Check]]:
     """The survivors and the YaRN references confirmed on the evaluation pool (and the second text),
     every score kept in the setup's store."""
     cfg, tok, ctx, store, model_id, count = plan.cfg, plan.tok, s.ctx, s.store, s.model_id, s.count
@@ -291,71 +317,60 @@ def _confirm(plan: AdvisePlan, result: RaceResult, model, s: Setup):
     return confirm(specs, checks, scorer, against, default.name if default else None), checks
 
 
-def _evidence(plan, s: Setup, result: RaceResult, diagnosis, confirmed, recs, seconds: float) -> dict[str, Any]:
+def _evidence(
+    plan: AdvisePlan,
+    s: Setup,
+    result: RaceResult,
+    diagnosis: Diagnosis,
+    confirmed: Confirmation,
+    recs: dict[str, EngineAdvice],
+    seconds: float,
+) -> Evidence:
     """Everything the report and the demo read; ``recommendation`` is the first engine's (``--engine``,
     else transformers'), ``by_engine`` each engine's."""
-    cfg, count, r = plan.cfg, s.count, s.retrieval
-    found = retrieval_rows(result, cfg.length, by_key(result.entries, "yarn+m"), r.task or RETRIEVAL_TASK)
-    prompts = cfg.retrieval_prompts or cfg.trials
-    return {
-        "question": {
-            "model": cfg.model,
-            "length": cfg.length,
-            "trained_length": plan.trained,
-            "engine": served_by(cfg)[0],
-            "engines": list(served_by(cfg)),
-            "objective": cfg.objective,
-            "text": cfg.text,
-            "second_text": plan.second_text,
-            "short_lengths": list(plan.short_lengths),
-            "check_lengths": list(plan.check_lengths),
-            "max_short_cost": cfg.max_short_cost,
-            "min_retrieval": cfg.min_retrieval,
-            "retrieval_prompts": {
-                "race": cfg.race_windows * r.per_window * r.keys,
-                "confirmation": r.confirm_pool_size(prompts) * r.keys,
-            }
-            if r.task
-            else None,
-            "retrieval": r.to_dict() if r.task else None,
-            "needles_per_forward": plan.needles,
-        },
-        "diagnosis": diagnosis,
-        "candidates": [
-            {
-                **e.candidate.to_dict(),
-                "kept": e.reason is None,
-                "reason": e.reason,
-                "left_after": e.left_after,
-                "comparisons": e.comparisons,
-                "retrieval": found.get(e.name),
-            }
-            for e in result.entries
-        ],
-        "race": {"status": result.status, "windows": result.windows, "rows": result.rows, "leader": result.leader},
-        "confirmation": confirmed,
-        "recommendation": recs[served_by(cfg)[0]],
-        "by_engine": recs,
-        "forwards": sum(count.rows.values()),
-        "tuning_rows": count.rows.get("tuning", 0),
-        "rows_by_stage": count.rows,
-        "seconds": seconds,
-        "scored_seconds": count.scored_s,
-    }
+    cfg, count = plan.cfg, s.count
+    found = retrieval_rows(result, cfg.length, by_key(result.entries, "yarn+m"), s.retrieval.task or RETRIEVAL_TASK)
+    return Evidence(
+        _question(plan, s.retrieval), diagnosis, race_rows(result, found),
+        RaceSummary(result.status, result.windows, result.rows, result.leader), confirmed,
+        recs[served_by(cfg)[0]], recs, sum(count.rows.values()), count.rows.get("tuning", 0), count.rows, seconds,
+        count.scored_s,
+    )  # fmt: skip
+
+
+def race_rows(result: RaceResult, found: dict[str, RetrievalRow]) -> tuple[RaceRow, ...]:
+    """Every raced candidate with how each engine carries it, why it left, its comparisons at the
+    race's last look and its keys found (``found``, by name: :func:`~.race.retrieval_rows`)."""
+    return tuple(
+        RaceRow(e.candidate.key, e.name, e.candidate.family, e.candidate.gated, e.candidate.note, e.candidate.spec,
+                routes(e.candidate.engines), e.reason is None, e.reason, e.left_after, e.comparisons, found.get(e.name))
+        for e in result.entries
+    )  # fmt: skip
+
+
+def _question(plan: AdvisePlan, r: Retrieval) -> Question:
+    """What was asked, as the evidence says it (``r``: the retrieval axis, its task settled)."""
+    cfg, prompts = plan.cfg, plan.cfg.retrieval_prompts or plan.cfg.trials
+    trials = RetrievalPrompts(cfg.race_windows * r.per_window * r.keys, r.confirm_pool_size(prompts) * r.keys)
+    return Question(
+        cfg.model, cfg.length, plan.trained, served_by(cfg)[0], tuple(served_by(cfg)), cfg.objective, cfg.text,
+        plan.second_text, tuple(plan.short_lengths), tuple(plan.check_lengths), cfg.max_short_cost, cfg.min_retrieval,
+        trials if r.task else None, r if r.task else None, plan.needles,
+    )  # fmt: skip
 
 
 def write_advice(result: AdviseResult, out: Path, extra: str = "") -> AdviseResult:
     """``spec.json`` (the recommendation), ``evidence.json``, the figures and the report (with
     ``extra`` markdown after it): each file written once, here."""
     ev = result.evidence
-    if ev["recommendation"]["name"] is not None:
-        TemperatureSpec.from_dict(ev["recommendation"]["spec"]).save(out / "spec.json")
-    (out / "evidence.json").write_text(json.dumps(ev, indent=1, default=float))
+    if ev.recommendation.name is not None and ev.recommendation.spec is not None:
+        ev.recommendation.spec.save(out / "spec.json")
+    (out / "evidence.json").write_text(json.dumps(ev.to_dict(), indent=1, default=float))
     report.tradeoff_figure(ev, out / "tradeoff.png")
     report.diagnosis_figure(ev, out / "diagnosis.png")
     md = result.markdown() + extra
     (out / "report.md").write_text(md)
-    (out / "report.html").write_text(markdown_to_html(md, f"attntemp advise: {ev['question']['model']}"))
+    (out / "report.html").write_text(markdown_to_html(md, f"attntemp advise: {ev.question.model}"))
     return result
 
 

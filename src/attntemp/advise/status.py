@@ -25,6 +25,8 @@ from .candidates import BASELINE, by_key
 from .config import STORE, AdviseConfig
 from .plan import AdvisePlan
 from .race import RaceResult
+from .records.comparisons import Confirmation, Paired
+from .records.evidence import StatusDoc, StatusQuestion, StatusRace, StatusRow
 
 
 class Counter:
@@ -111,12 +113,13 @@ def cost_line(plan: AdvisePlan, candidates: int, count: Counter) -> str:
 
 @dataclass(frozen=True)
 class AdviseStatus:
-    """The replayed state (``to_dict()``: the ``--json`` document) and its report."""
+    """The replayed state (:class:`~.records.evidence.StatusDoc`; ``to_dict()``: the ``--json``
+    document) and its report."""
 
-    doc: dict[str, Any]
+    doc: StatusDoc
 
     def to_dict(self) -> dict[str, Any]:
-        return self.doc
+        return self.doc.to_dict()
 
     def markdown(self) -> str:
         return status_markdown(self.doc)
@@ -126,16 +129,16 @@ def open_store(plan: AdvisePlan) -> ScoreStore:
     return ScoreStore(Path(plan.cfg.out) / STORE, read_only=True)
 
 
-def _paired(plan: AdvisePlan, mine: list[Result], theirs: list[Result]) -> dict[str, Any] | None:
+def _paired(plan: AdvisePlan, mine: list[Result], theirs: list[Result]) -> Paired | None:
     """``mine`` against ``theirs`` on the objective at N, on the windows both were scored on."""
     task, n = get_task(plan.cfg.objective), min(len(mine), len(theirs))
     if n == 0:
         return None
     ci = task.paired(merged(plan.cfg.objective, mine[:n]), merged(plan.cfg.objective, theirs[:n]), task.objective)
-    return None if ci is None else {**ci.to_dict(), "verdict": task.verdict(ci, task.objective)}
+    return None if ci is None else Paired.of(ci, task.verdict(ci, task.objective))
 
 
-def candidate_rows(plan: AdvisePlan, result: RaceResult) -> list[dict[str, Any]]:
+def candidate_rows(plan: AdvisePlan, result: RaceResult) -> list[StatusRow]:
     """Per candidate: its objective at N over the windows scored, paired against no change (and a
     YaRN with a temperature against YaRN at m = 1: what the temperature adds), and the race's
     comparisons."""
@@ -146,60 +149,55 @@ def candidate_rows(plan: AdvisePlan, result: RaceResult) -> list[dict[str, Any]]
     on_yarn = set(confirm.on_yarn(result, "yarn"))  # keys
     out = []
     for e in result.entries:
-        mine = parts[e.name]
+        mine, c = parts[e.name], e.comparisons
         reference = yarn.name if yarn and e.key in on_yarn and e is not yarn else None
         out.append(
-            {
-                "key": e.candidate.key,
-                "name": e.name,
-                "kept": e.reason is None,
-                "reason": e.reason,
-                "windows": sum(r.rows for r in mine),
-                "value": task.describe(merged(cfg.objective, mine), task.objective) if mine else None,
-                "vs_no_change": None if e.name == BASELINE else _paired(plan, mine, parts[BASELINE]),
-                "vs_yarn_m1": _paired(plan, mine, parts[reference]) if reference in parts else None,
-                "vs_leader": e.comparisons.get("objective_vs_leader"),
-                "retrieval_vs_leader": e.comparisons.get("retrieval_vs_leader"),
-                "short_cost": e.comparisons.get("short_cost", {}),
-            }
+            StatusRow(
+                e.candidate.key,
+                e.name,
+                e.reason is None,
+                e.reason,
+                sum(r.rows for r in mine),
+                task.describe(merged(cfg.objective, mine), task.objective) if mine else None,
+                None if e.name == BASELINE else _paired(plan, mine, parts[BASELINE]),
+                _paired(plan, mine, parts[reference]) if reference in parts else None,
+                c.objective_vs_leader,
+                c.retrieval_vs_leader,
+                c.short_cost,
+            )
         )
     return out
 
 
-def status_doc(plan: AdvisePlan, result: RaceResult, confirmed: dict[str, Any] | None, stored: int) -> dict:
+def status_doc(plan: AdvisePlan, result: RaceResult, confirmed: Confirmation | None, stored: int) -> StatusDoc:
     cfg = plan.cfg
-    return {
-        "question": {"model": cfg.model, "length": cfg.length, "trained_length": plan.trained,
-                     "objective": cfg.objective, "out": cfg.out},
-        "race": {"status": result.status, "windows": result.windows, "of": cfg.race_windows,
-                 "rows": result.rows, "leader": result.leader},
-        "candidates": candidate_rows(plan, result),
-        "confirmation": confirmed,
-        "stored_scores": stored,
-    }  # fmt: skip
+    return StatusDoc(
+        StatusQuestion(cfg.model, cfg.length, plan.trained, cfg.objective, cfg.out),
+        StatusRace(result.status, result.windows, cfg.race_windows, result.rows, result.leader),
+        tuple(candidate_rows(plan, result)), confirmed, stored,
+    )  # fmt: skip
 
 
-def status_markdown(doc: dict[str, Any]) -> str:
-    q, r = doc["question"], doc["race"]
-    lengths = sorted({int(n) for c in doc["candidates"] for n in c["short_cost"]})
+def status_markdown(doc: StatusDoc) -> str:
+    q, r = doc.question, doc.race
+    lengths = sorted({int(n) for c in doc.candidates for n in c.short_cost})
     rows = [
-        (c["name"], c["value"] or "-", c["windows"], interval_cell(c["vs_no_change"]), interval_cell(c["vs_yarn_m1"]),
-         interval_cell(c["vs_leader"]), *(interval_cell(c["short_cost"].get(str(n))) for n in lengths),
-         c["reason"] or "in the race")
-        for c in doc["candidates"]
+        (c.name, c.value or "-", c.windows, interval_cell(c.vs_no_change), interval_cell(c.vs_yarn_m1),
+         interval_cell(c.vs_leader.paired if c.vs_leader else None),
+         *(interval_cell(c.short_cost.get(str(n))) for n in lengths), c.reason or "in the race")
+        for c in doc.candidates
     ]  # fmt: skip
-    head = (f"candidate ({q['objective']} at {q['length']})", "value [95%]", "windows", "vs no change",
-            "vs YaRN at m = 1", f"vs the leader ({r['leader']})", *(f"cost at {n}" for n in lengths),
+    head = (f"candidate ({q.objective} at {q.length})", "value [95%]", "windows", "vs no change",
+            "vs YaRN at m = 1", f"vs the leader ({r.leader})", *(f"cost at {n}" for n in lengths),
             "why it left")  # fmt: skip
     lines = [
-        f"# attntemp advise --status: {q['model']} at {q['length']} tokens (trained to {q['trained_length']})",
+        f"# attntemp advise --status: {q.model} at {q.length} tokens (trained to {q.trained_length})",
         "",
-        f"Read from {q['out']}/{STORE} ({doc['stored_scores']} scores), no forward. The race: **{r['status']}** "
-        f"after {r['windows']} of {r['of']} windows, {r['rows']} forward rows; the leader: {r['leader']}.",
+        f"Read from {q.out}/{STORE} ({doc.stored_scores} scores), no forward. The race: **{r.status}** "
+        f"after {r.windows} of {r.of} windows, {r.rows} forward rows; the leader: {r.leader}.",
         "",
         markdown_table(head, rows),
     ]
-    if doc["confirmation"] is not None:
-        ev = {"confirmation": doc["confirmation"]}
-        lines += ["", "## Confirmation stored so far", "", *confirm_table(ev)]
+    if doc.confirmation is not None:
+        lines += ["", "## Confirmation stored so far", "", *confirm_table(doc.confirmation)]
     return "\n".join(lines) + "\n"
