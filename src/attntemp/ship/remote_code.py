@@ -75,9 +75,8 @@ def schedule_config(spec: TemperatureSpec) -> dict[str, Any]:
 
 
 def _static_part(spec: TemperatureSpec) -> TemperatureSpec:
-    d = spec.to_dict()
-    d.update(schedule="constant", schedule_params={})
-    return TemperatureSpec.from_dict(d)
+    """``spec`` without its position schedule (what is baked into the weights)."""
+    return dataclasses.replace(spec, schedule="constant", schedule_params=())
 
 
 def schedule_start(spec: TemperatureSpec) -> int:
