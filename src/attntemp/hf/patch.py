@@ -9,7 +9,9 @@ windows stay transformers' own. Flash-attention implementations are refused (tra
 its flash set-up on the implementation's name); SDPA runs PyTorch's flash kernel on a GPU. With
 logit soft-capping (Gemma 2) m must multiply the capped logits, so those layers take a
 materialised path (exact, O(L^2) memory). Positions come from ``position_ids`` (absolute), so
-generation with a KV cache applies position schedules correctly.
+generation with a KV cache applies position schedules correctly. A long causal prefill on the CPU
+runs the attention kernel :mod:`.kernel_probe` measures fastest for the model's heads and dtype
+(torch's SDPA, or the blocked GEMMs of :mod:`attntemp.ops.attention_blocked`).
 """
 
 from __future__ import annotations
@@ -27,8 +29,10 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, eager_mask, flex_attention_mask, sdpa_mask
 
 from ..ops.attention import fold_into_q, foldable, reference_scores, repeat_kv, windowed_sdpa
+from ..ops.attention_blocked import blocked_causal_attention
 from ..ops.geometry import ModelGeometry
 from ..ops.spec import TemperatureSpec
+from . import kernel_probe
 from .flex_check import flex_problem
 from .introspect import attention_modules, model_geometry, text_config
 from .rope_scaling import extend_with, put_rope_state, rope_state
@@ -140,10 +144,25 @@ def _make(base: str):
             p = dropout if module.training else 0.0
             out = windowed_sdpa(q, key, value, int(window), scale=scaling, dropout=p)  # [B, H, Lq, D]
             return out.transpose(1, 2).contiguous(), None  # [B, Lq, H, D]
+        if base == "sdpa" and _plain_causal(module, q, key, attention_mask, window, dropout, kwargs):
+            if kernel_probe.kernel_for(q, key) == "blocked":  # faster than SDPA on this CPU, by probe
+                out = blocked_causal_attention(q, key, value, scale=scaling)  # [B, H, Lq, D]
+                return out.transpose(1, 2).contiguous(), None  # [B, Lq, H, D]
         return fn(module, q, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
 
     attention.__name__ = f"attntemp_{base}"
     return attention
+
+
+def _plain_causal(module, q, key, mask, window, dropout: float, kwargs: dict) -> bool:
+    """Whether this call is what SDPA runs as plain causal attention, which another exact kernel
+    may compute (:mod:`.kernel_probe`): no mask, no window reached, no dropout, no position bias,
+    a causal module, a prefill (as many queries as keys)."""
+    causal = kwargs.get("is_causal")
+    causal = getattr(module, "is_causal", True) if causal is None else causal
+    no_window = not window or q.shape[2] <= window
+    quiet = not (dropout and module.training) and kwargs.get("position_bias") is None
+    return mask is None and causal and no_window and quiet and q.shape[2] == key.shape[2] > 1
 
 
 def _windowed_mask(*args, **kwargs):
