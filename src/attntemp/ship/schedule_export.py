@@ -9,7 +9,6 @@ read it (``schedule_readers``).
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from ..ops.geometry import stated_l0
@@ -19,13 +18,13 @@ from ..utils import checks
 SCHEDULE = "llama_4_scaling"
 
 
-def split_schedule(spec: TemperatureSpec) -> tuple[TemperatureSpec, dict[str, float] | None]:
-    """``(the spec without the schedule, {beta, original_max_position_embeddings})`` for a
-    ``llama_4_scaling`` spec; ``(spec, None)`` for any other."""
+def scaling_of(spec: TemperatureSpec) -> dict[str, float] | None:
+    """``{beta, original_max_position_embeddings}`` of a ``llama_4_scaling`` spec (the defaults filled
+    in), None for any other; the rest of the spec is exported as the spec without it (``schedule``
+    constant)."""
     if spec.schedule != SCHEDULE:
-        return spec, None
-    params = {"beta": 0.1, "original_max_position_embeddings": 16384.0, **dict(spec.schedule_params)}
-    return replace(spec, schedule="constant", schedule_params=()), params
+        return None
+    return {"beta": 0.1, "original_max_position_embeddings": 16384.0, **dict(spec.schedule_params)}
 
 
 def parameters(scaling: dict[str, float], rope: dict[str, Any] | None) -> tuple[float, int]:

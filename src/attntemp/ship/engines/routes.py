@@ -139,7 +139,8 @@ def export_spec(
     holds (:func:`checked_export`). The logit multiplier is the spec's m times the square of its rope's own
     factor; Mistral 3's position schedule goes to the engine's own key (:mod:`attntemp.ship.schedule_export`)."""
     target = target or ExportTarget()
-    spec, scaling = schedule_export.split_schedule(spec)
+    scaling = schedule_export.scaling_of(spec)
+    spec = spec if scaling is None else replace(spec, schedule="constant", schedule_params=())
     per_type = engine.rope_per_layer_type and target.layer_ropes is not None
     m_spec = global_multiplier(spec, engine, per_type)
     if per_type and spec.layer_types is None and abs(m_spec - 1) > EPS:

@@ -176,15 +176,14 @@ def export_settings(m: float, params: Rope, target: ExportTarget) -> ExportResul
             return ExportResult(NAME, m, None, notes=("m = 1: nothing to change",), source=SOURCE)
         args = ("--hf-overrides", json.dumps({"max_position_embeddings": target.length}), *served(target.length))
         return ExportResult(NAME, m, None, args, (f"m = 1: the model as it is, served to {target.length}",), SOURCE)
-    rp = rope_dict(params, rope_theta)
     positions = target.length
     if kind in ("yarn", "llama3"):  # the derived length is max_position_embeddings (yarn: from 0.30)
-        s = params.factor
-        positions = target.length or round(s * need_l0(params, NAME))
+        positions = target.length or round(params.factor * need_l0(params, NAME))
     limit = served(positions) if positions else ()
-    if kind == "yarn":
-        rp.update(attention_factor=rope.cos_sin_factor(m), attn_factor=attn_factor(m, s))
-    legacy = json.dumps({"rope_scaling": {k: v for k, v in rp.items() if k != "attention_factor"}})
+    new = {"attention_factor": rope.cos_sin_factor(m)} if kind == "yarn" else {}
+    old = {"attn_factor": attn_factor(m, params.factor)} if kind == "yarn" else {}  # transformers 4 releases: no new
+    rp = rope_dict(params, rope_theta, **new, **old)
+    legacy = json.dumps({"rope_scaling": rope_dict(params, rope_theta, **old)})
     yarn_note = (
         "attention_factor replaces vLLM's default on cos/sin (0cd5784803d8); attn_factor multiplies "
         "0.1 ln s + 1 (ffdc985737c9): each release reads one of them, both give this m"
