@@ -26,7 +26,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -252,7 +252,7 @@ def _run_here(model: Any, tok: Any, task: str, length: int, ctx: EvalContext, jo
 
 def base_of(spec: TemperatureSpec) -> TemperatureSpec:
     """``spec`` with its global multiplier 1: specs with one base run as one batched forward."""
-    return spec if spec.multiplier == 1.0 else TemperatureSpec.from_dict({**spec.to_dict(), "multiplier": 1.0})
+    return spec if spec.multiplier == 1.0 else replace(spec, multiplier=1.0)
 
 
 def score_many(
