@@ -24,6 +24,14 @@ def test_a_committed_evidence_reads_back_whole_and_renders_its_committed_report(
     assert advice_markdown(ev) == (TINY / "report.md").read_text()
 
 
+def test_the_figures_draw_from_the_records(tmp_path):
+    from attntemp.advise.advice_page import diagnosis_figure, tradeoff_figure
+
+    ev = Evidence.from_dict(json.loads((TINY / "evidence.json").read_text()))
+    for draw, name in ((tradeoff_figure, "tradeoff.png"), (diagnosis_figure, "diagnosis.png")):
+        assert draw(ev, tmp_path / name).stat().st_size > 2000
+
+
 def test_a_failed_first_check_keeps_the_spec_rows_and_shows_its_error():
     conf = Confirmation.from_dict({"a": {"error": "no key tokens"}, "b": {"no change": CELL, "x": PAIRED}})
     table = confirm_table(conf)[0].splitlines()

@@ -366,11 +366,11 @@ def diagnosis_figure(ev: Evidence, path: Path) -> Path:
     """Per (layer, head): the shift of entropy / ln n and of recent-token mass from L0 to N."""
     heads = ev.diagnosis.heads
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    for ax, key, title in (
-        (axes[0], "norm_entropy_shift", "entropy / ln n: N minus L0 (up: diffuses)"),
-        (axes[1], "recent_mass_shift", "recent-token mass: N minus L0 (up: collapses)"),
+    for ax, shift, title in (
+        (axes[0], heads.norm_entropy_shift, "entropy / ln n: N minus L0 (up: diffuses)"),
+        (axes[1], heads.recent_mass_shift, "recent-token mass: N minus L0 (up: collapses)"),
     ):
-        v = np.asarray(heads[key], dtype=float)
+        v = np.asarray(shift, dtype=float)
         lim = max(float(np.nanmax(np.abs(v))), 1e-6)
         im = ax.imshow(v, cmap="RdBu_r", vmin=-lim, vmax=lim, aspect="auto")
         ax.set_xlabel("head")

@@ -25,6 +25,7 @@ from ..evaluate.task_base import EvalContext, get_task
 from ..ops.attention_stats import STATS
 from ..ops.spec import TemperatureSpec
 from .race import objective_label
+from .records.evidence import HeadShift
 
 
 def describe(task: str, metrics: dict[str, Any]) -> dict[str, str]:
@@ -106,7 +107,7 @@ def _cached(path: Path, key: str) -> AttentionStats | None:
     return stats if stats.meta.get("key") == key else None
 
 
-def head_shift(long: AttentionStats, short: AttentionStats, trained: int) -> dict[str, Any]:
+def head_shift(long: AttentionStats, short: AttentionStats, trained: int) -> HeadShift:
     """Per head, how attention past L0 at N (queries from position ``trained`` on) differs from
     attention at L0: the shifts of entropy / ln n and of recent-token mass, and the heads that
     collapse (recent mass up by more than 0.1) or diffuse (entropy / ln n up by more than 0.05)."""
@@ -115,17 +116,19 @@ def head_shift(long: AttentionStats, short: AttentionStats, trained: int) -> dic
     d_recent = long.by_head("recent_mass", start) - short.by_head("recent_mass")  # [layers, heads]
     collapse = d_recent > 0.1
     diffuse = (d_ent > 0.05) & ~collapse
-    return {
-        "collapsed": [(int(a), int(b)) for a, b in np.argwhere(collapse)],
-        "diffused": [(int(a), int(b)) for a, b in np.argwhere(diffuse)],
-        "leave_recent": [(int(a), int(b)) for a, b in np.argwhere(d_recent < -0.1)],  # attention moves away
-        "heads": int(d_ent.size),
-        "norm_entropy_shift": np.round(d_ent, 4).tolist(),
-        "recent_mass_shift": np.round(d_recent, 4).tolist(),
-    }
+
+    def where(mask: np.ndarray) -> tuple[tuple[int, int], ...]:
+        return tuple((int(a), int(b)) for a, b in np.argwhere(mask))
+
+    return HeadShift(
+        where(collapse), where(diffuse), where(d_recent < -0.1),  # the last: attention moves away from recent tokens
+        int(d_ent.size), np.round(d_ent, 4).tolist(), np.round(d_recent, 4).tolist(),
+    )  # fmt: skip
 
 
-def summary(trained: int, length: int, objective: str, at: dict[int, dict[str, dict[str, Any]]], heads: dict) -> str:
+def summary(
+    trained: int, length: int, objective: str, at: dict[int, dict[str, dict[str, Any]]], heads: HeadShift
+) -> str:
     """One paragraph in words: how the objective moves from L0 to N, and what the heads do."""
     metric = get_task(objective).objective
     lo, hi = at[trained].get(objective, {}), at[length].get(objective, {})
@@ -134,9 +137,9 @@ def summary(trained: int, length: int, objective: str, at: dict[int, dict[str, d
         f"{trained} and "
         f"{hi.get(metric, 'not scored')} at {length} without a RoPE change"
     )
-    n_c, n_d, n_l = len(heads["collapsed"]), len(heads["diffused"]), len(heads.get("leave_recent", ()))
+    n_c, n_d, n_l = len(heads.collapsed), len(heads.diffused), len(heads.leave_recent)
     return (
-        f"{moved}. From {trained} to {length} tokens (queries past {trained}), {n_c} of {heads['heads']} heads "
+        f"{moved}. From {trained} to {length} tokens (queries past {trained}), {n_c} of {heads.heads} heads "
         f"collapse onto recent tokens (recent-token mass +0.1 or more), {n_d} diffuse (entropy / ln n +0.05 or "
         f"more) and {n_l} move their attention away from the recent tokens (recent-token mass -0.1 or more)."
     )

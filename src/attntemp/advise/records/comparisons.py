@@ -63,10 +63,12 @@ def compared(ci: Interval | None, verdict: str | None = None) -> Paired | None:
 
 
 def maybe(d: JSON | None) -> Paired | None:
+    """The comparison in ``d``; None for null."""
     return None if d is None else Paired.from_dict(d)
 
 
 def out_of(c: Paired | None) -> JSON | None:
+    """``c``'s JSON; null for None."""
     return None if c is None else c.to_dict()
 
 

@@ -4,7 +4,6 @@ document (:mod:`attntemp.advise.records`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from ...ops.spec import TemperatureSpec
 from ..plan import Retrieval
@@ -130,22 +129,60 @@ class Question:
         )  # fmt: skip
 
 
+Head = tuple[int, int]  # (layer, head)
+
+
+@dataclass(frozen=True)
+class HeadShift:
+    """How attention moves per head from L0 to N (queries past L0), no RoPE change: the heads that
+    ``collapsed`` onto recent tokens (recent-token mass up by more than 0.1), ``diffused`` (entropy
+    / ln n up by more than 0.05, not collapsing) and ``leave_recent`` (recent mass down by more than
+    0.1), of ``heads`` in all; the shifts themselves per ``[layer][head]`` (N minus L0)."""
+
+    collapsed: tuple[Head, ...]
+    diffused: tuple[Head, ...]
+    leave_recent: tuple[Head, ...]
+    heads: int
+    norm_entropy_shift: list[list[float]]
+    recent_mass_shift: list[list[float]]
+
+    def to_dict(self) -> JSON:
+        pairs = {
+            k: [list(h) for h in v]
+            for k, v in (
+                ("collapsed", self.collapsed),
+                ("diffused", self.diffused),
+                ("leave_recent", self.leave_recent),
+            )
+        }
+        return {**pairs, "heads": self.heads, "norm_entropy_shift": self.norm_entropy_shift,
+                "recent_mass_shift": self.recent_mass_shift}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: JSON) -> HeadShift:
+        def pairs(key: str) -> tuple[Head, ...]:
+            return tuple((int(a), int(b)) for a, b in d[key])
+
+        return cls(pairs("collapsed"), pairs("diffused"), pairs("leave_recent"), d["heads"],
+                   d["norm_entropy_shift"], d["recent_mass_shift"])  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Diagnosis:
     """Where the model breaks without a RoPE change: ``scores`` (per length, as a string, per task:
-    each metric with its 95% interval in words, or ``{"error"}``), ``heads`` (the per-head shift
-    from L0 to N, :func:`attntemp.advise.diagnose.head_shift`) and the ``summary`` in words."""
+    each metric with its 95% interval in words, or ``{"error"}``), how attention moves per head
+    (``heads``) and the ``summary`` in words."""
 
     scores: dict[str, dict[str, dict[str, str]]]
-    heads: dict[str, Any]
+    heads: HeadShift
     summary: str
 
     def to_dict(self) -> JSON:
-        return {"scores": self.scores, "heads": self.heads, "summary": self.summary}
+        return {"scores": self.scores, "heads": self.heads.to_dict(), "summary": self.summary}
 
     @classmethod
     def from_dict(cls, d: JSON) -> Diagnosis:
-        return cls(d["scores"], d["heads"], d["summary"])
+        return cls(d["scores"], HeadShift.from_dict(d["heads"]), d["summary"])
 
 
 @dataclass(frozen=True)
