@@ -14,17 +14,24 @@ and dtype; the key-token perplexity each way and their relative difference again
 the goals of issue 52 and whether each is met (row time <= 0.4x; linear layers >= 60% of the
 matmul rate; peak memory of a scored forward at 16384 < 4 GiB; scores within the tolerance).
 
+``--attention probe,blocked`` also times the new row on the model patched with an identity spec,
+its attention kernel chosen by :mod:`attntemp.hf.kernel_probe` (``probe``) or forced (``sdpa``,
+``blocked``), each against the new row (today's: SDPA) paired per repeat, with its key-token
+perplexity (issue 63: a row at 16384 <= 0.5x today's); ``--no-old`` leaves out the float32 row.
+
 The retrieval case (``--retrieval smollm2:8192:8``, :mod:`retrieval_cost`): keys found by generation
 per second of forward time, one prefill per trial against one per haystack of k keys.
 
     python benchmarks/advise_cost.py [--cases tiny:512,smollm2:4096] [--repeats 3] [--threads 2]
     python benchmarks/advise_cost.py --cases '' --retrieval smollm2:8192:8 --repeats 2
+    python benchmarks/advise_cost.py --cases smollm2:16384 --no-old --attention probe,blocked
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from dataclasses import dataclass
 
@@ -35,11 +42,15 @@ from retrieval_cost import retrieval_case
 
 from attntemp.evaluate.corpus import heldout_windows, load_text
 from attntemp.evaluate.lm import head_nll
+from attntemp.hf import kernel_probe
 from attntemp.hf.introspect import trained_length
 from attntemp.hf.loading import ModelOptions, load_model
+from attntemp.hf.patch import patch
+from attntemp.ops.spec import TemperatureSpec
 from attntemp.utils.options import from_argv, names, option, reuse
 
-GOAL_RATIO, GOAL_MM_SHARE, GOAL_MEMORY_16K = 0.4, 0.6, 4 * 2**30
+GOAL_RATIO, GOAL_MM_SHARE, GOAL_MEMORY_16K, GOAL_ATTENTION_16K = 0.4, 0.6, 4 * 2**30, 0.5
+KERNELS = ("probe", *kernel_probe.KERNELS)  # --attention: by probe, or one forced
 SCORE_TOLERANCE = 0.01  # relative difference of key-token perplexity, new against float32
 
 
@@ -55,6 +66,14 @@ class CostBench(BenchOptions):
     )
     text: str = option("stdlib", "the retrieval haystack's text")
     child: tuple[str, ...] = option((), "internal: PATH,MODEL,L: one path's peak extra memory", parse=names)
+    attention: tuple[str, ...] = option(
+        (), "also the new row patched, its attention kernel by probe or forced: " + ", ".join(KERNELS), parse=names
+    )
+    old: bool = option(True, "leave out today's float32 row", flag="--no-old", invert=True)
+
+    def __post_init__(self) -> None:
+        if set(self.attention) - set(KERNELS):
+            raise ValueError(f"attention={list(self.attention)}: expected some of {', '.join(KERNELS)}")
 
 
 def old_row(model, ids: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
@@ -70,6 +89,21 @@ def new_row(model, ids: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     with torch.no_grad():
         hidden = model.get_decoder()(input_ids=ids, use_cache=False).last_hidden_state  # [1, L, d]
         return head_nll(model, hidden, ids, keep=keep)[0, keep].float()  # [K]
+
+
+def kernel_row(model, ids: torch.Tensor, keep: torch.Tensor, kernel: str) -> torch.Tensor:
+    """:func:`new_row` on ``model`` patched with an identity spec, its attention kernel ``kernel``
+    (``probe``: what :func:`attntemp.hf.kernel_probe.pick` chooses; else forced)."""
+    before = os.environ.pop(kernel_probe.ENV, None)
+    if kernel != "probe":
+        os.environ[kernel_probe.ENV] = kernel
+    try:
+        with patch(model, TemperatureSpec()):
+            return new_row(model, ids, keep)
+    finally:
+        os.environ.pop(kernel_probe.ENV, None)
+        if before is not None:
+            os.environ[kernel_probe.ENV] = before
 
 
 def mm_gflops(tokens: int, d_in: int, d_out: int, dtype: torch.dtype, repeats: int = 3) -> float:
@@ -112,37 +146,87 @@ def child(spec: tuple[str, ...], threads: int | None) -> None:
     report_child(lambda: lambda: (old_row if path == "old" else new_row)(model, ids, keep))
 
 
-def case(name: str, length: int, args: CostBench) -> dict:
-    old_m, tok = load(name, "float32", args.threads)
-    new_m, _ = load(name, "auto", args.threads)
-    ids, keep = inputs(old_m, tok, length)
-    fns = {"old": lambda: old_row(old_m, ids, keep), "new": lambda: new_row(new_m, ids, keep)}
-    scores = {k: fn() for k, fn in fns.items()}  # also the warm-up
+def rows(name: str, length: int, args: CostBench):
+    """The models, the inputs and each path's row function (``old`` unless ``--no-old``, ``new``,
+    ``new_KERNEL`` per ``--attention``)."""
+    new_m, tok = load(name, "auto", args.threads)
+    old_m = load(name, "float32", args.threads)[0] if args.old else None
+    ids, keep = inputs(new_m, tok, length)
+    fns = {"old": lambda: old_row(old_m, ids, keep)} if args.old else {}
+    fns["new"] = lambda: new_row(new_m, ids, keep)
+    for kernel in args.attention:
+        fns[f"new_{kernel}"] = lambda kernel=kernel: kernel_row(new_m, ids, keep, kernel)
+    return new_m, ids, keep, fns
+
+
+def interleaved(fns: dict, repeats: int) -> tuple[dict[str, torch.Tensor], dict[str, list[float]]]:
+    """Each path's scores (also the warm-up) and seconds per repeat, round-robin: load drifts hit all alike."""
+    scores = {k: fn() for k, fn in fns.items()}
     times: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(args.repeats):
-        for k, fn in fns.items():  # round-robin: load drifts hit both alike
+    for _ in range(repeats):
+        for k, fn in fns.items():
             t0 = time.perf_counter()
             fn()
             times[k].append(time.perf_counter() - t0)
+    return scores, times
+
+
+def paired(times: dict[str, list[float]], path: str, base: str) -> dict[str, float]:
+    return median_interval([n / o for n, o in zip(times[path], times[base], strict=True)])
+
+
+def case(name: str, length: int, args: CostBench) -> dict:
+    new_m, ids, keep, fns = rows(name, length, args)
+    scores, times = interleaved(fns, args.repeats)
     dtype = next(new_m.parameters()).dtype
     cfg = new_m.config
     linear = linear_gflops(new_m, ids)
     mm = mm_gflops(length, cfg.hidden_size, cfg.intermediate_size, dtype)
-    memory = {k: peak_extra_in_child(__file__, k, name, str(length)) for k in fns}
+    memory = {k: peak_extra_in_child(__file__, k, name, str(length)) for k in ("old", "new") if k in fns}
     ppl = {k: math.exp(float(v.mean())) for k, v in scores.items()}
-    rel = abs(ppl["new"] / ppl["old"] - 1)
-    ratio = median_interval([n / o for n, o in zip(times["new"], times["old"], strict=True)])
-    return {
+    row = {
         "model": name, "length": length, "new_dtype": str(dtype).removeprefix("torch."),
-        "kept_positions": int(keep.sum()),
-        "seconds_per_row": {k: median_interval(v) for k, v in times.items()}, "new_over_old": ratio,
+        "kept_positions": int(keep.sum()), "seconds_per_row": {k: median_interval(v) for k, v in times.items()},
         "peak_extra_bytes": memory, "linear_gflops": linear, "mm_gflops": mm, "linear_over_mm": linear / mm,
-        "key_ppl": ppl, "key_ppl_rel_diff": rel, "max_abs_nll_diff": float((scores["new"] - scores["old"]).abs().max()),
-        "tolerance": SCORE_TOLERANCE,
-        "goals": {"ratio_le_0.4": ratio["median"] <= GOAL_RATIO, "linear_ge_60pct_mm": linear / mm >= GOAL_MM_SHARE,
-                  "scores_within_tolerance": rel <= SCORE_TOLERANCE,
-                  **({"memory_16k_lt_4gib": memory["new"] < GOAL_MEMORY_16K} if length >= 16384 else {})},
+        "key_ppl": ppl, "tolerance": SCORE_TOLERANCE, "goals": {"linear_ge_60pct_mm": linear / mm >= GOAL_MM_SHARE},
     }  # fmt: skip
+    for extra in (
+        old_against_new(scores, times, ppl, memory, length) if args.old else {},
+        kernels_against_new(scores, times, ppl, args.attention, length) if args.attention else {},
+    ):
+        row["goals"].update(extra.pop("goals", {}))
+        row.update(extra)
+    return row
+
+
+def old_against_new(scores, times, ppl, memory, length: int) -> dict:
+    """Today's float32 row against the new: the ratio, the scores' agreement, the goals of issue 52."""
+    rel = abs(ppl["new"] / ppl["old"] - 1)
+    ratio = paired(times, "new", "old")
+    goals = {"ratio_le_0.4": ratio["median"] <= GOAL_RATIO, "scores_within_tolerance": rel <= SCORE_TOLERANCE}
+    if length >= 16384:
+        goals["memory_16k_lt_4gib"] = memory["new"] < GOAL_MEMORY_16K
+    return {
+        "new_over_old": ratio, "key_ppl_rel_diff": rel,
+        "max_abs_nll_diff": float((scores["new"] - scores["old"]).abs().max()), "goals": goals,
+    }  # fmt: skip
+
+
+def kernels_against_new(scores, times, ppl, kernels, length: int) -> dict:
+    """Each ``new_KERNEL`` row against the new row (SDPA, today's): time ratio, key-token perplexity."""
+    out: dict = {"attention_kernel": {}}
+    for kernel in kernels:
+        path = f"new_{kernel}"
+        rel = abs(ppl[path] / ppl["new"] - 1)
+        out["attention_kernel"][kernel] = {
+            "over_new": paired(times, path, "new"), "key_ppl_rel_diff": rel,
+            "max_abs_nll_diff": float((scores[path] - scores["new"]).abs().max()),
+            "scores_within_tolerance": rel <= SCORE_TOLERANCE,
+        }  # fmt: skip
+    if length >= 16384:
+        best = min(v["over_new"]["median"] for v in out["attention_kernel"].values())
+        out["goals"] = {"attention_row_le_0.5_at_16k": best <= GOAL_ATTENTION_16K}
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:

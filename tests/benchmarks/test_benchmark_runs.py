@@ -32,6 +32,10 @@ def advise_cost(values: list[dict]) -> None:
     assert row["kept_positions"] > 0 and all(_positive(row["key_ppl"][k]) for k in ("old", "new"))
     assert row["goals"]["scores_within_tolerance"] == (row["key_ppl_rel_diff"] <= row["tolerance"])
     assert set(row["peak_extra_bytes"]) == {"old", "new"}
+    for kernel in ("probe", "blocked"):  # --attention: the new row patched, its kernel by probe or forced
+        assert row["attention_kernel"][kernel]["scores_within_tolerance"] and _positive(
+            row["attention_kernel"][kernel]["over_new"]["median"]
+        )
     assert (retrieval["case"], retrieval["length"], retrieval["keys_per_haystack"]) == ("retrieval", 512, 4)
     assert retrieval["same_answers"] == 4 and all(_positive(v) for v in retrieval["trials_per_second"].values())
 
@@ -54,6 +58,18 @@ def attention(values: list[dict]) -> None:
     (res,) = out["results"]
     assert res["L"] == 256 and all(_positive(t) for t in res["seconds"].values())
     assert set(res["seconds"]) == {"plain_sdpa", "tempered_sdpa", "reference"}
+
+
+def attention_rate(values: list[dict]) -> None:
+    (out,) = values
+    (res,) = out["results"]  # --quick: 256 tokens, SmolLM2's heads, float32
+    assert (res["shape"], res["L"], res["dtype"]) == ("smollm2", 256, "float32")
+    assert set(res["candidates"]) == {"sdpa_gqa", "sdpa_repeat_kv", "sdpa_compiled", "flex_compiled", "blocked"}
+    for row in res["candidates"].values():
+        assert _positive(row["gflops"]["median"]) and _positive(row["over_mm"]["median"])
+        assert row["max_abs_diff_to_sdpa"] < 1e-4  # float32: every candidate computes the same attention
+    assert res["probe_picks"] in ("sdpa", "blocked") and res["fastest"] in res["candidates"]
+    assert set(out["machine"]) >= {"cpu", "amx_bf16", "load_average"}
 
 
 def cli_help(values: list[dict]) -> None:
@@ -122,11 +138,12 @@ def sweep_batching(values: list[dict]) -> None:
 # path: (the smallest case's flags, the check of what it prints)
 SMALLEST: dict[str, tuple[list[str], Callable[[list[Any]], None]]] = {
     "benchmarks/advise_cost.py": (
-        ["--cases", "tiny:512", "--retrieval", "tiny:512:4", "--repeats", "1", "--threads", "1"],
+        "--cases tiny:512 --retrieval tiny:512:4 --repeats 1 --threads 1 --attention probe,blocked".split(),
         advise_cost,
     ),
     "benchmarks/advise_racing.py": (["--scales", "2", "--race-windows", "4", "--threads", "1"], advise_racing),
     "benchmarks/attention.py": (["--lengths", "256", "--repeats", "1"], attention),
+    "benchmarks/attention_rate.py": (["--quick"], attention_rate),
     "benchmarks/cli_help.py": (["--commands", "top", "--repeats", "1"], cli_help),
     "benchmarks/forward_breakdown.py": (
         ["--model", "tiny", "--lengths", "512", "--repeats", "1", "--threads", "1"],
