@@ -100,7 +100,7 @@ def run(model, ids: torch.Tensor, mask: torch.Tensor, rule: str, args: Direction
 def diagnosis(folder: Path, length: int, trained: int) -> dict:
     long = AttentionStats.load(folder / f"attention_{length}.json")
     short = AttentionStats.load(folder / f"attention_{trained}.json")
-    return head_shift(long, short, trained)
+    return head_shift(long, short, trained).to_dict()  # the dict tune.direction reads
 
 
 def counts(label: np.ndarray) -> list[int]:
