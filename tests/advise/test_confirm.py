@@ -105,3 +105,23 @@ def test_each_held_out_length_is_its_own_check():
         (1024, "distant-token perplexity at 1024 (held out)"),
     ]
     assert [c.length for c in checks_for("key_tokens", 512, (), (64,), False, False)] == [512, 64]
+
+
+def test_a_check_not_yet_stored_is_a_short_cell_not_the_store_path():
+    """advise --status during the confirmation: the unscored check reads as how many specs are
+    missing (the whole message, with the store's path, was cut at 60 characters in every cell)."""
+    from attntemp.advise.advice_page import confirm_table
+    from attntemp.advise.confirm import Check, confirm
+    from attntemp.evaluate.score import NotStored
+    from attntemp.ops.spec import TemperatureSpec
+
+    def scorer(specs, task, length, text):
+        raise NotStored(
+            "1 of 2 specs not yet scored on multikey at 512 in '/a/long/path/scores.db'", "1 of 2 specs not yet scored"
+        )
+
+    specs = {"no change": TemperatureSpec(), "softer": TemperatureSpec(multiplier=0.9)}
+    conf = confirm(specs, [Check("keys found", "multikey", "exact_match", 512, "evaluation")], scorer)
+    (row,) = conf.rows.values()
+    assert row.error == "1 of 2 specs not yet scored"
+    assert "scores.db" not in "\n".join(confirm_table(conf))

@@ -7,6 +7,7 @@ import pytest
 
 from attntemp.advise.candidates import BASELINE, Candidate
 from attntemp.advise.race import RaceSettings, race
+from attntemp.evaluate import tasks  # noqa: F401 (registers the tasks the race asks for by name)
 from attntemp.evaluate.score import Result
 from attntemp.ops.spec import TemperatureSpec
 

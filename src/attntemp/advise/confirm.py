@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ..evaluate.score import NotStored
 from ..evaluate.task_base import get_task
 from ..ops.spec import TemperatureSpec
 from .candidates import BASELINE, BASELINE_KEY, Candidate, by_key
@@ -123,6 +124,9 @@ def confirm(
         task = get_task(c.task)
         try:
             results = dict(zip(names, scorer([specs[n] for n in names], c.task, c.length, c.text), strict=True))
+        except NotStored as exc:  # advise --status while the confirmation runs: a cell, not a path
+            rows[c.label] = CheckRow(error=exc.short)
+            continue
         except ValueError as exc:  # e.g. no key tokens in the second text's windows: said, not fatal
             rows[c.label] = CheckRow(error=str(exc))
             continue

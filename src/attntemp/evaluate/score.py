@@ -116,7 +116,12 @@ def model_identity(model: Any, name: str | None = None) -> str:
 
 
 class NotStored(ValueError):
-    """A score a read-only store does not hold: computing it would take a forward."""
+    """A score a read-only store does not hold: computing it would take a forward. ``short`` says
+    how many specs are missing, in a few words (a table cell)."""
+
+    def __init__(self, message: str, short: str = "not yet scored") -> None:
+        super().__init__(message)
+        self.short = short
 
 
 def check_store(path: str | Path) -> None:
@@ -280,7 +285,8 @@ def score_many(
             by_base.setdefault(base_of(s), []).append(i)
     if by_base and store is not None and store.read_only:
         missing = sum(len(v) for v in by_base.values())
-        raise NotStored(f"{missing} of {len(specs)} specs not yet scored on {task} at {length} in {str(store.path)!r}")
+        short = f"{missing} of {len(specs)} specs not yet scored"
+        raise NotStored(f"{short} on {task} at {length} in {str(store.path)!r}", short)
     per = max(1, ctx.batch_size // _rows_per_spec(ctx))
     chunks = [idx[a : a + per] for idx in by_base.values() for a in range(0, len(idx), per)]
     jobs = [(base_of(specs[c[0]]), [specs[i].multiplier for i in c]) for c in chunks]
