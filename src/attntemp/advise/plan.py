@@ -195,7 +195,9 @@ def _check_memory(cfg: AdviseConfig, text: dict[str, Any] | None, check: tuple[i
     limits.check_length_memory("length", [cfg.length], text, 1, indexed=False)
     if check:
         limits.check_length_memory("check_lengths", list(check), text, 1)
-    preflight.check_forward("batch_size", cfg.batch_size, text, cfg.batch_size, max((cfg.length, *check)))
+    preflight.check_forward(
+        "batch_size", cfg.batch_size, text, cfg.batch_size, max((cfg.length, *check)), head_chunk=preflight.LOGIT_CHUNK
+    )
     name, prompts = ("retrieval_prompts", cfg.retrieval_prompts) if cfg.retrieval_prompts else ("trials", cfg.trials)
     preflight.check_prompts(name, prompts, prompts, cfg.length)
 

@@ -57,7 +57,7 @@ def preflight_measure(cfg: MeasureConfig) -> MeasurePlan:
     spec = TemperatureSpec.load(cfg.spec) if cfg.spec else None
     config = preflight.source_config(cfg.model)
     preflight.check_spec("spec", cfg.spec, spec, config)
-    preflight.check_forward("length", cfg.length, config, cfg.n_docs, cfg.length)
+    preflight.check_forward("length", cfg.length, config, cfg.n_docs, cfg.length, head_chunk=0)  # the decoder alone
     return MeasurePlan(cfg, spec, load_text(cfg.text, name="text"))
 
 

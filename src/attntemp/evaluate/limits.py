@@ -140,7 +140,7 @@ def check_length_memory(
     """Raise naming the first length whose forward (or retrieval prompts) would not fit in memory."""
     for i, n in enumerate(lengths):
         where = f"{name}[{i}]" if indexed else name
-        preflight.check_forward(where, n, cfg, rows, n, grad=grad)
+        preflight.check_forward(where, n, cfg, rows, n, grad=grad, head_chunk=preflight.LOGIT_CHUNK)
         if trials:
             preflight.check_prompts(where, n, trials, n)
 

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from ..hf.patch import batch_multipliers
+from ..hf.preflight import LOGIT_CHUNK
 from ..utils import noise
 
 _INTEGER = re.compile(r"\d+")
@@ -26,7 +27,7 @@ def _check_start(start: int, length: int) -> int:
 
 
 def token_nll(
-    model: Any, ids: torch.Tensor, start: int = 0, chunk: int = 1024, keep: torch.Tensor | None = None
+    model: Any, ids: torch.Tensor, start: int = 0, chunk: int = LOGIT_CHUNK, keep: torch.Tensor | None = None
 ) -> torch.Tensor:
     """``[b, L-1-start]`` NLL (nats) of the next-token predictions made at positions ``>= start``.
 
@@ -44,7 +45,7 @@ def head_nll(
     hidden: torch.Tensor,
     ids: torch.Tensor,
     start: int = 0,
-    chunk: int = 1024,
+    chunk: int = LOGIT_CHUNK,
     keep: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``[b, L-1-start]`` NLL of ``ids`` ``[b, L]`` from the decoder's hidden states ``[b, L, d]``.

@@ -3,9 +3,12 @@ the tokenizer alone (fast), the positions a length needs and the memory a forwar
 
 The memory estimate is stated, not measured: a forward over ``rows x tokens`` holds about
 ``4 bytes x (8 hidden + 4 intermediate + vocab)`` per row and token at its peak (float32 hidden
-states, MLP activations and one chunk of logits; the shipped tiny model measures 13.9 KiB per
+states, MLP activations and the ``[L, V]`` logits; the shipped tiny model measures 13.9 KiB per
 token against 11.3 KiB estimated), times ``layers + 2`` when gradients flow (activations kept for
-the backward pass), plus the weights. A run is refused when that exceeds the memory available
+the backward pass), plus the weights. A scoring forward (``head_chunk``) never forms ``[L, V]``:
+its LM head runs ``LOGIT_CHUNK`` positions at a time (:func:`attntemp.evaluate.lm.token_nll`), so
+its logits term is one chunk and its cross entropy's copy, whatever the length (Gemma 3's 262k
+vocabulary at 49152 tokens: 2 GiB, not 51). A run is refused when that exceeds the memory available
 (:func:`attntemp.utils.resources.available_memory`), before anything is allocated.
 """
 
@@ -25,6 +28,7 @@ from .models import where as source
 
 BYTES = 4  # float32 activations (the conservative case)
 PROMPT_BYTES_PER_TOKEN = 256  # building one prompt: its text, the tokenizer's encoding, the ids
+LOGIT_CHUNK = 1024  # positions the LM head scores at a time (attntemp.evaluate.lm.token_nll)
 
 
 def source_config(name: str, patched: bool = True) -> dict[str, Any] | None:
@@ -115,22 +119,34 @@ def _weights_bytes(cfg: dict[str, Any]) -> float:
     return BYTES * (2 * v * h + n * (4 * h * h + 3 * h * i))
 
 
-def forward_bytes(cfg: dict[str, Any], rows: int, tokens: int, grad: bool = False) -> float:
-    """Estimated peak bytes of one forward of ``rows x tokens`` (see the module doc)."""
+def forward_bytes(
+    cfg: dict[str, Any], rows: int, tokens: int, grad: bool = False, head_chunk: int | None = None
+) -> float:
+    """Estimated peak bytes of one forward of ``rows x tokens`` (see the module doc); with
+    ``head_chunk`` and no gradients, the logits of ``head_chunk`` positions at a time only."""
     h, i, v = (cfg.get(k) or 0 for k in ("hidden_size", "intermediate_size", "vocab_size"))
-    per_token = BYTES * (8 * h + 4 * i + v)
     keep = (cfg.get("num_hidden_layers") or 1) + 2 if grad else 1
-    return _weights_bytes(cfg) + float(rows) * tokens * per_token * keep
+    if head_chunk is None or grad:  # the [L, V] logits (kept whole for the backward pass)
+        return _weights_bytes(cfg) + float(rows) * tokens * BYTES * (8 * h + 4 * i + v) * keep
+    logits = 2.0 * rows * min(tokens, head_chunk) * BYTES * v  # one chunk's logits and log-softmax
+    return _weights_bytes(cfg) + float(rows) * tokens * BYTES * (8 * h + 4 * i) + logits
 
 
 def check_forward(
-    name: str, value: Any, cfg: dict[str, Any] | None, rows: int, tokens: int, grad: bool = False
+    name: str,
+    value: Any,
+    cfg: dict[str, Any] | None,
+    rows: int,
+    tokens: int,
+    grad: bool = False,
+    head_chunk: int | None = None,
 ) -> None:
-    """Raise (naming ``name=value``) when a forward of ``rows x tokens`` would not fit in memory."""
+    """Raise (naming ``name=value``) when a forward of ``rows x tokens`` would not fit in memory
+    (``head_chunk``: a scoring forward, its LM head run that many positions at a time)."""
     if cfg is None:
         return
     what = f"a forward of {rows} row(s) x {tokens} tokens" + (" with gradients" if grad else "")
-    resources.check_memory(name, value, forward_bytes(cfg, rows, tokens, grad), what)
+    resources.check_memory(name, value, forward_bytes(cfg, rows, tokens, grad, head_chunk), what)
 
 
 def kv_cache_bytes(cfg: dict[str, Any], tokens: int) -> float:
