@@ -35,7 +35,10 @@ from .dtype_probe import _load, _read_cpuinfo, _save, cpu_identity
 KERNELS = ("sdpa", "blocked")
 ENV = "ATTNTEMP_ATTENTION"  # force a kernel: sdpa or blocked
 PROBE_FILE = "attention_probe.json"
-PROBE_LENGTH = 2048  # tokens the probe times: long enough that the L^2 work dominates, short to run
+# tokens the probe times: the L^2 work dominates, a few seconds once per machine and shape. At 2048
+# the blocked kernel measured 0.90x SDPA's time in float32 on SmolLM2's heads (Xeon with AMX), at
+# 4096-16384 1.4-1.9x (benchmarks/attention_rate.py): the probe's length is the scored rows' kind.
+PROBE_LENGTH = 4096
 REPEATS = 3
 WINS = 0.9  # the blocked kernel is chosen when its time is at most this share of SDPA's
 MIN_LENGTH = 1024  # shorter prefills always run SDPA (the probe would cost more than it saves)
