@@ -3,12 +3,15 @@
 import json
 from pathlib import Path
 
+import pytest
+
 from attntemp.advise.advice_page import advice_markdown, confirm_table
 from attntemp.advise.records.comparisons import Confirmation
 from attntemp.advise.records.evidence import Evidence
 from attntemp.evaluate import tasks  # noqa: F401 (registers the tasks the report names)
 
 TINY = Path(__file__).parents[2] / "docs" / "results" / "tiny_advise_512"
+SMOLLM2_MULTIKEY = TINY.parent / "smollm2_advise_16384_multikey"
 CELL = {"value": "2.1 [2, 2.2]", "vs_no_change": None}
 BETTER = {"value": 0.9, "low": 0.8, "high": 0.95, "level": 0.95, "method": "m", "verdict": "better"}
 PAIRED = {"value": "2.0 [1.9, 2.1]", "vs_no_change": BETTER}
@@ -22,6 +25,21 @@ def test_a_committed_evidence_reads_back_whole_and_renders_its_committed_report(
     assert ev.to_dict() == doc
     assert json.loads(json.dumps(ev.to_dict(), default=float)) == doc
     assert advice_markdown(ev) == (TINY / "report.md").read_text()
+
+
+@pytest.mark.parametrize("folder", [TINY, SMOLLM2_MULTIKEY], ids=["passkeys", "multikey"])
+def test_the_race_names_its_retrieval_axis_as_it_was_run(folder):
+    """Keys in haystacks read as keys (the multikey run's report once said "passkeys found ... (48
+    prompts)" for 6 haystacks of 8 keys); every committed run's report is what its evidence renders."""
+    ev = Evidence.from_dict(json.loads((folder / "evidence.json").read_text()))
+    md = advice_markdown(ev)
+    assert md == (folder / "report.md").read_text()
+    multikey = ev.question.retrieval is not None and ev.question.retrieval.task == "multikey"
+    said = (
+        "keys found by greedy generation at 16384 (6 haystacks of 8 keys)" if multikey else "passkeys found by greedy"
+    )
+    assert said in md
+    assert ("| keys found (race) |" in md) == multikey
 
 
 def test_the_figures_draw_from_the_records(tmp_path):

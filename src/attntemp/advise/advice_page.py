@@ -13,11 +13,12 @@ import numpy as np
 from ..analysis.style import DPI, NULL, integer_ticks, plain_ticks, plt
 from ..evaluate.task_base import get_task
 from ..utils.tables import markdown_table
+from .confirm import RETRIEVAL_LABELS
+from .race import MULTIKEY_TASK, RETRIEVAL_TASK, RETRIEVAL_TASKS
 from .race import PLAIN as PLAIN_OBJECTIVE
-from .race import RETRIEVAL_TASKS
 from .records.answers import RECOMMENDED, TRADE_OFF, Axis, BetterElsewhere, EngineAdvice, Headline, Route
 from .records.comparisons import Confirmation, Paired, RetrievalRow
-from .records.evidence import Evidence
+from .records.evidence import Evidence, Question
 
 
 def engines_served(ev: Evidence) -> list[str]:
@@ -38,8 +39,25 @@ def race_table(ev: Evidence) -> list[str]:
         )
         for c in ev.candidates
     ]
-    head = ("candidate", "changes below L0", "passkeys found (race)", "stayed", "why it left", *engines)
+    head = (
+        "candidate",
+        "changes below L0",
+        f"{retrieval_words(ev.question)[0]} (race)",
+        "stayed",
+        "why it left",
+        *engines,
+    )
     return [markdown_table(head, rows)]
+
+
+def retrieval_words(q: Question) -> tuple[str, str]:
+    """The retrieval axis's name ("keys found" or "passkeys found") and its race trials in words
+    ("6 haystacks of 8 keys" or "48 prompts")."""
+    multikey = q.retrieval is not None and q.retrieval.task == MULTIKEY_TASK
+    label = RETRIEVAL_LABELS[MULTIKEY_TASK if multikey else RETRIEVAL_TASK]
+    n = q.retrieval_prompts.race if q.retrieval_prompts else 0
+    keys = q.retrieval.keys if q.retrieval is not None else 1
+    return label, (f"{n // keys} haystacks of {keys} keys" if multikey else f"{n} prompts")
 
 
 def _route(how: Route, ev: Evidence) -> str:
@@ -262,9 +280,9 @@ def advice_markdown(ev: Evidence) -> str:
     """The report: what to run first, then how it was decided, the diagnosis, the race, the
     confirmation and the recommendation with its evidence."""
     q, race = ev.question, ev.race
-    found = q.retrieval_prompts
+    label, trials = retrieval_words(q)
     axes = f"{PLAIN_OBJECTIVE.get(q.objective, q.objective)} at {q.length} tokens" + (
-        f", passkeys found by greedy generation at {q.length} ({found.race} prompts)" if found else ""
+        f", {label} by greedy generation at {q.length} ({trials})" if q.retrieval_prompts else ""
     )
     lines = [
         f"# attntemp advise: {q.model} at {q.length} tokens (trained to {q.trained_length})",
