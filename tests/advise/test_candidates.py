@@ -106,6 +106,35 @@ def test_llamacpp_bakes_the_carried_form_of_a_yarn_factor_on_gemma3():
     assert engine_route(m1, "llama.cpp", 256, llama)["how"] == "settings"
 
 
+GEMMA3_LIKE = {
+    "model_type": "gemma3_text", "layer_types": ["sliding_attention", "full_attention"],
+    "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                        "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}},
+    "max_position_embeddings": 256, "num_hidden_layers": 2, "hidden_size": 64,
+    "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 16, "sliding_window": 16,
+}  # fmt: skip
+
+
+def test_on_gemma3_yarns_m_goes_where_yarn_goes_and_every_engine_answers():
+    """On a model whose RoPE is per layer type YaRN reaches the full-attention layers only, so YaRN's
+    m goes there too ("YaRN's m" is then transformers' YaRN default); Gemma 3 270M's first advise
+    stopped on llama.cpp's route for m on every layer with YaRN's factor on some: now "not carried"."""
+    from attntemp.advise.candidates import rope_reaches, rotary
+    from attntemp.advise.carry import with_engines
+
+    reaches = rope_reaches(GEMMA3_LIKE)
+    assert reaches == ("full_attention",) and rope_reaches({"model_type": "llama", "rope_theta": 1e4}) is None
+    cands = candidates(1.5, 256, rotary(GEMMA3_LIKE), reaches)
+    by = {c.key: c.spec for c in cands}
+    assert by["yarn+m"].layer_types == reaches and by["yarn-past-l0+gated-m"].layer_types == reaches
+    assert by["soft"].layer_types is None  # a plain temperature still means every layer
+    routed = {c.key: c.engines for c in with_engines(cands, 256, 384, GEMMA3_LIKE)}
+    assert routed["yarn+m"]["llama.cpp"]["how"] in ("settings", "bake")
+    everywhere = TemperatureSpec(multiplier=yarn_multiplier(1.5), rope=by["yarn"].rope)
+    route = engine_route(everywhere, "llama.cpp", 256, GEMMA3_LIKE, 384)
+    assert route["how"] == "not carried" and "layer_types" in route["why"], route
+
+
 def test_yarn_past_l0_is_the_model_as_trained_below_l0_and_yarn_past_it(tiny):
     """The longrope carrier of YaRN's frequencies: logits equal no change on a 200-token window
     (under L0 = 256) and YaRN s = 2 on a 512-token one; with YaRN's attention factor, YaRN with its m."""

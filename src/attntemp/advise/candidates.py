@@ -102,6 +102,19 @@ def rotary(config: dict[str, Any] | None) -> tuple[int, float] | None:
         return None
 
 
+def rope_reaches(config: dict[str, Any] | None) -> tuple[str, ...] | None:
+    """The layer types a spec's RoPE scaling reaches when it is not every layer: on a model whose RoPE
+    is per layer type (Gemma 3: the sliding layers keep their own theta, unscaled) the full-attention
+    ones, so YaRN's m goes there too, as transformers' YaRN attention_factor does; None: every layer."""
+    if not config:
+        return None
+    try:
+        geometry = ModelGeometry.from_config(config)
+    except (ValueError, KeyError, TypeError):
+        return None
+    return (FULL,) if len(geometry.rope) > 1 else None
+
+
 def yarn_past_l0(s: float, trained: int, dim: int, base: float, multiplier: float = 1.0) -> dict[str, Any]:
     """YaRN's frequencies past L0 only: a ``longrope`` dict, ``short_factor`` 1, ``long_factor`` YaRN's
     per-pair divisor ``inv_freq / inv_freq_yarn`` (arXiv:2309.00071 eq. 15-16), ``attention_factor``
@@ -111,10 +124,15 @@ def yarn_past_l0(s: float, trained: int, dim: int, base: float, multiplier: floa
     return longrope_parameters(long, s, trained, rope_math.cos_sin_factor(multiplier))
 
 
-def extension_candidates(s: float, trained: int, geometry: tuple[int, float] | None = None) -> list[Candidate]:
+def extension_candidates(
+    s: float, trained: int, geometry: tuple[int, float] | None = None, reaches: tuple[str, ...] | None = None
+) -> list[Candidate]:
     """The candidates past the trained length at scale ``s`` = N / L0 > 1, simplest first; those
-    that need the rotary dim and theta (static NTK, YaRN past L0) only with ``geometry``."""
+    that need the rotary dim and theta (static NTK, YaRN past L0) only with ``geometry``. YaRN's m
+    goes on the layers the RoPE reaches (``reaches``, :func:`rope_reaches`; every layer when None),
+    so "YaRN's m" is YaRN's default on a model with sliding layers too."""
     s = scale_of(s, trained, "extension_candidates")
+    on: dict[str, Any] = {"layer_types": list(reaches)} if reaches else {}
     yarn = _yarn(s, trained)
     gate_b = math.log(SOFT) / math.log(s)  # m = (n / L0)^b: 1 up to L0, SOFT at n = length
     logn: dict[str, Any] = {"schedule": "logn", "schedule_params": {"trained_len": trained}}
@@ -177,7 +195,7 @@ def extension_candidates(s: float, trained: int, geometry: tuple[int, float] | N
         out.append(
             Candidate(
                 f"YaRN past L0 (longrope), m = {m_yarn:.4g} past L0",
-                TemperatureSpec(rope=yarn_past_l0(s, trained, dim, base), **gate),
+                TemperatureSpec(rope=yarn_past_l0(s, trained, dim, base), **gate, **on),
                 "rope + temperature",
                 True,
                 "YaRN's frequencies and YaRN's m past L0 only (m on the queries that see more than L0 keys)",
@@ -189,7 +207,7 @@ def extension_candidates(s: float, trained: int, geometry: tuple[int, float] | N
         Candidate(f"{yarn_label(s)}, m = 1", TemperatureSpec(rope=yarn), "rope", False, key="yarn"),
         Candidate(
             f"{yarn_label(s)}, YaRN's m = {m_yarn:.4g}",
-            TemperatureSpec(multiplier=m_yarn, rope=yarn),
+            TemperatureSpec(multiplier=m_yarn, rope=yarn, **on),
             "rope + temperature",
             False,
             key="yarn+m",
@@ -234,11 +252,14 @@ def yarn_label(s: float) -> str:
     return f"YaRN s = {s:g}"
 
 
-def candidates(s: float, trained: int, geometry: tuple[int, float] | None = None) -> list[Candidate]:
+def candidates(
+    s: float, trained: int, geometry: tuple[int, float] | None = None, reaches: tuple[str, ...] | None = None
+) -> list[Candidate]:
     """The race's candidates at scale ``s`` = N / L0 (the plan's :attr:`~.plan.AdvisePlan.scale`)
-    for a model trained to ``trained`` tokens (``geometry``: its rotary dim and theta, :func:`rotary`)."""
+    for a model trained to ``trained`` tokens (``geometry``: its rotary dim and theta, :func:`rotary`;
+    ``reaches``: the layer types its RoPE scaling reaches, :func:`rope_reaches`)."""
     s = scale_of(s, trained, "candidates")
-    return extension_candidates(s, trained, geometry) if s > 1 else temperature_candidates()
+    return extension_candidates(s, trained, geometry, reaches) if s > 1 else temperature_candidates()
 
 
 def by_key(cands: Any, key: str) -> Any:

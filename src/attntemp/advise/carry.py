@@ -59,7 +59,10 @@ def route_and_nearest(
         result = export(spec, engine, trained_length=trained, config=config, length=served)
     except ValueError as exc:
         why = str(exc)
-        baked = ENGINES[engine].to_bake(spec, config) if not spec.position_dependent else spec
+        try:
+            baked = ENGINES[engine].to_bake(spec, config) if not spec.position_dependent else spec
+        except ValueError as refused:  # no one spec of the engine's holds it (Gemma 3 on llama.cpp: a
+            return {"how": "not carried", "why": f"{why}; baked: {refused}"}, None  # temperature off YaRN's layers)
         if spec.rope and baked == spec and not exports_rope_alone(spec, engine, trained, config, served):
             return {"how": "not carried", "why": why}, None  # its RoPE itself: a bake would not carry it either
         return _bake_or_refusal(spec, engine, config, why), None

@@ -26,7 +26,7 @@ from ..tune.search import SearchOptions, tune_global
 from ..utils import outputs
 from . import advice_page as report
 from . import diagnose, status
-from .candidates import BASELINE, Candidate, by_key, candidates, rotary, tuned_yarn
+from .candidates import BASELINE, Candidate, by_key, candidates, rope_reaches, rotary, tuned_yarn
 from .carry import computes_as_meant, with_engines
 from .config import STORE, AdviseConfig, served_by
 from .confirm import Check, checks_for, confirm, on_yarn, recommendation, to_confirm
@@ -167,7 +167,7 @@ def setup(plan: AdvisePlan, model: Any, store: ScoreStore) -> Setup:
         with reporting(scoring_line(cfg, stage)):
             return count.add(stage, score_many(model, tok, list(specs), task, length, pool, store, model_id))
 
-    cands = candidates(plan.scale, plan.trained, rotary(plan.config))
+    cands = candidates(plan.scale, plan.trained, rotary(plan.config), rope_reaches(plan.config))
     if plan.extends and cfg.tune_m:
         say(cfg, "searching YaRN's global m on the tuning pool's spare windows")
         try:
