@@ -15,7 +15,7 @@ the goals of issue 52 and whether each is met (row time <= 0.4x; linear layers >
 matmul rate; peak memory of a scored forward at 16384 < 4 GiB; scores within the tolerance).
 
 ``--attention probe,blocked`` also times the new row on the model patched with an identity spec,
-its attention kernel chosen by :mod:`attntemp.hf.kernel_probe` (``probe``) or forced (``sdpa``,
+its attention kernel chosen by :mod:`attntemp.hf.probes.kernel` (``probe``) or forced (``sdpa``,
 ``blocked``), each against the new row (today's: SDPA) paired per repeat, with its key-token
 perplexity (issue 63: a row at 16384 <= 0.5x today's); ``--no-old`` leaves out the float32 row.
 
@@ -42,10 +42,10 @@ from retrieval_cost import retrieval_case
 
 from attntemp.evaluate.corpus import heldout_windows, load_text
 from attntemp.evaluate.lm import head_nll
-from attntemp.hf import kernel_probe
 from attntemp.hf.introspect import trained_length
 from attntemp.hf.loading import ModelOptions, load_model
 from attntemp.hf.patch import patch
+from attntemp.hf.probes import kernel as kernel_probe
 from attntemp.ops.spec import TemperatureSpec
 from attntemp.utils.options import from_argv, names, option, reuse
 
@@ -93,7 +93,7 @@ def new_row(model, ids: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
 
 def kernel_row(model, ids: torch.Tensor, keep: torch.Tensor, kernel: str) -> torch.Tensor:
     """:func:`new_row` on ``model`` patched with an identity spec, its attention kernel ``kernel``
-    (``probe``: what :func:`attntemp.hf.kernel_probe.pick` chooses; else forced)."""
+    (``probe``: what :func:`attntemp.hf.probes.kernel.pick_kernel` chooses; else forced)."""
     before = os.environ.pop(kernel_probe.ENV, None)
     if kernel != "probe":
         os.environ[kernel_probe.ENV] = kernel

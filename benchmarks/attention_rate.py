@@ -10,7 +10,7 @@ are counted as ``4 * Hq * L^2 / 2 * D`` (two matmuls of ``2 L^2 D`` each, half o
 
 One JSON object: per case each candidate's GFLOP/s, its rate over ``torch.mm``'s and its time over
 SDPA's (paired per repeat: medians with bootstrap 95% intervals), the largest difference to SDPA,
-the fastest, and the kernel :mod:`attntemp.hf.kernel_probe` picks for the shape; the CPU, its
+the fastest, and the kernel :mod:`attntemp.hf.probes.kernel` picks for the shape; the CPU, its
 flags and the load average.
 
     python benchmarks/attention_rate.py [--lengths 4096,8192,16384] [--dtypes float32,bfloat16]
@@ -129,14 +129,14 @@ def candidate(times, sdpa_times, mm_rate, flops, out, ref) -> dict:
 
 
 def probe_pick(shape: str, dtype: torch.dtype) -> str | None:
-    """What :func:`attntemp.hf.kernel_probe.pick` chooses for this head shape and dtype (None
+    """What :func:`attntemp.hf.probes.kernel.pick_kernel` chooses for this head shape and dtype (None
     before that module exists)."""
     try:
-        from attntemp.hf import kernel_probe
+        from attntemp.hf.probes import kernel as kernel_probe
     except ImportError:
         return None
     hq, hkv, d = SHAPES[shape]
-    return kernel_probe.pick(hq, hkv, d, dtype).kernel
+    return kernel_probe.pick_kernel(hq, hkv, d, dtype).kernel
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -6,9 +6,9 @@ import json
 import pytest
 import torch
 
-from attntemp.hf import dtype_probe
 from attntemp.hf.devices import parse_dtype
-from attntemp.hf.dtype_probe import cpu_identity, linear_shape, probe_cpu_dtype
+from attntemp.hf.probes import dtype as dtype_probe
+from attntemp.hf.probes.dtype import cpu_identity, linear_shape, probe_cpu_dtype
 
 CPU = "processor\t: 0\nmodel name\t: AMD EPYC 9R14\nflags\t\t: fpu sse avx2 avx512f avx512_bf16 avx512_bf16x\n"
 
@@ -63,4 +63,4 @@ def test_load_model_auto_probes_the_tiny_models_shape(tmp_path, monkeypatch, cap
     model, _ = load_model("tiny", dtype="auto")
     err = capsys.readouterr().err
     assert "dtype auto:" in err and str(next(model.parameters()).dtype).removeprefix("torch.") in err
-    assert (tmp_path / dtype_probe.PROBE_FILE).is_file()
+    assert (tmp_path / dtype_probe.DTYPE_PROBE_FILE).is_file()

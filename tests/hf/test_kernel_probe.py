@@ -8,10 +8,11 @@ import pytest
 import torch
 from tiny_configs import model
 
-import attntemp
 import attntemp.hf.patch as P
-from attntemp.hf import kernel_probe
-from attntemp.hf.kernel_probe import kernel_for, pick, probe
+from attntemp.hf.loading import load_model
+from attntemp.hf.patch import patch
+from attntemp.hf.probes import kernel as kernel_probe
+from attntemp.hf.probes.kernel import kernel_for, pick_kernel, probe
 from attntemp.ops.spec import TemperatureSpec
 
 CPU = "processor\t: 0\nmodel name\t: Intel Xeon X\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16\n"
@@ -42,10 +43,13 @@ def test_the_real_timing_and_the_forcing_variable(monkeypatch):
     t = kernel_probe.time_kernels((4, 2, 16), torch.float32, 64, repeats=1)
     assert set(t) == set(kernel_probe.KERNELS) and all(s > 0 for s in t.values())
     monkeypatch.setenv(kernel_probe.ENV, "blocked")
-    assert pick(4, 2, 16, torch.float32).kernel == "blocked" and "forced" in pick(4, 2, 16, torch.float32).line()
+    assert (
+        pick_kernel(4, 2, 16, torch.float32).kernel == "blocked"
+        and "forced" in pick_kernel(4, 2, 16, torch.float32).line()
+    )
     monkeypatch.setenv(kernel_probe.ENV, "fast")
     with pytest.raises(ValueError, match="expected one of sdpa, blocked"):
-        pick(4, 2, 16, torch.float32)
+        pick_kernel(4, 2, 16, torch.float32)
 
 
 def test_short_prefills_cache_steps_and_gradients_stay_on_sdpa(monkeypatch):
@@ -75,7 +79,7 @@ def test_tiny_model_logits_agree_with_per_head_multipliers_and_yarn(tiny, monkey
     cfg = m.config
     heads = 0.6 + torch.rand(cfg.num_hidden_layers, cfg.num_attention_heads, generator=torch.Generator().manual_seed(1))
     spec = TemperatureSpec.per_head(heads).with_rope(TemperatureSpec.yarn(4.0, 256).rope)  # YaRN's frequencies
-    with attntemp.patch(m, spec):
+    with patch(m, spec):
         sdpa, n_sdpa = _logits(m, x, "sdpa", monkeypatch)
         blocked, n_blocked = _logits(m, x, "blocked", monkeypatch)
     plain, _ = _logits(m, x, "sdpa", monkeypatch)
@@ -101,8 +105,8 @@ def test_in_bfloat16_the_blocked_kernel_is_as_close_to_float32_as_sdpa(monkeypat
     spec = TemperatureSpec(multiplier=1.3).with_rope(TemperatureSpec.yarn(4.0, 256).rope)
     out = {}
     for dtype, kernel in (("float32", "sdpa"), ("bfloat16", "sdpa"), ("bfloat16", "blocked")):
-        m, _ = attntemp.load_model("tiny", dtype=dtype)
-        with attntemp.patch(m, spec):
+        m, _ = load_model("tiny", dtype=dtype)
+        with patch(m, spec):
             out[dtype, kernel] = _logits(m, x, kernel, monkeypatch)[0].float()
     gap = {k: (out[k] - out["float32", "sdpa"]).abs() for k in (("bfloat16", "sdpa"), ("bfloat16", "blocked"))}
     ours, sdpa = gap["bfloat16", "blocked"], gap["bfloat16", "sdpa"]

@@ -121,7 +121,7 @@ def parse_device(text: str) -> str:
 
 
 def parse_dtype(text: str) -> str:
-    """``--dtype``: one of :data:`DTYPES`, or ``auto`` (:mod:`attntemp.hf.dtype_probe`: measured)."""
+    """``--dtype``: one of :data:`DTYPES`, or ``auto`` (:mod:`attntemp.hf.probes.dtype`: measured)."""
     if text.strip() not in (*DTYPES, "auto"):
         raise ValueError(f"expected one of {', '.join(DTYPES)} or auto")
     return text.strip()

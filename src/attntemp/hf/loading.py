@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, Any
 from ..assets import tiny_path
 from ..utils import noise
 from ..utils.lazy import lazy
-from . import devices, dtype_probe
+from . import devices
 from .model_options import ModelOptions as ModelOptions  # read here before its own module
 from .models import shipped, weights
 from .models import where as source
+from .probes import dtype as dtype_probe
 
 if TYPE_CHECKING:
     import torch
@@ -155,7 +156,7 @@ def _folder_of(src: str | Path) -> Path | None:
 
 
 def auto_dtype(src: str | Path, device: str) -> torch.dtype:
-    """``--dtype auto``: bfloat16 on CUDA; on the CPU what :func:`attntemp.hf.dtype_probe.probe_cpu_dtype`
+    """``--dtype auto``: bfloat16 on CUDA; on the CPU what :func:`attntemp.hf.probes.dtype.probe_cpu_dtype`
     measures on the model's linear shape (float32 when the shape is unknown), said on stderr."""
     if devices.on_cuda(device):
         return torch.bfloat16
@@ -167,6 +168,6 @@ def auto_dtype(src: str | Path, device: str) -> torch.dtype:
     if shape is None:
         print("attntemp: dtype auto: float32 (no local config.json to probe the model's shape)", file=sys.stderr)
         return torch.float32
-    found = dtype_probe.probe_cpu_dtype(*shape, cache=cache_dir() / dtype_probe.PROBE_FILE)
+    found = dtype_probe.probe_cpu_dtype(*shape, cache=cache_dir() / dtype_probe.DTYPE_PROBE_FILE)
     print(f"attntemp: {found.line()}", file=sys.stderr)
     return devices.torch_dtype(found.dtype)

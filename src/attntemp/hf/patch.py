@@ -10,7 +10,7 @@ its flash set-up on the implementation's name); SDPA runs PyTorch's flash kernel
 logit soft-capping (Gemma 2) m must multiply the capped logits, so those layers take a
 materialised path (exact, O(L^2) memory). Positions come from ``position_ids`` (absolute), so
 generation with a KV cache applies position schedules correctly. A long causal prefill on the CPU
-runs the attention kernel :mod:`.kernel_probe` measures fastest for the model's heads and dtype
+runs the attention kernel :mod:`.probes.kernel` measures fastest for the model's heads and dtype
 (torch's SDPA, or the blocked GEMMs of :mod:`attntemp.ops.attention_blocked`).
 """
 
@@ -32,9 +32,9 @@ from ..ops.attention import fold_into_q, foldable, reference_scores, repeat_kv, 
 from ..ops.attention_blocked import blocked_causal_attention
 from ..ops.geometry import ModelGeometry
 from ..ops.spec import TemperatureSpec
-from . import kernel_probe
 from .flex_check import flex_problem
 from .introspect import attention_modules, model_geometry, text_config
+from .probes import kernel as kernel_probe
 from .rope_scaling import extend_with, put_rope_state, rope_state
 
 SUPPORTED = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3", "gpt_neox")
@@ -156,7 +156,7 @@ def _make(base: str):
 
 def _plain_causal(module, q, key, mask, window, dropout: float, kwargs: dict) -> bool:
     """Whether this call is what SDPA runs as plain causal attention, which another exact kernel
-    may compute (:mod:`.kernel_probe`): no mask, no window reached, no dropout, no position bias,
+    may compute (:mod:`.probes.kernel`): no mask, no window reached, no dropout, no position bias,
     a causal module, a prefill (as many queries as keys)."""
     causal = kwargs.get("is_causal")
     causal = getattr(module, "is_causal", True) if causal is None else causal

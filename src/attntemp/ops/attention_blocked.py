@@ -14,7 +14,7 @@ bf16: AMX or ``avx512_bf16`` tiles); the scores, ``mx``, ``total`` and ``acc`` a
 kv head's ``G = Hq / Hkv`` query heads in one matmul (``[G * block_q, D]`` rows), so k and v are
 never repeated.
 
-It is a candidate for :mod:`attntemp.hf.kernel_probe`, which times it against torch's SDPA on the
+It is a candidate for :mod:`attntemp.hf.probes.kernel`, which times it against torch's SDPA on the
 model's head shape and dtype and uses whichever is faster; ``benchmarks/attention_rate.py`` has
 the figures (on an Intel Xeon with AMX torch's fused CPU kernel is faster, docs/scale.md).
 """

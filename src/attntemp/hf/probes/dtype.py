@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..utils.lazy import lazy
+from ...utils.lazy import lazy
+from .machine import CPU_FLAGS, cpu_identity, load_cache, read_cpuinfo, save_cache
 
 if TYPE_CHECKING:
     import torch
@@ -29,9 +29,8 @@ else:
     torch = lazy("torch")
 
 
-CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
 BF16_WINS = 0.9  # bfloat16 is chosen when its time is at most this share of float32's
-PROBE_FILE = "dtype_probe.json"
+DTYPE_PROBE_FILE = "dtype_probe.json"
 
 
 @dataclass(frozen=True)
@@ -63,21 +62,6 @@ class DtypeProbe:
         )
 
 
-def cpu_identity(cpuinfo: str) -> tuple[str, tuple[str, ...]]:
-    """The CPU's model name and which of :data:`CPU_FLAGS` it has, from ``/proc/cpuinfo`` text."""
-    name = re.search(r"^model name\s*:\s*(.+)$", cpuinfo, re.M)
-    flags = re.search(r"^flags\s*:\s*(.+)$", cpuinfo, re.M)
-    have = set(flags.group(1).split()) if flags else set()
-    return (name.group(1).strip() if name else "unknown CPU"), tuple(f for f in CPU_FLAGS if f in have)
-
-
-def _read_cpuinfo() -> str:
-    try:
-        return Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return ""
-
-
 def time_linear(dtype: torch.dtype, tokens: int, d_in: int, d_out: int, repeats: int = 3) -> float:
     """Median seconds of ``linear(x [tokens, d_in], w [d_out, d_in])`` in ``dtype`` (after a warm-up)."""
     gen = torch.Generator().manual_seed(0)
@@ -103,36 +87,18 @@ def probe_cpu_dtype(
     """float32 or bfloat16 for a model whose linear layers are ``d_in -> d_out`` on this CPU at
     torch's current threads: read from ``cache`` (a JSON file) when this machine probed the same
     shape before, else measured and written there."""
-    cpu, flags = cpu_identity(_read_cpuinfo() if cpuinfo is None else cpuinfo)
+    cpu, flags = cpu_identity(read_cpuinfo() if cpuinfo is None else cpuinfo)
     threads, shape = torch.get_num_threads(), (int(tokens), int(d_in), int(d_out))
     key = _key(cpu, flags, threads, shape)
-    known = _load(cache)
+    known = load_cache(cache)
     if key in known:
         return DtypeProbe(**{**known[key], "flags": tuple(known[key]["flags"]), "shape": shape, "cached": True})
     fp32, bf16 = (time_linear(dt, *shape) for dt in (torch.float32, torch.bfloat16))
     chosen = "bfloat16" if bf16 <= BF16_WINS * fp32 else "float32"
     found = DtypeProbe(chosen, fp32, bf16, cpu, flags, threads, shape, torch.__version__)
     if cache is not None:
-        _save(cache, {**known, key: {k: v for k, v in asdict(found).items() if k != "cached"}})
+        save_cache(cache, {**known, key: {k: v for k, v in asdict(found).items() if k != "cached"}})
     return found
-
-
-def _load(cache: Path | None) -> dict[str, Any]:
-    if cache is None or not cache.is_file():
-        return {}
-    try:
-        found = json.loads(cache.read_text())
-    except (OSError, ValueError):
-        return {}  # a damaged cache is re-measured (and rewritten whole)
-    return found if isinstance(found, dict) else {}
-
-
-def _save(cache: Path, entries: dict[str, Any]) -> None:
-    """Written whole through a temporary file (two runs never leave half a file)."""
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache.with_name(f".{cache.name}.{id(entries)}.tmp")
-    tmp.write_text(json.dumps(entries, indent=1))
-    tmp.replace(cache)
 
 
 def linear_shape(config: dict[str, Any] | None) -> tuple[int, int] | None:

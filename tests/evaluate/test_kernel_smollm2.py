@@ -8,11 +8,12 @@ import os
 import pytest
 import torch
 
-import attntemp
 from attntemp.evaluate.corpus import heldout_windows
 from attntemp.evaluate.key_tokens import key_positions
 from attntemp.evaluate.lm import head_nll
-from attntemp.hf import kernel_probe
+from attntemp.hf.loading import load_model
+from attntemp.hf.patch import patch
+from attntemp.hf.probes import kernel as kernel_probe
 from attntemp.ops.spec import TemperatureSpec
 
 pytestmark = [
@@ -32,13 +33,13 @@ def key_ppl(model, ids: torch.Tensor, keep: torch.Tensor) -> float:
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_key_token_perplexity_agrees(monkeypatch, dtype):
-    model, tok = attntemp.load_model("smollm2", dtype=dtype, threads=2)
+    model, tok = load_model("smollm2", dtype=dtype, threads=2)
     ids = heldout_windows(tok, LENGTH, n=1)  # [1, L]
     keep = key_positions(ids[0], 4, DISTANCE)[1:]  # [L-1]: prediction p scores ids[p + 1]
     assert int(keep.sum()) > 20
     spec = TemperatureSpec(multiplier=1.1).with_rope(TemperatureSpec.yarn(2.0, 2048).rope)
     ppl = {}
-    with attntemp.patch(model.eval(), spec):
+    with patch(model.eval(), spec):
         for kernel in ("sdpa", "blocked"):
             monkeypatch.setenv(kernel_probe.ENV, kernel)
             ppl[kernel] = key_ppl(model, ids, keep)

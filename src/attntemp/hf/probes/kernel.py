@@ -3,11 +3,11 @@
 Two exact kernels compute a long prefill's causal attention: torch's fused SDPA (on the CPU its
 flash kernel, ``_scaled_dot_product_flash_attention_for_cpu``) and the blocked attention of GEMMs
 with an online softmax (:func:`attntemp.ops.attention_blocked.blocked_causal_attention`). Which is
-faster depends on the CPU, the dtype and the heads, so the patched model asks :func:`pick`: a short
+faster depends on the CPU, the dtype and the heads, so the patched model asks :func:`pick_kernel`: a short
 probe (:data:`PROBE_LENGTH` tokens of random q, k, v with the model's ``(Hq, Hkv, D)``, both
 kernels interleaved, the median of :data:`REPEATS`), cached per (CPU model, its flags, torch
 version, threads, shape, dtype) in ``$ATTNTEMP_CACHE/attention_probe.json`` and, once per process
-and shape, said in one line on stderr, as ``--dtype auto`` does (:mod:`.dtype_probe`). SDPA stays
+and shape, said in one line on stderr, as ``--dtype auto`` does (:mod:`.dtype`). SDPA stays
 unless the other kernel takes at most :data:`WINS` of its time. ``ATTNTEMP_ATTENTION=sdpa`` or
 ``=blocked`` forces one (no probe): the reference path is always there to compare against.
 
@@ -29,12 +29,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..ops.attention_blocked import blocked_causal_attention
-from .dtype_probe import _load, _read_cpuinfo, _save, cpu_identity
+from ...ops.attention_blocked import blocked_causal_attention
+from .machine import cpu_identity, load_cache, read_cpuinfo, save_cache
 
 KERNELS = ("sdpa", "blocked")
 ENV = "ATTNTEMP_ATTENTION"  # force a kernel: sdpa or blocked
-PROBE_FILE = "attention_probe.json"
+KERNEL_PROBE_FILE = "attention_probe.json"
 # tokens the probe times: the L^2 work dominates, a few seconds once per machine and shape. At 2048
 # the blocked kernel measured 0.90x SDPA's time in float32 on SmolLM2's heads (Xeon with AMX), at
 # 4096-16384 1.4-1.9x (benchmarks/attention_rate.py): the probe's length is the scored rows' kind.
@@ -113,10 +113,10 @@ def probe(
 ) -> KernelProbe:
     """The faster kernel for ``shape = (Hq, Hkv, D)`` in ``dtype`` at torch's current threads: read
     from ``cache`` (a JSON file) when this machine probed the same before, else measured and written there."""
-    cpu, flags = cpu_identity(_read_cpuinfo() if cpuinfo is None else cpuinfo)
+    cpu, flags = cpu_identity(read_cpuinfo() if cpuinfo is None else cpuinfo)
     threads, name = torch.get_num_threads(), str(dtype).removeprefix("torch.")
     key = _key(cpu, flags, threads, shape, name)
-    known = _load(cache)
+    known = load_cache(cache)
     if key in known:
         found = known[key]
         return KernelProbe(**{**found, "flags": tuple(found["flags"]), "shape": tuple(shape), "cached": True})
@@ -126,7 +126,7 @@ def probe(
         kernel, t["sdpa"], t["blocked"], cpu, flags, threads, shape, name, PROBE_LENGTH, torch.__version__
     )
     if cache is not None:
-        _save(cache, {**known, key: {k: v for k, v in asdict(made).items() if k not in ("cached", "forced")}})
+        save_cache(cache, {**known, key: {k: v for k, v in asdict(made).items() if k not in ("cached", "forced")}})
     return made
 
 
@@ -138,7 +138,7 @@ def forced() -> str | None:
     return value or None
 
 
-def pick(hq: int, hkv: int, d: int, dtype: torch.dtype) -> KernelProbe:
+def pick_kernel(hq: int, hkv: int, d: int, dtype: torch.dtype) -> KernelProbe:
     """The kernel for this head shape and dtype: forced, else probed once per process (from the
     disk cache where this machine probed before), said in one line on stderr the first time."""
     name = forced()
@@ -151,15 +151,15 @@ def pick(hq: int, hkv: int, d: int, dtype: torch.dtype) -> KernelProbe:
 def _picked(hq: int, hkv: int, d: int, dtype: torch.dtype, threads: int) -> KernelProbe:
     from .loading import cache_dir
 
-    found = probe((hq, hkv, d), dtype, cache=cache_dir() / PROBE_FILE)
+    found = probe((hq, hkv, d), dtype, cache=cache_dir() / KERNEL_PROBE_FILE)
     print(f"attntemp: {found.line()}", file=sys.stderr)
     return found
 
 
 def kernel_for(query: torch.Tensor, key: torch.Tensor) -> str:
     """Which kernel a causal prefill of ``query [B, Hq, L, D]`` against ``key [B, Hkv, L, D]`` runs:
-    ``sdpa`` off the CPU, below :data:`MIN_LENGTH` or for a cache step; else :func:`pick`'s."""
+    ``sdpa`` off the CPU, below :data:`MIN_LENGTH` or for a cache step; else :func:`pick_kernel`'s."""
     lq, lk = query.shape[2], key.shape[2]
     if query.device.type != "cpu" or lq != lk or lq < MIN_LENGTH or query.requires_grad:
         return "sdpa"
-    return pick(query.shape[1], key.shape[1], query.shape[3], query.dtype).kernel
+    return pick_kernel(query.shape[1], key.shape[1], query.shape[3], query.dtype).kernel
