@@ -113,3 +113,13 @@ def test_in_bfloat16_the_blocked_kernel_is_as_close_to_float32_as_sdpa(monkeypat
     # measured: mean 0.028 against SDPA's 0.026, max 0.61 against 0.25 (the blocked kernel's scores are
     # rounded to bf16 by the matmul, as in transformers' eager attention; SDPA keeps them in fp32)
     assert ours.mean() < 1.2 * sdpa.mean() and ours.max() < 4 * sdpa.max()
+
+
+def test_a_model_asking_for_its_kernel_probes_into_the_cache_folder(monkeypatch, tmp_path):
+    """The path a patched model takes (pick_kernel -> the cache folder -> probe): it once imported a
+    module that was not there, and only the slow benchmark noticed."""
+    monkeypatch.setenv("ATTNTEMP_CACHE", str(tmp_path))
+    monkeypatch.delenv(kernel_probe.ENV, raising=False)
+    monkeypatch.setattr(kernel_probe, "time_kernels", lambda *a: {"sdpa": 1.0, "blocked": 2.0})
+    found = kernel_probe._picked.__wrapped__(4, 2, 16, torch.float32, 1)
+    assert found.kernel == "sdpa" and (tmp_path / kernel_probe.KERNEL_PROBE_FILE).is_file()

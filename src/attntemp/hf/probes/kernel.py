@@ -149,7 +149,7 @@ def pick_kernel(hq: int, hkv: int, d: int, dtype: torch.dtype) -> KernelProbe:
 
 @functools.cache
 def _picked(hq: int, hkv: int, d: int, dtype: torch.dtype, threads: int) -> KernelProbe:
-    from .loading import cache_dir
+    from ..loading import cache_dir
 
     found = probe((hq, hkv, d), dtype, cache=cache_dir() / KERNEL_PROBE_FILE)
     print(f"attntemp: {found.line()}", file=sys.stderr)
