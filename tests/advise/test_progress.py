@@ -49,5 +49,7 @@ def test_the_cost_line_says_rows_seconds_a_row_and_the_total_before_the_race():
     line = status.cost_line(plan, 12, count)
     assert line.startswith("plan: at most 144 race rows and 96 confirmation rows at 512 tokens, 2 s a row")
     assert "at most 8 min" in line and "--budget" in line and "--workers" in line
+    count.add("diagnosis", [Result(None, "key_tokens", 512, {}, "k", 636.0, False, 2)])  # 160 s a row now
+    assert ", 160 s a row here" in status.cost_line(plan, 12, count)  # not 1.6e+02
     multikey = SimpleNamespace(cfg=cfg, retrieval=Retrieval("multikey", 8, 1))
     assert status.planned_rows(multikey, 12) == (96, 12 * (3 + 1))  # 5 keys: one haystack of 8

@@ -104,8 +104,9 @@ def cost_line(plan: AdvisePlan, candidates: int, count: Counter) -> str:
         return said + " (no row at that length timed yet)"
     total = (race_rows + confirm_rows) * each / max(1, cfg.workers)
     took = f"{total / 3600:.1f} h" if total >= 3600 else f"{total / 60:.0f} min" if total >= 60 else f"{total:.0f} s"
+    rate = f"{each:.0f}" if each >= 10 else f"{each:.2g}"  # 160 s, not 1.6e+02 s
     return (
-        f"{said}, {each:.2g} s a row here (the diagnosis's), at most {took}"
+        f"{said}, {rate} s a row here (the diagnosis's), at most {took}"
         + (f" on {cfg.workers} workers" if cfg.workers > 1 else "")
         + "; the race usually stops far sooner; --budget ROWS caps the race, --workers K shares the rows out"
     )
