@@ -40,6 +40,8 @@ def test_the_race_names_its_retrieval_axis_as_it_was_run(folder):
     )
     assert said in md
     assert ("| keys found (race) |" in md) == multikey
+    label = "keys found" if multikey else "passkeys found"
+    assert f"| {label} vs no change | {label} vs YaRN's default |" in md  # the per-engine table too
 
 
 def test_the_figures_draw_from_the_records(tmp_path):

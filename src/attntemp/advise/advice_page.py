@@ -216,13 +216,14 @@ def per_engine_lines(ev: Evidence) -> list[str]:
     if len(recs) < 2:
         return []
     rows = [_engine_row(engine, rec) for engine, rec in recs.items()]
+    label = retrieval_words(ev.question)[0]  # keys found, or passkeys found
     head = (
         "engine",
         "run",
         "how",
         "objective at N vs no change",
-        "keys found vs no change",
-        "keys found vs YaRN's default",
+        f"{label} vs no change",
+        f"{label} vs YaRN's default",
         "cost below L0",
         "best on the objective without the cost limit",
     )
