@@ -65,7 +65,7 @@ def route_and_nearest(
             return {"how": "not carried", "why": f"{why}; baked: {refused}"}, None  # temperature off YaRN's layers)
         if spec.rope and baked == spec and not exports_rope_alone(spec, engine, trained, config, served):
             return {"how": "not carried", "why": why}, None  # its RoPE itself: a bake would not carry it either
-        return _bake_or_refusal(spec, engine, config, why), None
+        return _bake_or_refusal(spec, baked, engine, config, why), None
     near = result.nearest
     if near is None:
         return {"how": "settings", "settings": result.render()}, None
@@ -84,10 +84,12 @@ def exports_rope_alone(
     return True
 
 
-def _bake_or_refusal(spec: TemperatureSpec, engine: str, config: dict[str, Any] | None, why: str) -> dict[str, Any]:
-    """The route when the engine's settings cannot hold ``spec``: bake, remote code or not carried."""
+def _bake_or_refusal(
+    spec: TemperatureSpec, baked: TemperatureSpec, engine: str, config: dict[str, Any] | None, why: str
+) -> dict[str, Any]:
+    """The route when the engine's settings cannot hold ``spec``: bake (``baked``: the spec the engine
+    carries, from its ``to_bake``; ``spec`` itself when position-dependent), remote code or not carried."""
     if not spec.position_dependent:
-        baked = ENGINES[engine].to_bake(spec, config)  # or the equivalent spec the engine carries
         then = " and serve the baked folder" + (" with its RoPE exported" if spec.rope else "")
         name = "spec.json" if baked == spec else "carried.json"
         route = {"how": "bake", "command": f"attntemp bake --spec {name} --out BAKED{then}", "why": why}
