@@ -8,6 +8,14 @@ of GEMMs with an online softmax (:mod:`attntemp.ops.attention_blocked`); and ``t
 square matrix of about the same FLOPs, the machine's rate on this dtype and threads. Causal FLOPs
 are counted as ``4 * Hq * L^2 / 2 * D`` (two matmuls of ``2 L^2 D`` each, half of them masked).
 
+Beside them, the ceiling the softmax sets: an exact kernel computes at least one exponential per
+causal score (``S = Hq * L^2 / 2`` of them) besides its ``4 D S`` matmul FLOPs, so with ``torch.mm``'s
+rate ``R`` and ``torch.exp``'s time per element ``e`` (fp32, on a cache-resident tile, timed in the
+same round-robin; the fastest repeat, as the least disturbed by load) no kernel whose
+exponentials run at torch's rate exceeds ``1 / (1 + e R / (4 D))`` of ``torch.mm``'s rate. The
+ceiling falls with a faster matmul (AMX) and a smaller head; where it is below the goal's 0.6, only
+a faster exponential (or fewer of them) reaches the goal.
+
 One JSON object: per case each candidate's GFLOP/s, its rate over ``torch.mm``'s and its time over
 SDPA's (paired per repeat: medians with bootstrap 95% intervals), the largest difference to SDPA,
 the fastest, and the kernel :mod:`attntemp.hf.probes.kernel` picks for the shape; the CPU, its
@@ -35,6 +43,8 @@ from attntemp.utils.options import from_argv, ints, names, option
 SHAPES = {"smollm2": (9, 3, 64), "gemma3": (4, 1, 256)}  # name: (Hq, Hkv, D)
 CANDIDATES = ("sdpa_gqa", "sdpa_repeat_kv", "sdpa_compiled", "flex_compiled", "blocked")
 GOAL_MM_SHARE = 0.6  # issue 63: attention at >= 60% of torch.mm's GFLOP/s at 8192 and 16384
+EXP_TILE = (256, 512)  # fp32, 512 KiB: one query block's scores, resident in a core's L2
+EXP_CALLS = 512  # exponentials of one EXP_TILE per timed call: tens of ms, as long as a load spike
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,6 +85,30 @@ def _flex(length: int) -> Callable:
     return lambda q, k, v: fn(q, k, v, block_mask=mask, enable_gqa=True)  # [1, Hq, L, D]
 
 
+def exp_call() -> Callable[[], object]:
+    """``EXP_CALLS`` fp32 ``torch.exp`` of one ``EXP_TILE`` into a kept buffer (scores below 0, as
+    after the softmax's max is taken off)."""
+    z = -torch.rand(EXP_TILE) * 8  # [256, 512]
+    out = torch.empty_like(z)
+
+    def run() -> None:
+        for _ in range(EXP_CALLS):
+            torch.exp(z, out=out)
+
+    return run
+
+
+def exp_ceiling(exp_times: list[float], mm_rate: list[float], d: int) -> dict:
+    """The ceiling ``1 / (1 + e R / (4 D))`` on any kernel's rate over ``torch.mm``'s, per repeat's
+    matmul rate ``R``, with ``e`` the run's fastest exponential (seconds per element): the repeat
+    least disturbed by other work, which makes the ceiling the most generous the run allows."""
+    per_exp = [t / (EXP_CALLS * EXP_TILE[0] * EXP_TILE[1]) for t in exp_times]
+    e = min(per_exp)
+    ceiling = [1 / (1 + e * r / (4 * d)) for r in mm_rate]
+    return {"exp_ns": median_interval([x * 1e9 for x in per_exp]), "exp_ns_fastest": e * 1e9,
+            "over_mm": median_interval(ceiling)}  # fmt: skip
+
+
 def kernels(length: int, groups: int) -> dict[str, Callable]:
     """Each candidate as ``fn(q [1, Hq, L, D], k, v [1, Hkv, L, D]) -> [1, Hq, L, D]``."""
     gqa = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)  # noqa: E731
@@ -102,14 +136,15 @@ def case(shape: str, length: int, dtype_name: str, cfg: RateBench) -> dict:
     fns: dict[str, Callable[[], object]] = {c: (lambda f=f: f(fold_into_q(q, m), k, v)) for c, f in ks.items()}
     with torch.no_grad():
         outs = {c: fn() for c, fn in fns.items()}  # also the compile
-        times = times_interleaved({**fns, "mm": lambda: torch.mm(a, b)}, cfg.repeats)
+        times = times_interleaved({**fns, "mm": lambda: torch.mm(a, b), "exp": exp_call()}, cfg.repeats)
     ref = outs.get("sdpa_gqa")
     mm_rate = [2 * n**3 / t for t in times["mm"]]  # FLOP/s per repeat
     per = {c: candidate(times[c], times.get("sdpa_gqa"), mm_rate, flops, outs[c], ref) for c in fns}
     return {
         "shape": shape, "Hq": hq, "Hkv": hkv, "D": d, "L": length, "dtype": dtype_name,
         "causal_gflop": flops / 1e9, "mm_n": n, "mm_gflops": median_interval([r / 1e9 for r in mm_rate]),
-        "candidates": per, "fastest": min(per, key=lambda c: per[c]["seconds"]["median"]),
+        "candidates": per, "softmax_ceiling": exp_ceiling(times["exp"], mm_rate, d),
+        "fastest": min(per, key=lambda c: per[c]["seconds"]["median"]),
         "probe_picks": probe_pick(shape, dtype),
     }  # fmt: skip
 

@@ -27,7 +27,7 @@ def _positive(x: Any) -> bool:
 
 
 def advise_cost(values: list[dict]) -> None:
-    row, retrieval = values  # the scoring row's case, then the retrieval case (retrieval_cost.py)
+    row, retrieval, shared = values  # the scoring row's case, the retrieval case, the shared-prefill case
     assert (row["benchmark"], row["model"], row["length"]) == ("advise_cost", "tiny", 512)
     assert row["kept_positions"] > 0 and all(_positive(row["key_ppl"][k]) for k in ("old", "new"))
     assert row["goals"]["scores_within_tolerance"] == (row["key_ppl_rel_diff"] <= row["tolerance"])
@@ -38,6 +38,10 @@ def advise_cost(values: list[dict]) -> None:
         )
     assert (retrieval["case"], retrieval["length"], retrieval["keys_per_haystack"]) == ("retrieval", 512, 4)
     assert retrieval["same_answers"] == 4 and all(_positive(v) for v in retrieval["trials_per_second"].values())
+    assert (shared["case"], shared["length"], shared["keys_per_haystack"]) == ("shared_prefill", 512, 4)
+    assert set(shared["seconds_per_row"]) == {"key_tokens", "multikey", "shared"} and shared["same_answers"] is True
+    ratio = shared["shared_over_two_rows"]  # one multikey_keys row over a key_tokens row and a multikey row
+    assert _positive(ratio["median"]) and ratio["low"] <= ratio["median"] <= ratio["high"]
 
 
 def advise_racing(values: list[dict]) -> None:
@@ -69,6 +73,8 @@ def attention_rate(values: list[dict]) -> None:
         assert _positive(row["gflops"]["median"]) and _positive(row["over_mm"]["median"])
         assert row["max_abs_diff_to_sdpa"] < 1e-4  # float32: every candidate computes the same attention
     assert res["probe_picks"] in ("sdpa", "blocked") and res["fastest"] in res["candidates"]
+    ceiling = res["softmax_ceiling"]  # 1 / (1 + e R / (4 D)): strictly inside (0, 1)
+    assert _positive(ceiling["exp_ns"]["median"]) and 0 < ceiling["over_mm"]["median"] < 1
     assert set(out["machine"]) >= {"cpu", "amx_bf16", "load_average"}
 
 
@@ -138,7 +144,10 @@ def sweep_batching(values: list[dict]) -> None:
 # path: (the smallest case's flags, the check of what it prints)
 SMALLEST: dict[str, tuple[list[str], Callable[[list[Any]], None]]] = {
     "benchmarks/advise_cost.py": (
-        "--cases tiny:512 --retrieval tiny:512:4 --repeats 1 --threads 1 --attention probe,blocked".split(),
+        [
+            *"--cases tiny:512 --retrieval tiny:512:4 --shared tiny:512:4".split(),
+            *"--repeats 1 --threads 1 --attention probe,blocked".split(),
+        ],
         advise_cost,
     ),
     "benchmarks/advise_racing.py": (["--scales", "2", "--race-windows", "4", "--threads", "1"], advise_racing),
@@ -173,6 +182,7 @@ SMALLEST: dict[str, tuple[list[str], Callable[[list[Any]], None]]] = {
 HELPERS = {
     "benchmarks/_harness.py": "every benchmark",
     "benchmarks/retrieval_cost.py": "benchmarks/advise_cost.py (--retrieval)",
+    "benchmarks/shared_prefill_cost.py": "benchmarks/advise_cost.py (--shared)",
 }
 
 
