@@ -13,7 +13,7 @@ from attntemp.ops.spec import TemperatureSpec
 
 
 def test_registry_declares_directions():
-    assert list(TASKS) == ["perplexity", "passkey", "needle", "key_tokens", "needles", "multikey"]
+    assert list(TASKS) == ["perplexity", "passkey", "needle", "key_tokens", "needles", "multikey", "multikey_keys"]
     assert get_task("multikey").higher_is_better("acc")
     assert not get_task("perplexity").higher_is_better("tail_ppl")
     assert get_task("passkey").higher_is_better("acc") and get_task("needle").higher_is_better("logp")

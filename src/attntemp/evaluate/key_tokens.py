@@ -191,11 +191,11 @@ def key_token_targets(tok: Any, length: int, n: int, ctx: EvalContext) -> tuple[
     ids = heldout_windows(tok, length, n=n, docs=ctx.docs)  # [n, L]
     mask, rule = key_mask(ids, tok, ctx)
     if not bool(mask.any()):
-        raise ValueError(_none_found(n, length, rule, ctx))
+        raise ValueError(no_key_tokens(n, length, rule, ctx))
     return ids, mask
 
 
-def _none_found(n: int, length: int, rule: str, ctx: EvalContext) -> str:
+def no_key_tokens(n: int, length: int, rule: str, ctx: EvalContext) -> str:
     """The refusal when no window holds a key token, naming the options that decide them."""
     knobs = (
         f"a smaller key_distance={ctx.key_span} or key_alpha={ctx.key_alpha:g}"
@@ -205,16 +205,27 @@ def _none_found(n: int, length: int, rule: str, ctx: EvalContext) -> str:
     return f"no key tokens in {n} windows of {length} tokens ({rule}): give longer windows, {knobs}, or another text"
 
 
+KEY_PPL = Metric("key_ppl", False, "perplexity on key tokens", "perplexity", ("window_key_nll", "window_key_tokens"))
+KEY_COUNT = Metric("key_tokens", True, "key tokens per window (one set for every spec)", "mean", ("window_key_tokens",))
+
+
+def windows_with_keys(values: list[Any], tokens: list[Any]) -> tuple[list[Any], list[Any]]:
+    """A perplexity's summed NLL and token count of the windows that hold any of its tokens
+    (windows without key tokens add nothing to either sum)."""
+    kept = [(a, t) for a, t in zip(values, tokens, strict=True) if t > 0]
+    return [a for a, _ in kept], [t for _, t in kept]
+
+
 class KeyTokens(Task):
     """Perplexity on key tokens (headline), their count per window, and all-token tail perplexity."""
 
     name = "key_tokens"
     metrics = (
-        Metric("key_ppl", False, "perplexity on key tokens", "perplexity", ("window_key_nll", "window_key_tokens")),
+        KEY_PPL,
         Metric(
             "tail_ppl", False, "perplexity past the trained length", "perplexity", ("window_tail_nll", "window_tail")
         ),
-        Metric("key_tokens", True, "key tokens per window (one set for every spec)", "mean", ("window_key_tokens",)),
+        KEY_COUNT,
     )
     objective = "key_ppl"
     per_window = ("window_key_tokens", "window_tail", "window_key_nll", "window_tail_nll")
@@ -224,13 +235,9 @@ class KeyTokens(Task):
         return merged
 
     def values_of(self, result, metric):
-        """A perplexity's summed NLL and token count of the windows that hold any of its tokens
-        (windows without key tokens add nothing to either sum)."""
+        """A perplexity's values from the windows that hold any of its tokens (:func:`windows_with_keys`)."""
         values, tokens = super().values_of(result, metric)
-        if tokens is None:
-            return values, None
-        kept = [(a, t) for a, t in zip(values, tokens, strict=True) if t > 0]
-        return [a for a, _ in kept], [t for _, t in kept]
+        return (values, None) if tokens is None else windows_with_keys(values, tokens)
 
     def check_pair(self, a, b, metric):
         for key in ("windows_digest", "key_digest"):
@@ -244,7 +251,7 @@ class KeyTokens(Task):
         ids = ctx.pick(heldout_windows(tok, length, n=ctx.n_docs, docs=ctx.docs, n_name="n_docs"))  # [n, L]
         mask, rule = key_mask(ids, tok, ctx)  # [n, L-1]
         if not bool(mask.any()) and ctx.window_range is None:  # a block of a race may hold none: it adds nothing
-            raise ValueError(_none_found(ids.shape[0], length, rule, ctx))
+            raise ValueError(no_key_tokens(ids.shape[0], length, rule, ctx))
         start = tail_start(length, ctx.trained_length)
         keep = mask.any(0)  # [L-1]: the LM head runs where a metric reads, key tokens and the tail
         keep[start:] = True

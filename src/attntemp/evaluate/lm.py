@@ -236,6 +236,19 @@ def prefill(model: Any, ids: torch.Tensor) -> tuple[Any, int]:
     return last_logits(model, ids)[1], ids.shape[1]
 
 
+@torch.no_grad()
+def prefill_nll(model: Any, ids: torch.Tensor, keep: torch.Tensor) -> tuple[tuple[Any, int], torch.Tensor]:
+    """``((KV cache of ids [b, n], n), [b, n-1] NLL)``: :func:`prefill` whose one decoder pass also
+    scores the predictions ``keep`` ``[n-1]`` marks through the LM head (:func:`head_nll`: the
+    others NaN, never the ``[b, n, V]`` logits), so a haystack prefilled for its questions yields
+    its own text's key-token NLL too (RULER's haystack, arXiv:2404.06654, scored as LongPPL's key
+    tokens). The NLL equals :func:`token_nll`'s at the kept predictions and the cache
+    :func:`prefill`'s (tested)."""
+    out = model.get_decoder()(input_ids=ids, use_cache=True)
+    hidden = out.last_hidden_state  # [b, n, d]
+    return (getattr(out, _cache_name(model)), ids.shape[1]), head_nll(model, hidden, ids, keep=keep)  # [b, n-1]
+
+
 def _answer_logp(logits: torch.Tensor, answer: torch.Tensor) -> torch.Tensor:
     """``[b]`` mean log-probability of ``answer`` ``[b, A]`` from the logits predicting it ``[b, A, V]``."""
     logp = torch.log_softmax(logits.float(), -1)  # [b, A, V]: soft-capped by the model

@@ -136,15 +136,28 @@ def min_tokens(tok: Any, k: int) -> int:
     return fixed_tokens(tok, k) + HAYSTACK_MIN
 
 
+def _depths_and_cuts(k: int, budget: int) -> tuple[list[float], list[int]]:
+    """Fact i's depth (i + 1/2) / k and the haystack position it is put before."""
+    depths = [(i + 0.5) / k for i in range(k)]
+    return depths, [round(d * budget) for d in depths]
+
+
 def hide_facts(hay: list[int], fact_ids: list[list[int]], budget: int) -> tuple[list[int], list[float]]:
     """``(ids, depths)``: the first ``budget`` ids of ``hay`` with fact i at depth (i + 1/2) / k."""
-    k = len(fact_ids)
-    depths = [(i + 0.5) / k for i in range(k)]
-    cuts = [round(d * budget) for d in depths]
+    depths, cuts = _depths_and_cuts(len(fact_ids), budget)
     ids: list[int] = []
     for i, (a, b) in enumerate(zip([0, *cuts[:-1]], cuts, strict=True)):
         ids += hay[a:b] + fact_ids[i]
     return ids + hay[cuts[-1] : budget], depths
+
+
+def fact_spans(fact_ids: list[list[int]], budget: int) -> tuple[tuple[int, int], ...]:
+    """``[a, b)`` of each fact in :func:`hide_facts`' ids: everything else is the haystack's own text."""
+    spans, before = [], 0
+    for cut, fact in zip(_depths_and_cuts(len(fact_ids), budget)[1], fact_ids, strict=True):
+        spans.append((cut + before, cut + before + len(fact)))
+        before += len(fact)
+    return tuple(spans)
 
 
 def drawn(tok: Any, length: int, ctx: EvalContext, flag: str) -> Iterator[tuple[list[int], list[tuple[str, int]], Any]]:

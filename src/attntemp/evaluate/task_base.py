@@ -214,7 +214,7 @@ def tuning_context(ctx: EvalContext) -> EvalContext:
 TASKS: dict[str, type[Task]] = {}
 # The registered tasks' names, in order: what a config's help and checks read without importing the
 # tasks (which import torch). ``tests/evaluate/test_tasks.py`` holds them to :data:`TASKS`.
-TASK_NAMES = ("perplexity", "passkey", "needle", "key_tokens", "needles", "multikey")
+TASK_NAMES = ("perplexity", "passkey", "needle", "key_tokens", "needles", "multikey", "multikey_keys")
 
 
 def register_task(cls: type[Task]) -> type[Task]:

@@ -14,6 +14,9 @@ the task's headline metric (tables and reports show it), ``objective`` the one t
   same two ways, per depth.
 - ``key_tokens`` (:mod:`.key_tokens`) and ``needles`` (:mod:`.needles`): perplexity on the tokens only distant context
   predicts, and many keyed facts scored in one forward.
+- ``multikey`` (:mod:`.multikey`): keys found by generation, many per prefilled haystack;
+  ``multikey_keys`` (:class:`.multikey.MultiKeyKeys`): the same, and the key-token perplexity of the
+  haystack's own text from the same prefill.
 
 The registry and the base classes are in :mod:`.task_base`; every name is importable from here.
 """
@@ -32,7 +35,7 @@ from . import corpus, needles
 from .corpus import heldout_windows
 from .key_tokens import KeyTokens
 from .lm import answer_and_generate, first_integer, multiplier_nll, repeat_rows
-from .multikey import MultiKey
+from .multikey import MultiKey, MultiKeyKeys
 from .needles import Needles
 from .task_base import (
     TASKS,
@@ -58,6 +61,7 @@ __all__ = [
     "KeyTokens",
     "Metric",
     "MultiKey",
+    "MultiKeyKeys",
     "Needle",
     "Needles",
     "Passkey",
@@ -273,3 +277,4 @@ class Needle(RetrievalTask):
 register_task(KeyTokens)  # after the tasks above: the registry lists them in this order
 register_task(Needles)
 register_task(MultiKey)
+register_task(MultiKeyKeys)
