@@ -22,9 +22,14 @@ perplexity (issue 63: a row at 16384 <= 0.5x today's); ``--no-old`` leaves out t
 The retrieval case (``--retrieval smollm2:8192:8``, :mod:`retrieval_cost`): keys found by generation
 per second of forward time, one prefill per trial against one per haystack of k keys.
 
+The shared-prefill case (``--shared tiny:512:4``, the default; :mod:`shared_prefill_cost`): seconds of
+one ``multikey_keys`` row (advise ``--shared-prefill``) over a ``key_tokens`` row and a ``multikey``
+row (what the race scores without it), paired per repeat; ``--shared ''`` leaves it out.
+
     python benchmarks/advise_cost.py [--cases tiny:512,smollm2:4096] [--repeats 3] [--threads 2]
     python benchmarks/advise_cost.py --cases '' --retrieval smollm2:8192:8 --repeats 2
     python benchmarks/advise_cost.py --cases smollm2:16384 --no-old --attention probe,blocked
+    python benchmarks/advise_cost.py --cases '' --shared tiny:512:4,smollm2:8192:8 --repeats 5
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import torch
 from _harness import BenchOptions, machine, median_interval, peak_extra_in_child, report_child
 from forward_breakdown import Clock, kept_positions
 from retrieval_cost import retrieval_case
+from shared_prefill_cost import shared_case
 
 from attntemp.evaluate.corpus import heldout_windows, load_text
 from attntemp.evaluate.lm import head_nll
@@ -63,6 +69,12 @@ class CostBench(BenchOptions):
     threads: int | None = reuse(ModelOptions, "threads")
     retrieval: tuple[str, ...] = option(
         (), "model:length:keys retrieval cases, comma list (trials per second, both ways)", parse=names
+    )
+    shared: tuple[str, ...] = option(
+        ("tiny:512:4",),
+        "model:length:keys shared-prefill cases, comma list (one multikey_keys row against a key_tokens and a "
+        "multikey row; '' for none)",
+        parse=names,
     )
     text: str = option("stdlib", "the retrieval haystack's text")
     child: tuple[str, ...] = option((), "internal: PATH,MODEL,L: one path's peak extra memory", parse=names)
@@ -238,10 +250,10 @@ def main(argv: list[str] | None = None) -> None:
         name, length = spec.rsplit(":", 1)
         row = case(name, int(length), args)
         print(json.dumps({"benchmark": "advise_cost", **row, "threads": torch.get_num_threads(), "machine": machine()}))
-    for spec in args.retrieval:
+    for spec, run in [(s, retrieval_case) for s in args.retrieval] + [(s, shared_case) for s in args.shared]:
         name, length, keys = spec.split(":")
         model, tok = load(name, "auto", args.threads)
-        row = retrieval_case(model, tok, load_text(args.text), int(length), int(keys), args.repeats)
+        row = run(model, tok, load_text(args.text), int(length), int(keys), args.repeats)
         dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
         print(json.dumps({"benchmark": "advise_cost", "model": name, "dtype": dtype, **row,
                           "threads": torch.get_num_threads(), "machine": machine()}))  # fmt: skip
