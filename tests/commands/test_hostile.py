@@ -920,6 +920,31 @@ CASES = [
     ("advise-add-spec-layers", with_(A, "--add-spec", "{w}/s_layers2.json"), "--add-spec='{w}/s_layers2.json'"),
     ("advise-add-spec-other-l0", with_(A, "--add-spec", "{w}/s_yarn_l0_1024.json"), "states a trained length of 1024"),
     ("advise-add-spec-twice", with_(A, "--add-spec", "{w}/s_logn.json,{w}/s_logn.json"), "a file is given twice"),
+    (
+        "advise-shared-prefill-objective",
+        with_(A, "--shared-prefill", "--objective", "needles"),
+        "--shared-prefill is not allowed with --objective='needles': it shares key_tokens only",
+    ),
+    (
+        "advise-shared-prefill-passkeys",
+        with_(A, "--shared-prefill", "--retrieval-keys", "1"),
+        "--shared-prefill is not allowed with --retrieval-keys=1",
+    ),
+    (
+        "advise-shared-prefill-no-retrieval",
+        with_(A, "--shared-prefill", "--retrieval-per-window", "0"),
+        "--shared-prefill is not allowed with --retrieval-per-window=0",
+    ),
+    (
+        "advise-shared-prefill-evaluator",
+        with_(A, "--shared-prefill", "--key-evaluator", "tiny"),
+        "--shared-prefill is not allowed with --key-evaluator='tiny'",
+    ),
+    (
+        "advise-shared-prefill-within-l0",
+        with_(A, "--shared-prefill", "--length", "256"),
+        "--shared-prefill is not allowed at --length=256: within the trained length 256",
+    ),
     ("tune-length-2", with_(T, "--length", "2"), "--length=2 is too short for perplexity"),
     ("tune-length-passkey", with_(T, "--length", "100"), "--length=100 is too short for passkey"),
     ("tune-check-length-short", with_(T, "--check-lengths", "40"), "--check-lengths[0]=40 is too short for passkey"),

@@ -13,6 +13,7 @@ import numpy as np
 from ..analysis.style import DPI, NULL, integer_ticks, plain_ticks, plt
 from ..evaluate.task_base import get_task
 from ..utils.tables import markdown_table
+from .config import SHARED_WORDS
 from .confirm import RETRIEVAL_LABELS
 from .race import MULTIKEY_TASK, RETRIEVAL_TASK, RETRIEVAL_TASKS
 from .race import PLAIN as PLAIN_OBJECTIVE
@@ -293,8 +294,9 @@ def advice_markdown(ev: Evidence) -> str:
         "## How this was decided",
         "",
         f"Engines: {', '.join(engines_served(ev))} (the headline is {q.engine}'s). The race judges {axes} on the "
-        f"tuning pool of {q.text}, window block by window block, and all-token perplexity below the trained "
-        f"length (a candidate leaves when it costs more than {q.max_short_cost:.0%} there, for certain, or "
+        f"tuning pool of {q.text}, window block by window block{SHARED_WORDS if q.shared_prefill else ''}, and "
+        f"all-token perplexity below the trained length (a candidate leaves when it costs more than "
+        f"{q.max_short_cost:.0%} there, for certain, or "
         "when another is better on an axis, for certain). Every "
         "figure is paired on the same windows or prompts with its 95% interval.",
         "",

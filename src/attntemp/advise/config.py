@@ -26,6 +26,11 @@ STORE = "scores.db"  # every scored (spec, task, length, windows): a rerun resum
 SPARE = 2  # windows of the tuning pool past the race's own, where YaRN's m is searched
 LEARN_WINDOWS = 4  # windows past those that --learn-steps trains on (advise.learned)
 RETRIEVAL_KEYS = 8  # keys per retrieval haystack by default (RULER's multi-key NIAH asks up to 4 of many)
+SHARED_TASK = "multikey_keys"  # --shared-prefill: the haystacks' prefill scores their own text's key tokens too
+SHARED_WORDS = (  # what the report says of --shared-prefill: which windows the race's objective was scored on
+    " (`--shared-prefill`: the objective on the retrieval haystacks' own text, facts left out, read off the "
+    "prefill that answers their questions; the confirmation scores it on windows of the evaluation pool)"
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,6 +86,12 @@ class AdviseConfig(EvalOptions):
         "below this for certain (default: it leaves when another finds more, for certain)",
         parse=float,
     )
+    shared_prefill: bool = option(
+        False,
+        "score the race's objective (key_tokens only) on the retrieval haystacks themselves, from the prefill that "
+        "answers their questions (the haystacks' own text, facts left out): one row per haystack and candidate "
+        "instead of a key_tokens window more; needs a multikey retrieval axis (the confirmation is unchanged)",
+    )
     race_windows: int = option(16, "windows of the tuning pool the race may score")
     block: int = option(2, "windows per round of the race")
     min_windows: int = option(4, "windows scored before a candidate may leave the race")
@@ -132,6 +143,8 @@ class AdviseConfig(EvalOptions):
             checks.positive_int("retrieval_prompts", self.retrieval_prompts)
         for name in ("race_windows", "block", "min_windows"):
             checks.positive_int(name, getattr(self, name))
+        if self.shared_prefill:
+            self._check_shared_prefill()
         if self.race_windows < 2:
             raise ValueError(f"race_windows={self.race_windows} is not allowed; a paired interval needs at least 2")
         if self.min_windows > self.race_windows:
@@ -163,6 +176,24 @@ class AdviseConfig(EvalOptions):
                 f"heldout_text={self.heldout_text!r} is --text itself, whose windows the race and the confirmation "
                 "score; give another text (or 'none')"
             )
+
+    def _check_shared_prefill(self) -> None:
+        """What ``shared_prefill`` needs: the key_tokens objective by its n-gram rule, a multikey axis."""
+        refused = (
+            (self.objective != "key_tokens", f"objective={self.objective!r}: it shares key_tokens only"),
+            (self.key_evaluator is not None, f"key_evaluator={self.key_evaluator!r}: the haystacks' key tokens "
+             "come from the n-gram rule"),
+            (self.retrieval_per_window == 0, "retrieval_per_window=0: there are no haystacks to share"),
+            (self.retrieval_keys == 1, "retrieval_keys=1: passkey prompts are filler, not text to score"),
+        )  # fmt: skip
+        for bad, why in refused:
+            if bad:
+                raise ValueError(f"shared_prefill=True is not allowed with {why}; leave it out")
+
+    def race_objective(self) -> str:
+        """The task the race reads its objective from: the objective, or with ``shared_prefill`` the
+        retrieval haystacks' task (:data:`SHARED_TASK`), whose rows give both axes."""
+        return SHARED_TASK if self.shared_prefill else self.objective
 
     def own_outputs(self) -> outputs.Outputs:
         """What this command writes in ``out`` (the rule of docs/errors.md: only these are replaced)."""

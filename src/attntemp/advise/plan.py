@@ -163,10 +163,26 @@ def preflight_advise(cfg: AdviseConfig, model: Any = None, tok: Any = None) -> A
     model_type = (config or {}).get("model_type")
     lengths = short_lengths(cfg.length, trained)
     added = _added_specs(cfg, config, trained)
+    retrieval = plan_retrieval(cfg, tok, trained)
+    if cfg.shared_prefill and retrieval.task is None:
+        raise ValueError(
+            f"shared_prefill=True is not allowed at length={cfg.length}: within the trained length {trained} the "
+            "race has no retrieval axis whose prefill it could share; leave it out"
+        )
+    if cfg.shared_prefill and retrieval.task != MULTIKEY_TASK:
+        raise ValueError(shared_refused(cfg, retrieval.why))
     return AdvisePlan(
         cfg, trained, model_type, lengths, check, k, cfg.second_text(), tok, config=config or None, added=added,
-        retrieval=plan_retrieval(cfg, tok, trained),
+        retrieval=retrieval,
     )  # fmt: skip
+
+
+def shared_refused(cfg: AdviseConfig, why: str) -> str:
+    """The refusal of ``shared_prefill`` where the retrieval axis is not multikey haystacks (``why``)."""
+    return (
+        f"shared_prefill=True is not allowed at length={cfg.length}: it needs a multikey retrieval axis "
+        f"(haystacks of several keys), and {why}; give retrieval_keys=K (2 or more), or leave it out"
+    )
 
 
 def _added_specs(cfg: AdviseConfig, config: dict[str, Any] | None, trained: int) -> tuple[Any, ...]:

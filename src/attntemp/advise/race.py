@@ -39,6 +39,7 @@ from ..evaluate.score import NotStored, Result, merged
 from ..evaluate.task_base import get_task
 from ..ops.spec import TemperatureSpec
 from .candidates import BASELINE_KEY, Candidate
+from .config import SHARED_TASK  # multikey haystacks that also score their own text (--shared-prefill)
 from .records.comparisons import Leader, Paired, RaceComparisons, RetrievalRow, compared
 
 # scorer(specs, task, length, (first window, end)) -> one Result per spec, in order
@@ -46,10 +47,11 @@ Scorer = Callable[[Sequence[TemperatureSpec], str, int, tuple[int, int]], list[R
 SHORT_TASK, SHORT_METRIC = "perplexity", "ppl"
 RETRIEVAL_TASK, RETRIEVAL_METRIC = "passkey", "acc"  # retrieval by generation: passkeys found
 MULTIKEY_TASK = "multikey"  # k keys per prefilled haystack, each asked from its cache and generated
-RETRIEVAL_TASKS = (RETRIEVAL_TASK, MULTIKEY_TASK)  # the tasks the retrieval axis may be scored on
+RETRIEVAL_TASKS = (RETRIEVAL_TASK, MULTIKEY_TASK, SHARED_TASK)  # the tasks the retrieval axis may be scored on
 # what a user reads for each objective (reports and reasons; the task and metric stay in the evidence)
 PLAIN = {
     "key_tokens": "distant-token perplexity",
+    SHARED_TASK: "distant-token perplexity on the retrieval haystacks",
     "needles": "needles' answer log-prob",
     "perplexity": "perplexity past the trained length",
 }
@@ -74,7 +76,7 @@ class RaceSettings:
     budget: int | None = None  # forward rows (one window of one spec at one length)
     retrieval: int = 0  # retrieval prefills per window answered by generation at N (0: no retrieval axis)
     min_retrieval: float | None = None  # a floor on passkeys found, in place of the comparison with the leader
-    retrieval_task: str = RETRIEVAL_TASK  # passkey prompts, or multikey haystacks (RETRIEVAL_TASKS)
+    retrieval_task: str = RETRIEVAL_TASK  # passkey prompts, or multikey haystacks (RETRIEVAL_TASKS); = task: shared
 
     @property
     def metric(self) -> str:
@@ -225,7 +227,7 @@ def _jobs(settings: RaceSettings, entries: list[Entry]) -> list[tuple[str, int, 
     racing = [e for e in entries if e.reason is None]
     base = next(e for e in entries if e.key == BASELINE_KEY)
     jobs = [(settings.task, settings.length, racing)]
-    if settings.retrieval:
+    if settings.retrieval and settings.retrieval_task != settings.task:  # one task may give both (shared prefill)
         jobs.append((settings.retrieval_task, settings.length, racing))
     for n in settings.short_lengths:
         needy = [e for e in racing if e is not base and n not in e.short_ok]

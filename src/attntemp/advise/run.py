@@ -31,7 +31,7 @@ from .carry import computes_as_meant, with_engines
 from .config import STORE, AdviseConfig, served_by
 from .confirm import Check, checks_for, confirm, on_yarn, recommendation, to_confirm
 from .learned import LearnJob, added_candidates, learned_candidates
-from .plan import AdvisePlan, Retrieval, preflight_advise
+from .plan import AdvisePlan, Retrieval, preflight_advise, shared_refused
 from .race import MULTIKEY_TASK, RETRIEVAL_TASK, RaceResult, RaceSettings, race, retrieval_rows
 from .records.answers import EngineAdvice, Headline, OwnRace, routes
 from .records.comparisons import Confirmation, RetrievalRow
@@ -146,6 +146,8 @@ def settle_retrieval(plan: AdvisePlan, model: Any, tctx: EvalContext, kept: Kept
     if found >= PROBE_FLOOR:
         return replace(r, auto=False, why=f"{said}: {r.keys} keys per prefilled haystack")
     why = f"{said}: it cannot do several keys, so one passkey prompt per prefill"
+    if plan.cfg.shared_prefill:
+        raise ValueError(shared_refused(plan.cfg, f"{said}: the probe keeps passkey prompts"))
     return Retrieval(RETRIEVAL_TASK, 1, r.per_window, why)
 
 
@@ -159,10 +161,11 @@ def setup(plan: AdvisePlan, model: Any, store: ScoreStore) -> Setup:
         say(cfg, f"retrieval by generation: {found.task} ({found.why})")
     k = found.per_window  # retrieval prefills a window: block (a, b) is prefills (a k, b k)
     rctx = found.race_pool(tctx, cfg.race_windows) if found.task else tctx
+    on_haystacks = {found.task, cfg.race_objective()} if cfg.shared_prefill else {found.task}
 
     def on_tuning_pool(specs, task, length, block, stage="race"):
         a, b = block
-        retrieval = task == found.task
+        retrieval = task in on_haystacks
         pool = replace(rctx, window_range=(a * k, b * k)) if retrieval else replace(tctx, window_range=block)
         with reporting(scoring_line(cfg, stage)):
             return count.add(stage, score_many(model, tok, list(specs), task, length, pool, store, model_id))
@@ -177,9 +180,10 @@ def setup(plan: AdvisePlan, model: Any, store: ScoreStore) -> Setup:
     if plan.extends and cfg.learn_steps:
         cands += _learned(plan, model, tctx, count)
     cands += added_candidates(cfg.add_spec, plan.added)
+    retrieval = cfg.race_objective() if cfg.shared_prefill else found.task or RETRIEVAL_TASK  # one row, both axes
     settings = RaceSettings(
-        cfg.objective, cfg.length, plan.short_lengths, cfg.race_windows, cfg.block, cfg.min_windows,
-        cfg.max_short_cost, cfg.budget, k if found.task else 0, cfg.min_retrieval, found.task or RETRIEVAL_TASK,
+        cfg.race_objective(), cfg.length, plan.short_lengths, cfg.race_windows, cfg.block, cfg.min_windows,
+        cfg.max_short_cost, cfg.budget, k if found.task else 0, cfg.min_retrieval, retrieval,
     )  # fmt: skip
     engines = with_engines(cands, plan.trained, cfg.length, plan.config)
     return Setup(engines, on_tuning_pool, settings, ctx, tctx, store, model_id, count, found)
@@ -329,7 +333,7 @@ def _evidence(
     """Everything the report and the demo read; ``recommendation`` is the first engine's (``--engine``,
     else transformers'), ``by_engine`` each engine's."""
     cfg, count = plan.cfg, s.count
-    found = retrieval_rows(result, cfg.length, by_key(result.entries, "yarn+m"), s.retrieval.task or RETRIEVAL_TASK)
+    found = retrieval_rows(result, cfg.length, by_key(result.entries, "yarn+m"), s.settings.retrieval_task)
     return Evidence(
         _question(plan, s.retrieval), diagnosis, race_rows(result, found),
         RaceSummary(result.status, result.windows, result.rows, result.leader), confirmed,
@@ -355,7 +359,7 @@ def _question(plan: AdvisePlan, r: Retrieval) -> Question:
     return Question(
         cfg.model, cfg.length, plan.trained, served_by(cfg)[0], tuple(served_by(cfg)), cfg.objective, cfg.text,
         plan.second_text, tuple(plan.short_lengths), tuple(plan.check_lengths), cfg.max_short_cost, cfg.min_retrieval,
-        trials if r.task else None, r if r.task else None, plan.needles,
+        trials if r.task else None, r if r.task else None, plan.needles, cfg.shared_prefill,
     )  # fmt: skip
 
 

@@ -87,7 +87,7 @@ def planned_rows(plan: AdvisePlan, candidates: int) -> tuple[int, int]:
     every race window: the objective and the retrieval prefills; then confirmed on the evaluation
     pool); the rows below L0 and at the held-out lengths come on top."""
     cfg, r = plan.cfg, plan.retrieval
-    per_window = 1 + (r.per_window if r.task else 0)
+    per_window = (0 if cfg.shared_prefill else 1) + (r.per_window if r.task else 0)  # shared: the haystacks alone
     prefills = r.confirm_pool_size(cfg.retrieval_prompts or cfg.trials) if r.task else 0
     return candidates * cfg.race_windows * per_window, candidates * (cfg.n_docs + prefills)
 
@@ -99,7 +99,11 @@ def cost_line(plan: AdvisePlan, candidates: int, count: Counter) -> str:
     cfg = plan.cfg
     race_rows, confirm_rows = planned_rows(plan, candidates)
     each = count.seconds_per_row(cfg.length)
-    said = f"plan: at most {race_rows} race rows and {confirm_rows} confirmation rows at {cfg.length} tokens"
+    said = f"plan: at most {race_rows} race rows and {confirm_rows} confirmation rows at {cfg.length} tokens" + (
+        f" (the race's {cfg.objective} on its retrieval haystacks, facts left out: --shared-prefill)"
+        if cfg.shared_prefill
+        else ""
+    )
     if each is None:
         return said + " (no row at that length timed yet)"
     total = (race_rows + confirm_rows) * each / max(1, cfg.workers)
@@ -132,10 +136,11 @@ def open_store(plan: AdvisePlan) -> ScoreStore:
 
 def _paired(plan: AdvisePlan, mine: list[Result], theirs: list[Result]) -> Paired | None:
     """``mine`` against ``theirs`` on the objective at N, on the windows both were scored on."""
-    task, n = get_task(plan.cfg.objective), min(len(mine), len(theirs))
+    name = plan.cfg.race_objective()
+    task, n = get_task(name), min(len(mine), len(theirs))
     if n == 0:
         return None
-    ci = task.paired(merged(plan.cfg.objective, mine[:n]), merged(plan.cfg.objective, theirs[:n]), task.objective)
+    ci = task.paired(merged(name, mine[:n]), merged(name, theirs[:n]), task.objective)
     return None if ci is None else Paired.of(ci, task.verdict(ci, task.objective))
 
 
@@ -143,8 +148,8 @@ def candidate_rows(plan: AdvisePlan, result: RaceResult) -> list[StatusRow]:
     """Per candidate: its objective at N over the windows scored, paired against no change (and a
     YaRN with a temperature against YaRN at m = 1: what the temperature adds), and the race's
     comparisons."""
-    cfg = plan.cfg
-    task, key = get_task(cfg.objective), (cfg.objective, cfg.length)
+    cfg, name = plan.cfg, plan.cfg.race_objective()
+    task, key = get_task(name), (name, cfg.length)
     parts = {e.name: e.parts.get(key, []) for e in result.entries}
     yarn = by_key(result.entries, "yarn")
     on_yarn = set(confirm.on_yarn(result, "yarn"))  # keys
@@ -159,7 +164,7 @@ def candidate_rows(plan: AdvisePlan, result: RaceResult) -> list[StatusRow]:
                 e.reason is None,
                 e.reason,
                 sum(r.rows for r in mine),
-                task.describe(merged(cfg.objective, mine), task.objective) if mine else None,
+                task.describe(merged(name, mine), task.objective) if mine else None,
                 None if e.name == BASELINE else _paired(plan, mine, parts[BASELINE]),
                 _paired(plan, mine, parts[reference]) if reference in parts else None,
                 c.objective_vs_leader,

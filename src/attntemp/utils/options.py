@@ -245,8 +245,12 @@ def from_args(cls: type, args: argparse.Namespace, build: Callable[..., Any] | N
 
 def _name_flag(message: str, fields: Sequence[dataclasses.Field]) -> str:
     """``"n_docs=0 is not allowed..."`` -> ``"--docs=0 is not allowed..."`` (the field's name
-    becomes its flag wherever the message starts with it)."""
+    becomes its flag wherever the message starts with it; a switch given, ``"x=True ..."``, its flag
+    alone: ``"--x ..."``)."""
     for f in sorted(fields, key=lambda f: -len(f.name)):
+        switch = f.type in (bool, "bool") and not f.metadata["cli"]["invert"]
+        if switch and message.startswith(f"{f.name}=True"):
+            return flag_of(f) + message[len(f.name) + len("=True") :]
         if message.startswith((f"{f.name}=", f"{f.name}[", f"{f.name} ")):
             return flag_of(f) + message[len(f.name) :]
     return message

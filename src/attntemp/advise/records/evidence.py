@@ -87,7 +87,8 @@ class Question:
     """What was asked: the model at ``length`` tokens (trained to ``trained_length``), the engine the
     headline is for and every engine served, the objective, the texts, the short and held-out
     lengths, the limits (``max_short_cost``: ratio - 1 below L0; ``min_retrieval``), the retrieval
-    prompts of the race and the confirmation (trials), the retrieval axis and the needles a forward."""
+    prompts of the race and the confirmation (trials), the retrieval axis and the needles a forward;
+    ``shared_prefill``: the race's objective read off the retrieval haystacks (in the JSON only when set)."""
 
     model: str
     length: int
@@ -104,6 +105,7 @@ class Question:
     retrieval_prompts: RetrievalPrompts | None
     retrieval: Retrieval | None
     needles_per_forward: int
+    shared_prefill: bool = False
 
     def to_dict(self) -> JSON:
         return {
@@ -115,6 +117,7 @@ class Question:
             "retrieval_prompts": None if self.retrieval_prompts is None else self.retrieval_prompts.to_dict(),
             "retrieval": None if self.retrieval is None else self.retrieval.to_dict(),
             "needles_per_forward": self.needles_per_forward,
+            **({"shared_prefill": True} if self.shared_prefill else {}),  # older evidence reads back key for key
         }  # fmt: skip
 
     @classmethod
@@ -125,7 +128,7 @@ class Question:
             d["second_text"], tuple(d["short_lengths"]), tuple(d["check_lengths"]), d["max_short_cost"],
             d["min_retrieval"], None if p is None else RetrievalPrompts.from_dict(p),
             None if r is None else Retrieval.from_dict(r),
-            d["needles_per_forward"],
+            d["needles_per_forward"], bool(d.get("shared_prefill", False)),
         )  # fmt: skip
 
 
