@@ -26,6 +26,7 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 from .utils.errors import ExternalToolError
+from .utils.hugepages import prefer_huge_pages
 
 # Sub-command modules under attntemp.commands, in the order `attntemp --help` lists them.
 COMMANDS = (
@@ -213,6 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command line; Ctrl-C (``KeyboardInterrupt``) anywhere in it, from parsing to the
     last write, is one line on stderr (:func:`interrupted`) and exit code 130, never a traceback."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    prefer_huge_pages()  # before torch is imported: its allocator reads the variable once
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
         argv = [DEFAULT_COMMAND, *argv]
     parsed: list[argparse.Namespace] = []

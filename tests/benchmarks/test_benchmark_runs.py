@@ -85,6 +85,12 @@ def cli_help(values: list[dict]) -> None:
     assert all(_positive(res["seconds"][k]["median"]) for k in ("cli_help", "bare_python", "import_torch"))
 
 
+def huge_pages(values: list[dict]) -> None:
+    (out,) = values
+    assert out["L"] == 512 and out["repeats"] == 1 and set(out["seconds"]) == {"none", "huge_pages"}
+    assert _positive(out["huge_pages_over_none"]["median"]) and out["faults"]["none"]["median"] >= 0  # 0: all small
+
+
 def forward_breakdown(values: list[dict]) -> None:
     *runs, out = values  # a line per timed forward, then the summary
     assert [(r["dtype"], r["L"]) for r in runs] == [("float32", 512), ("bfloat16", 512)]
@@ -154,6 +160,10 @@ SMALLEST: dict[str, tuple[list[str], Callable[[list[Any]], None]]] = {
     "benchmarks/attention.py": (["--lengths", "256", "--repeats", "1"], attention),
     "benchmarks/attention_rate.py": (["--quick"], attention_rate),
     "benchmarks/cli_help.py": (["--commands", "top", "--repeats", "1"], cli_help),
+    "benchmarks/huge_pages.py": (
+        ["--model", "tiny", "--length", "512", "--dtype", "float32", "--repeats", "1", "--threads", "1"],
+        huge_pages,
+    ),
     "benchmarks/forward_breakdown.py": (
         ["--model", "tiny", "--lengths", "512", "--repeats", "1", "--threads", "1"],
         forward_breakdown,
