@@ -2,7 +2,7 @@
 
 glibc maps every allocation past 32 MiB afresh and unmaps it on free, so a long forward faults its
 activations in 4 KiB pages, over and over; ``THP_MEM_ALLOC_ENABLE=1`` (which the ``attntemp``
-command sets, :mod:`attntemp.utils.hugepages`) has torch's CPU allocator ask for 2 MiB pages.
+command sets, :func:`attntemp.utils.resources.prefer_huge_pages`) has torch's CPU allocator ask for 2 MiB pages.
 torch reads the variable once, so each path runs in its own interpreter: per repeat one child
 with it ``0`` and one with it ``1``, interleaved, each timing the model's trunk (no LM head) on
 the standard library's text, a warm-up forward first. Per path the median seconds and minor page
@@ -24,8 +24,9 @@ from dataclasses import dataclass
 
 from _harness import BenchOptions, machine, median_interval
 
-from attntemp.utils.hugepages import VARIABLE, kernel_setting
 from attntemp.utils.options import from_argv, option
+from attntemp.utils.resources import THP_VARIABLE as VARIABLE
+from attntemp.utils.resources import kernel_setting
 
 PATHS = {"none": "0", "huge_pages": "1"}  # path: THP_MEM_ALLOC_ENABLE
 

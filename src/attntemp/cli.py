@@ -26,7 +26,7 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 from .utils.errors import ExternalToolError
-from .utils.hugepages import prefer_huge_pages
+from .utils.resources import prefer_huge_pages
 
 # Sub-command modules under attntemp.commands, in the order `attntemp --help` lists them.
 COMMANDS = (

@@ -1,10 +1,12 @@
 """Sizes checked against the machine before work starts: the memory a run would need, estimated,
-against what this process can still get (``MemAvailable``, a cgroup limit, ``RLIMIT_AS``)."""
+against what this process can still get (``MemAvailable``, a cgroup limit, ``RLIMIT_AS``); and
+transparent huge pages for torch's large CPU tensors (:func:`prefer_huge_pages`)."""
 
 from __future__ import annotations
 
 import os
 import resource
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -115,3 +117,43 @@ def vllm_cpu_refusal(path: str = "/proc/cpuinfo") -> str | None:
         return None
     simd = "AVX2" if "avx2" in flags else "no AVX2"
     return f"vLLM's CPU build needs AVX-512 ({VLLM_CPU_NEEDS} is not in {path}: this CPU has {simd})"
+
+
+# ----------------------------------------------------------------------------- huge pages
+# glibc serves every allocation past 32 MiB with a fresh ``mmap`` and returns it with ``munmap``,
+# so a long forward faults its large activations in 4 KiB pages each time (0.5 to 3.1 million
+# faults in one SmolLM2 trunk forward at 16384 tokens). torch's CPU allocator (c10's ``alloc_cpu``)
+# asks for transparent huge pages (``madvise(MADV_HUGEPAGE)``) on allocations of 2 MiB or more when
+# ``THP_MEM_ALLOC_ENABLE=1``, about 9x fewer faults there; the numbers are unchanged. torch reads
+# the variable once, at its first allocation: the ``attntemp`` command sets it before importing
+# torch (:func:`prefer_huge_pages`); a Python user sets it in the environment. The kernel must allow
+# it: ``/sys/kernel/mm/transparent_hugepage/enabled`` at ``always`` or ``madvise``.
+THP_VARIABLE = "THP_MEM_ALLOC_ENABLE"
+THP_SETTING = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+
+
+def kernel_setting(path: Path = THP_SETTING) -> str | None:
+    """The kernel's transparent huge page mode (``always``, ``madvise`` or ``never``; the bracketed
+    word of the sysfs file), or None where there is no such file (not Linux, or no THP)."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return None
+    for word in text.split():
+        if word.startswith("[") and word.endswith("]"):
+            return word[1:-1]
+    return None
+
+
+def prefer_huge_pages(environ: dict[str, str] | None = None, modules: dict | None = None) -> bool:
+    """Set ``THP_MEM_ALLOC_ENABLE=1`` unless the user set it (any value, ``0`` included, is kept) or
+    torch is already imported (too late: torch has read it). Returns whether huge pages are asked
+    for from now on in this process and its children."""
+    env = os.environ if environ is None else environ
+    loaded = sys.modules if modules is None else modules
+    if THP_VARIABLE in env:
+        return env[THP_VARIABLE] == "1"
+    if "torch" in loaded or sys.platform != "linux":
+        return False
+    env[THP_VARIABLE] = "1"
+    return True

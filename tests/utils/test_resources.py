@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from attntemp.utils.hugepages import VARIABLE, kernel_setting, prefer_huge_pages
+from attntemp.utils.resources import THP_VARIABLE as VARIABLE
+from attntemp.utils.resources import kernel_setting, prefer_huge_pages
 
 CASES = [  # (environment before, torch imported, returns, environment after)
     ({}, False, True, {VARIABLE: "1"}),
