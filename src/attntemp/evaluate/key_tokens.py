@@ -216,7 +216,21 @@ def windows_with_keys(values: list[Any], tokens: list[Any]) -> tuple[list[Any], 
     return [a for a, _ in kept], [t for _, t in kept]
 
 
-class KeyTokens(Task):
+class KeyCounted(Task):
+    """What a task that scores key tokens per window shares: the merged result's total of key tokens,
+    and a perplexity's values from the windows that hold any (:func:`windows_with_keys`)."""
+
+    def finish(self, merged):
+        merged = super().finish(merged)
+        merged["key_tokens_total"] = int(sum(merged["window_key_tokens"]))
+        return merged
+
+    def values_of(self, result, metric):
+        values, tokens = super().values_of(result, metric)
+        return (values, None) if tokens is None else windows_with_keys(values, tokens)
+
+
+class KeyTokens(KeyCounted):
     """Perplexity on key tokens (headline), their count per window, and all-token tail perplexity."""
 
     name = "key_tokens"
@@ -229,15 +243,6 @@ class KeyTokens(Task):
     )
     objective = "key_ppl"
     per_window = ("window_key_tokens", "window_tail", "window_key_nll", "window_tail_nll")
-
-    def finish(self, merged):
-        merged["key_tokens_total"] = int(sum(merged["window_key_tokens"]))
-        return merged
-
-    def values_of(self, result, metric):
-        """A perplexity's values from the windows that hold any of its tokens (:func:`windows_with_keys`)."""
-        values, tokens = super().values_of(result, metric)
-        return (values, None) if tokens is None else windows_with_keys(values, tokens)
 
     def check_pair(self, a, b, metric):
         for key in ("windows_digest", "key_digest"):

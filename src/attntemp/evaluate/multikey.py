@@ -43,7 +43,7 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 
 from ..hf.patch import batch_multipliers
-from .key_tokens import KEY_COUNT, KEY_PPL, key_positions, mask_digest, ngram_rule, no_key_tokens, windows_with_keys
+from .key_tokens import KEY_COUNT, KEY_PPL, KeyCounted, key_positions, mask_digest, ngram_rule, no_key_tokens
 from .lm import answer_and_generate, first_integer, prefill, prefill_nll
 from .needles import FACT, HAYSTACK_MIN, KEY_RANGE, QUERY, WORDS, answer_ids, drawn, fact_spans, hide_facts
 from .task_base import EvalContext, Metric, Task, digest_of
@@ -253,7 +253,7 @@ def key_fields(masks: Sequence[torch.Tensor], rule: str) -> dict[str, Any]:
     }
 
 
-class MultiKeyKeys(MultiKey):
+class MultiKeyKeys(KeyCounted, MultiKey):
     """:class:`~.multikey.MultiKey` (keys found, answer log-probability) and key-token perplexity of
     the haystacks' own text, from one prefill per haystack."""
 
@@ -261,16 +261,6 @@ class MultiKeyKeys(MultiKey):
     metrics = (*MultiKey.metrics, KEY_PPL, KEY_COUNT)
     objective = "key_ppl"
     per_window = (*MultiKey.per_window, "window_key_tokens", "window_key_nll")
-
-    def finish(self, merged):
-        merged = super().finish(merged)
-        merged["key_tokens_total"] = int(sum(merged["window_key_tokens"]))
-        return merged
-
-    def values_of(self, result, metric):
-        """A perplexity's values from the haystacks that hold any key token (:func:`windows_with_keys`)."""
-        values, tokens = super().values_of(result, metric)
-        return (values, None) if tokens is None else windows_with_keys(values, tokens)
 
     def check_pair(self, a, b, metric):
         super().check_pair(a, b, metric)
