@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 from _harness import BenchOptions, machine, median_interval
 
-from attntemp.utils.options import from_argv, option
+from attntemp.hf.model_options import ModelOptions
+from attntemp.utils.options import from_argv, option, reuse
 from attntemp.utils.resources import THP_VARIABLE as VARIABLE
 from attntemp.utils.resources import kernel_setting
 
@@ -35,10 +36,10 @@ PATHS = {"none": "0", "huge_pages": "1"}  # path: THP_MEM_ALLOC_ENABLE
 class HugePagesBench(BenchOptions):
     """The model, length and threads of the timed forward."""
 
-    model: str = option("smollm2", "model name or path (attntemp.load_model)")
+    model: str = reuse(ModelOptions, "model", "smollm2")
     length: int = option(16384, "tokens per forward", parse=int)
-    dtype: str = option("bfloat16", "compute dtype")
-    threads: int = option(2, "torch threads", parse=int)
+    dtype: str = reuse(ModelOptions, "dtype", "bfloat16")
+    threads: int = reuse(ModelOptions, "threads", 2)
     child: bool = option(False, "internal: time one forward in this process and print it")
 
 

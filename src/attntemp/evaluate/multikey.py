@@ -275,11 +275,11 @@ class MultiKeyKeys(KeyCounted, MultiKey):
             )
         docs = list(ctx.pick(haystacks(tok, length, ctx)))
         masks = [haystack_keys(h, ctx) for h in docs]  # each [P-1]
-        total = sum(int(k.sum()) for k in masks)
-        if not total and ctx.window_range is None:  # a block of a race may hold none: it adds nothing
-            raise ValueError(no_key_tokens(len(docs), length, shared_rule(ctx), ctx))
-        scores, nll = score_with_keys(model, tok, docs, masks, multipliers)  # [k_m, n, k, 2], [k_m, n]
         common = key_fields(masks, shared_rule(ctx))
+        total = common["key_tokens_total"]
+        if not total and ctx.window_range is None:  # a block of a race may hold none: it adds nothing
+            raise ValueError(no_key_tokens(len(docs), length, common["rule"], ctx))
+        scores, nll = score_with_keys(model, tok, docs, masks, multipliers)  # [k_m, n, k, 2], [k_m, n]
         return [
             {
                 **res,
