@@ -72,6 +72,8 @@ def test_equals_measure_at_generated_positions_for_every_architecture(arch):
     out, mon = _generate(model, ids, mask)
     assert len(mon.steps) == 6 and mon.steps[0].stats["entropy"].shape == (2, 2, 4)
     assert _worst_gap(model, out, mask, mon) <= TOL
+    out, mon = _generate(model, ids[:, 5:], mask[:, 5:])  # no padding: every row sees every key (m None)
+    assert _worst_gap(model, out, mask[:, 5:], mon) <= TOL
     spec = TemperatureSpec(multiplier=1.7)  # on top of a temperature patch: the tempered attention
     out, mon = _generate(model, ids[:1], mask[:1], spec, every=2)
     assert [s.index for s in mon.steps] == [0, 2, 4]

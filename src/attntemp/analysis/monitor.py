@@ -42,7 +42,7 @@ from ..ops.spec import TemperatureSpec
 from ..utils import checks
 from .config import DEFAULT_QUANTILE, DEFAULT_WINDOW, FLAGS, STEP_STATS
 from .measure import AttentionStats
-from .monitor_rows import STACK_BYTES, RowGroup, assemble, group_stats, row_groups, stacked_stats
+from .monitor_rows import Seen, assemble, group_stats, whole_stats
 from .reference_profile import (
     Reference,
     probed,
@@ -186,7 +186,7 @@ class Monitor:
         self._heads = model_geometry(model).num_heads
         self._switched: dict[int, LayerState] | None = None
         self._run, self._index, self._recording, self._keys = -1, -1, False, -1
-        self._groups: dict[int, list[RowGroup]] = {}  # layers kept for one stacked call at the step's end
+        self._seen: dict[int, Seen] = {}  # layers kept for one stacked call at the step's end
         self._done: dict[int, dict[str, torch.Tensor]] = {}  # layers done as they came
         self._positions: list[int] = []
         self._history: list[np.ndarray] = []  # this run's shifts, [len(STEP_STATS), B] per step
@@ -235,10 +235,11 @@ class Monitor:
             m = self._switched[layer].multiplier(query, key, kwargs)
             m = torch.ones((), device=query.device) if m is None else m  # returning None would keep the old m
         if self._recording:
-            groups = row_groups(query.detach(), key.detach(), m, scaling, kwargs, self._positions)
-            if len(groups) == 1 and groups[0].rows is None and groups[0].k.nbytes <= STACK_BYTES:
-                self._groups[layer] = groups  # small keys: stacked with the other layers at the step's end
+            seen = Seen(query.detach(), key.detach(), m, scaling, kwargs)
+            if seen.whole(self._positions):
+                self._seen[layer] = seen  # the usual step: every layer in one kernel call at its end
             else:  # now, while this layer's keys are in the CPU cache for its own attention
+                groups = seen.groups(self._positions)
                 self._done[layer] = assemble(groups, group_stats(groups, *self._sizes), query.shape[0])
             if layer == self._layers[-1]:
                 self._finish()
@@ -270,7 +271,7 @@ class Monitor:
             self._index += 1
         self._positions = positions
         self._recording = self._index % self.every == 0
-        self._groups, self._done = {}, {}
+        self._seen, self._done = {}, {}
         self._attach(self._recording or self._switched is not None)
 
     def _attach(self, on: bool) -> None:
@@ -286,29 +287,30 @@ class Monitor:
         self._attached = on
 
     def _layer_stats(self) -> np.ndarray:
-        """Each layer's rows, ``[len(STEP_STATS), B, layers, H]``. Layers with small keys and no
-        padding were kept for now: one stacked kernel call for them all (the per-call overhead
-        outweighs the copy); the others were done as they came."""
-        kept = [i for i in self._layers if i in self._groups]
-        pending = [self._groups[i][0] for i in kept]
-        if len(pending) == len(self._layers) and len({g.stack_key() for g in pending}) == 1:
-            by_name = stacked_stats(pending, *self._sizes)
-            st = torch.stack([by_name[n] for n in STEP_STATS])  # [S, L*B, H]: the usual step
+        """Each layer's rows, ``[len(STEP_STATS), B, layers, H]``. Layers whose rows all see every
+        cached key were kept as they came: when they are all the layers, alike, one stacked kernel
+        call for them all (:func:`whole_stats`: the per-call overhead outweighs the copy of the keys);
+        otherwise they are grouped like the rest, which were done as they came."""
+        seen = [self._seen[i] for i in self._layers if i in self._seen]
+        if len(seen) == len(self._layers) and len({x.stack_key() for x in seen}) == 1:
+            st = whole_stats(seen, *self._sizes)  # [S, L*B, H]: the usual step
             st = st.reshape(len(STEP_STATS), len(self._layers), -1, st.shape[-1]).transpose(1, 2)  # [S, B, L, H]
             return st.float().cpu().numpy()
-        stats = {**self._done, **dict(zip(kept, group_stats(pending, *self._sizes), strict=True))}
+        kept = [i for i in self._layers if i in self._seen]
+        groups = [self._seen[i].groups(self._positions) for i in kept]  # one group each: whole rows
+        stats = {**self._done, **dict(zip(kept, group_stats([g[0] for g in groups], *self._sizes), strict=True))}
         per_name = [torch.stack([stats[i][n] for i in self._layers], 1) for n in STEP_STATS]  # [B, layers, H] each
         return torch.stack(per_name).float().cpu().numpy()
 
     def _finish(self) -> None:
         stacked = self._layer_stats()  # [S, B, layers, H]
         stats = dict(zip(STEP_STATS, stacked, strict=True))
-        self._groups, self._done = {}, {}  # the views of the cache: not kept past the step
+        self._seen, self._done = {}, {}  # the views of the cache: not kept past the step
         shift, trend, flags = {}, {}, {}
         if self.reference is not None:
             now = shifts(self.reference, stacked)  # [S, B]
             self._history = [*self._history, now][-self.window :]
-            mean = np.mean(self._history, axis=0)  # [S, B]: the trend over the last window steps
+            mean = np.add.reduce(self._history) / len(self._history)  # [S, B]: the trend over the last window steps
             flags = raise_flags(mean, self._table, len(self._history))
             shift, trend = dict(zip(STEP_STATS, now, strict=True)), dict(zip(STEP_STATS, mean, strict=True))
         step = Step(self._run, self._index, np.asarray(self._positions), stats, shift, trend, flags, self.reference)

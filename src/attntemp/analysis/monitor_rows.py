@@ -1,7 +1,7 @@
 """One query row per sequence against the keys it sees, for the monitor: each row's last query and
 its visible keys (located by absolute position: left padding, sliding-window caches), grouped so
 that rows, and layers, seeing keys of one shape go through one call of
-:func:`attntemp.ops.attention_stats.last_query_stats` (one query row against every key it sees:
+:func:`attntemp.ops.attention_stats.last_query_stacked` (one query row against every key it sees:
 O(n) time and memory; with soft-capping :func:`~attntemp.ops.attention_stats.block_stats`, the
 blockwise kernel of ``measure``, which is also its reference)."""
 
@@ -11,9 +11,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ..ops.attention_stats import block_stats, last_query_stats
+from ..ops.attention_stats import LAST_QUERY_STATS, block_stats, last_query_stacked
 from .config import STEP_STATS
 
+assert STEP_STATS == LAST_QUERY_STATS  # the kernel stacks its statistics in this order
 STACK_BYTES = 2**18  # a layer whose seen keys are at most this size joins one stacked call
 
 
@@ -76,25 +77,65 @@ def group_stats(groups: list[RowGroup], sink_tokens: int, recent_tokens: int) ->
     return out
 
 
-def stacked_stats(groups: list[RowGroup], sink_tokens: int, recent_tokens: int) -> dict:
-    """One :func:`block_stats` call on groups of equal :meth:`RowGroup.stack_key`, their rows
-    stacked in order, each query at the position of the last key it sees: ``[sum of rows, H]``
-    per statistic."""
+def stacked_stats(groups: list[RowGroup], sink_tokens: int, recent_tokens: int) -> torch.Tensor:
+    """One kernel call on groups of equal :meth:`RowGroup.stack_key`, their rows stacked in order,
+    each query at the position of the last key it sees: ``[len(STEP_STATS), sum of rows, H]``."""
     g = groups[0]
     cat = (lambda ts: ts[0]) if len(groups) == 1 else torch.cat
     q, k = cat([x.q for x in groups]), cat([x.k for x in groups])  # [sum b, H, 1, D], [sum b, Hkv, n, D]
     m = None if g.m is None else cat([x.m for x in groups if x.m is not None])  # [sum b, H, 1]
     sink = max(0, sink_tokens - g.first)  # the sink is the sequence's first keys, not the window's
-    if g.softcap is None:  # the usual case: the single-query kernel, half the operations
-        return last_query_stats(q, k, m, g.scaling, sink, recent_tokens)  # [sum b, H] each
+    if g.softcap is None:  # the usual case: the single-query kernel, a third of the operations
+        return last_query_stacked(q, k, m, g.scaling, sink, recent_tokens)  # [S, sum b, H]
     st = block_stats(q, k, k.shape[2] - 1, m, g.scaling, g.softcap, None, sink, recent_tokens)
-    return {n: st[n][..., 0] for n in STEP_STATS}  # [sum b, H]
+    return torch.stack([st[n][..., 0] for n in STEP_STATS])  # [S, sum b, H]
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One layer's attention call on a recorded step, kept as it came (no tensor touched):
+    ``query`` ``[B, H, Lq, D]``, ``key`` ``[B, Hkv, Lk, D]`` (the cache), ``m``, the scaling and
+    transformers' kwargs."""
+
+    query: torch.Tensor
+    key: torch.Tensor
+    m: torch.Tensor | None
+    scaling: float | None
+    kwargs: dict
+
+    def whole(self, positions: list[int]) -> bool:
+        """Whether every row (at absolute ``positions``) sees every cached key: each position the
+        last key's, no window cutting them; and no soft-capping, small keys. Such layers go
+        through :func:`whole_stats`."""
+        window, lk = self.kwargs.get("sliding_window"), self.key.shape[2]
+        small = self.key.nbytes <= STACK_BYTES and self.kwargs.get("softcap") is None
+        return small and (not window or int(window) >= lk) and all(p + 1 == lk for p in positions)
+
+    def groups(self, positions: list[int]) -> list[RowGroup]:
+        """Its rows grouped by the keys they see (:func:`row_groups`)."""
+        return row_groups(self.query, self.key, self.m, self.scaling, self.kwargs, positions)
+
+    def stack_key(self) -> tuple:
+        return (tuple(self.key.shape), tuple(self.query.shape[:2]), self.key.dtype, self.scaling, self.m is None)
+
+
+def whole_stats(seen: list[Seen], sink_tokens: int, recent_tokens: int) -> torch.Tensor:
+    """The usual recorded step: layers whose rows all see every cached key (:meth:`Seen.whole`,
+    equal :meth:`Seen.stack_key`) in one :func:`last_query_stacked` call, their last queries and
+    keys stacked along the batch (one copy of the keys, no per-layer indexing):
+    ``[len(STEP_STATS), layers * B, H]``, layer-major."""
+    q = torch.cat([s.query[:, :, -1:] for s in seen])  # [L*B, H, 1, D]
+    k = torch.cat([s.key for s in seen])  # [L*B, Hkv, n, D]
+    m = None
+    if seen[0].m is not None:
+        b, h, lq = seen[0].query.shape[:3]
+        m = torch.cat([s.m.float().expand(b, h, lq)[..., -1:] for s in seen if s.m is not None])  # [L*B, H, 1]
+    return last_query_stacked(q, k, m, seen[0].scaling, sink_tokens, recent_tokens)  # [S, L*B, H]
 
 
 def _stacked(groups: list[RowGroup], sink_tokens: int, recent_tokens: int) -> list[dict]:
-    st = stacked_stats(groups, sink_tokens, recent_tokens)
-    parts = {n: v.split([x.q.shape[0] for x in groups]) for n, v in st.items()}  # [b, H] per group
-    return [{n: parts[n][i] for n in STEP_STATS} for i in range(len(groups))]
+    st = stacked_stats(groups, sink_tokens, recent_tokens).split([x.q.shape[0] for x in groups], 1)  # [S, b, H]
+    return [dict(zip(STEP_STATS, part, strict=True)) for part in st]
 
 
 def assemble(groups: list[RowGroup], stats: list[dict], batch: int) -> dict[str, torch.Tensor]:

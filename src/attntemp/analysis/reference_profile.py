@@ -99,6 +99,11 @@ class Reference:
         """``[len(STEP_STATS), layers, heads]``: ``mean`` in the order of :data:`STEP_STATS`."""
         return np.stack([self.mean[n] for n in STEP_STATS])
 
+    @functools.cached_property
+    def grand_mean(self) -> np.ndarray:
+        """``[len(STEP_STATS)]``: :attr:`stacked_mean` over layers and heads (NaN where a head's is)."""
+        return self.stacked_mean.reshape(len(STEP_STATS), -1).mean(-1)
+
     @property
     def shape(self) -> tuple[int, int]:
         layers, heads = self.mean["entropy"].shape
@@ -279,9 +284,12 @@ def shifts(ref: Reference, stats: dict[str, np.ndarray] | np.ndarray) -> np.ndar
     (or already stacked in :data:`STEP_STATS` order, ``[S, B, layers, heads]``) -> ``[S, B]`` (a few
     array ops: this runs at every generated token)."""
     values = stats if isinstance(stats, np.ndarray) else np.stack([stats[n] for n in STEP_STATS])
+    s, b = values.shape[:2]
+    out = values.reshape(s, b, -1).mean(-1) - ref.grand_mean[:, None]  # [S, B]: mean(v - r) = mean v - mean r
+    if not np.isnan(out).any():
+        return out
     d = values - ref.stacked_mean[:, None]  # [S, B, layers, heads]
-    out = d.mean(axis=(-2, -1))  # [S, B]
-    return np.nanmean(d, axis=(-2, -1)) if np.isnan(out).any() else out  # NaN: H / ln n of one key
+    return np.nanmean(d, axis=(-2, -1))  # NaN: H / ln n of one key; the heads' NaN pairs left out
 
 
 def raise_flags(trend: np.ndarray, margins: np.ndarray, k: int) -> dict[str, np.ndarray]:

@@ -63,6 +63,8 @@ class LayerState:
     def multiplier(self, query: torch.Tensor, key: torch.Tensor, kwargs: dict) -> torch.Tensor | None:
         """m broadcastable to query's ``[B, H, Lq]``, or None when it is exactly 1: always on a layer
         whose type the spec does not target (nor do a sweep's or a learner's multipliers reach it)."""
+        if self.extra is None and self.batch_multiplier is None and self.spec.is_identity:
+            return None  # the usual decode step of an unpatched model under a probe: nothing to compute
         if not self.spec.targets(self.layer_type):
             return None
         m = self._spec_and_batch(query, key, kwargs)
@@ -158,11 +160,13 @@ def _plain_causal(module, q, key, mask, window, dropout: float, kwargs: dict) ->
     """Whether this call is what SDPA runs as plain causal attention, which another exact kernel
     may compute (:mod:`.probes.kernel`): no mask, no window reached, no dropout, no position bias,
     a causal module, a prefill (as many queries as keys)."""
+    if not q.shape[2] == key.shape[2] > 1:
+        return False  # a decode step or a cached prefix: SDPA's own path
     causal = kwargs.get("is_causal")
     causal = getattr(module, "is_causal", True) if causal is None else causal
     no_window = not window or q.shape[2] <= window
     quiet = not (dropout and module.training) and kwargs.get("position_bias") is None
-    return mask is None and causal and no_window and quiet and q.shape[2] == key.shape[2] > 1
+    return mask is None and causal and no_window and quiet
 
 
 def _windowed_mask(*args, **kwargs):
@@ -171,8 +175,10 @@ def _windowed_mask(*args, **kwargs):
     computes the window in blocks (:func:`attntemp.ops.attention.windowed_sdpa`) instead of an
     ``[L, L]`` mask (4 GiB of booleans at 65536 tokens)."""
     window, pad = kwargs.get("local_size"), kwargs.get("attention_mask")
+    if window is None:
+        return sdpa_mask(*args, **kwargs)
     q_len, kv_len = kwargs.get("q_length", 0), kwargs.get("kv_length") or 0
-    long = window is not None and q_len > window and kwargs.get("allow_is_causal_skip", True)
+    long = q_len > window and kwargs.get("allow_is_causal_skip", True)
     offsets = (kwargs.get("q_offset"), kwargs.get("kv_offset"), kv_len - q_len)
     at_start = not any(isinstance(x, torch.Tensor) or x for x in offsets)
     if long and at_start and not args and (pad is None or bool(pad.all())):

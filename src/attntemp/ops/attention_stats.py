@@ -151,6 +151,38 @@ def block_stats(
     return _finish(e, big_z, ent, n, q0, k0, sink_tokens, recent_tokens, e @ keys)
 
 
+LAST_QUERY_STATS = ("entropy", "norm_entropy", "sink_mass", "recent_mass")  # last_query_stacked's order
+
+
+def last_query_stacked(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    multiplier: torch.Tensor | None = None,
+    scale: float | None = None,
+    sink_tokens: int = 4,
+    recent_tokens: int = 64,
+) -> torch.Tensor:
+    """:data:`LAST_QUERY_STATS` stacked, ``[4, B, H]``, of one query per row, ``q`` ``[B, H, 1, D]``,
+    that sees every key of ``k`` ``[B, Hkv, n, D]`` (the newest token while generating; keys in
+    order, the sink at index 0 when ``sink_tokens`` > 0). The formulas of :func:`block_stats` with
+    ``q0 = n - 1`` (its reference) in about half its tensor operations, since the monitor runs this
+    at every recorded token: m and the scale folded into q, no mask (nothing is hidden), no
+    weights but the needed sums (``H = ln Z - sum_j e_j z_j / Z``, ``z = s - max s``); no
+    soft-capping."""
+    b, hq, _, d = q.shape
+    hkv, n = k.shape[1], k.shape[2]
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    qf = q.float() * (scale if multiplier is None else multiplier.float().reshape(b, hq, 1, 1) * scale)  # [B, H, 1, D]
+    s = qf.reshape(b, hkv, hq // hkv, d) @ k.float().transpose(-1, -2)  # [B, Hkv, G, n]: GQA without repeats
+    z = s.sub_(s.amax(-1, keepdim=True)).reshape(b, hq, n)  # [B, H, n], max 0
+    e = torch.exp(z)  # [B, H, n]
+    big_z = e.sum(-1)  # [B, H]
+    ent = (big_z.log() - torch.linalg.vecdot(e, z) / big_z).clamp_min(0)  # [B, H]
+    norm = ent / math.log(n) if n > 1 else torch.full_like(ent, torch.nan)  # [B, H]
+    sink, recent = e[..., :sink_tokens].sum(-1), e[..., max(0, n - recent_tokens) :].sum(-1)  # [B, H] each
+    return torch.stack([ent, norm, sink / big_z, recent / big_z])  # [4, B, H]
+
+
 def last_query_stats(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -159,26 +191,10 @@ def last_query_stats(
     sink_tokens: int = 4,
     recent_tokens: int = 64,
 ) -> dict[str, torch.Tensor]:
-    """``entropy``, ``norm_entropy``, ``sink_mass`` and ``recent_mass`` ``[B, H]`` of one query per
-    row, ``q`` ``[B, H, 1, D]``, that sees every key of ``k`` ``[B, Hkv, n, D]`` (the newest token
-    while generating; keys in order, the sink at index 0 when ``sink_tokens`` > 0). The same
-    formulas as :func:`block_stats` with ``q0 = n - 1`` (its reference), in about half the tensor
-    operations: no mask (nothing is hidden), no weights but the needed sums; no soft-capping."""
-    b, hq, _, d = q.shape
-    hkv, n = k.shape[1], k.shape[2]
-    scale = 1.0 / math.sqrt(d) if scale is None else scale
-    qf = q.float() * (scale if multiplier is None else multiplier.float().reshape(b, hq, 1, 1) * scale)  # [B, H, 1, D]
-    z = qf.reshape(b, hkv, hq // hkv, d) @ k.float().transpose(-1, -2)  # [B, Hkv, G, n]: GQA without repeats
-    z = z.sub_(z.amax(-1, keepdim=True)).reshape(b, hq, n)  # [B, H, n], max 0
-    e = torch.exp(z)  # [B, H, n]
-    big_z = e.sum(-1)  # [B, H]
-    ent = (big_z.log() - torch.linalg.vecdot(e, z) / big_z).clamp_min(0)  # [B, H]
-    return {
-        "entropy": ent,
-        "norm_entropy": ent / math.log(n) if n > 1 else torch.full_like(ent, torch.nan),
-        "sink_mass": e[..., :sink_tokens].sum(-1) / big_z,
-        "recent_mass": e[..., max(0, n - recent_tokens) :].sum(-1) / big_z,
-    }
+    """:func:`last_query_stacked` by name: ``entropy``, ``norm_entropy``, ``sink_mass`` and
+    ``recent_mass`` ``[B, H]``."""
+    stacked = last_query_stacked(q, k, multiplier, scale, sink_tokens, recent_tokens)  # [4, B, H]
+    return dict(zip(LAST_QUERY_STATS, stacked, strict=True))
 
 
 def block_size(b: int, h: int, lk: int, budget_bytes: int = 64 * 2**20, temporaries: int = 4) -> int:
