@@ -78,6 +78,18 @@ def attention_rate(values: list[dict]) -> None:
     assert set(out["machine"]) >= {"cpu", "amx_bf16", "load_average"}
 
 
+def exp_rate(values: list[dict]) -> None:
+    (row,) = values
+    assert row["benchmark"] == "exp_rate"
+    if "skipped" in row:  # no C++ compiler or no ninja here: the JSON says why instead of a figure
+        assert row["skipped"].startswith("could not build the C++ loops:")
+        return
+    assert row["lanes"] in (8, 16) and row["tile"] == [256, 512]
+    assert set(row["ns_per_element"]) == {"torch_exp", "vec_exp_u10", "vec_exp_u20"}
+    assert all(_positive(v["median"]) for v in row["ns_per_element"].values())
+    assert 0 <= row["u20_max_rel_error"] < 1e-5  # exp_u20 is exp: 20 ULP at most, not another function
+
+
 def cli_help(values: list[dict]) -> None:
     (out,) = values
     (res,) = out["results"]
@@ -160,6 +172,7 @@ SMALLEST: dict[str, tuple[list[str], Callable[[list[Any]], None]]] = {
     "benchmarks/attention.py": (["--lengths", "256", "--repeats", "1"], attention),
     "benchmarks/attention_rate.py": (["--quick"], attention_rate),
     "benchmarks/cli_help.py": (["--commands", "top", "--repeats", "1"], cli_help),
+    "benchmarks/exp_rate.py": (["--repeats", "1", "--calls", "2"], exp_rate),
     "benchmarks/huge_pages.py": (
         ["--model", "tiny", "--length", "512", "--dtype", "float32", "--repeats", "1", "--threads", "1"],
         huge_pages,

@@ -32,7 +32,7 @@ from .config import STORE, AdviseConfig, served_by
 from .confirm import Check, checks_for, confirm, on_yarn, recommendation, to_confirm
 from .learned import LearnJob, added_candidates, learned_candidates
 from .plan import AdvisePlan, Retrieval, preflight_advise, shared_refused
-from .race import MULTIKEY_TASK, RETRIEVAL_TASK, RaceResult, RaceSettings, race, retrieval_rows
+from .race import MULTIKEY_TASK, RETRIEVAL_TASK, SHORT_TASK, RaceResult, RaceSettings, race, retrieval_rows
 from .records.answers import EngineAdvice, Headline, OwnRace, routes
 from .records.comparisons import Confirmation, RetrievalRow
 from .records.evidence import Diagnosis, Evidence, Question, RaceRow, RaceSummary, RetrievalPrompts
@@ -265,8 +265,8 @@ def _learned(plan: AdvisePlan, model, tctx: EvalContext, count: Counter) -> list
 
 
 def _diagnose(plan: AdvisePlan, model, tok, s: Setup, out: Path) -> Diagnosis:
-    """No change at L0 and N on the race's first windows (the race reads the same scores), and
-    the attention statistics per head."""
+    """No change at L0 and N on the race's first windows (the race reads the same scores), its
+    cost rows below L0 on the first block (timed for the plan), and the attention statistics per head."""
     cfg, on_pool = plan.cfg, s.scorer
     blocks = [(a, min(a + cfg.block, cfg.race_windows)) for a in range(0, cfg.min_windows, cfg.block)]
     tasks = [cfg.objective] + (["needles"] if plan.needles and cfg.objective != "needles" else [])
@@ -280,6 +280,8 @@ def _diagnose(plan: AdvisePlan, model, tok, s: Setup, out: Path) -> Diagnosis:
                 at[n][task] = {"error": str(exc)}
                 continue
             at[n][task] = diagnose.describe(task, merged(task, parts))
+    for n in plan.short_lengths:  # no change's cost rows the race's first round reads: the plan times them
+        on_pool([TemperatureSpec()], SHORT_TASK, n, blocks[0], "diagnosis")
     short = diagnose.window_attention_stats(model, tok, s.tctx, min(plan.trained, cfg.length), out, s.model_id)
     long = diagnose.window_attention_stats(model, tok, s.tctx, cfg.length, out, s.model_id)
     heads = diagnose.head_shift(long, short, plan.trained)

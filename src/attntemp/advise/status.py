@@ -24,7 +24,7 @@ from .advice_page import confirm_table, interval_cell
 from .candidates import BASELINE, by_key
 from .config import STORE, AdviseConfig
 from .plan import AdvisePlan
-from .race import RaceResult
+from .race import SHORT_TASK, RaceResult
 from .records.comparisons import Confirmation, Paired
 from .records.evidence import StatusDoc, StatusQuestion, StatusRace, StatusRow
 
@@ -36,18 +36,20 @@ class Counter:
     def __init__(self) -> None:
         self.rows: dict[str, int] = {}
         self.scored_s = 0.0  # what the scores took when they were made (read from the store or not)
-        self.at: dict[int, list[float]] = {}  # length -> [rows, seconds]
+        self.at: dict[tuple[str, int], list[float]] = {}  # (task, length) -> [rows, seconds]
 
     def add(self, stage: str, results: list) -> list:
         self.rows[stage] = self.rows.get(stage, 0) + sum(r.rows for r in results)
         self.scored_s += sum(r.seconds for r in results)
         for r in results:
-            got = self.at.setdefault(r.length, [0, 0.0])
+            got = self.at.setdefault((r.task, r.length), [0, 0.0])
             got[0], got[1] = got[0] + r.rows, got[1] + r.seconds
         return results
 
-    def seconds_per_row(self, length: int) -> float | None:
-        rows, seconds = self.at.get(length, (0, 0.0))
+    def seconds_per_row(self, length: int, task: str | None = None) -> float | None:
+        """Seconds a forward row took at ``length`` (of ``task`` alone when given), None if none ran."""
+        got = [v for (t, n), v in self.at.items() if n == length and task in (None, t)]
+        rows, seconds = sum(v[0] for v in got), sum(v[1] for v in got)
         return seconds / rows if rows else None
 
 
@@ -85,32 +87,54 @@ def race_progress(cfg: AdviseConfig):
 def planned_rows(plan: AdvisePlan, candidates: int) -> tuple[int, int]:
     """``(race, confirmation)``: the most forward rows at N each may take (every candidate scored on
     every race window: the objective and the retrieval prefills; then confirmed on the evaluation
-    pool); the rows below L0 and at the held-out lengths come on top."""
+    pool); :func:`planned_short_rows` gives the rows below L0, the held-out lengths' come on top."""
     cfg, r = plan.cfg, plan.retrieval
     per_window = (0 if cfg.shared_prefill else 1) + (r.per_window if r.task else 0)  # shared: the haystacks alone
     prefills = r.confirm_pool_size(cfg.retrieval_prompts or cfg.trials) if r.task else 0
     return candidates * cfg.race_windows * per_window, candidates * (cfg.n_docs + prefills)
 
 
+def planned_short_rows(plan: AdvisePlan, candidates: int) -> tuple[int, int]:
+    """``(race, confirmation)``: the most rows each may take at each length below L0, where the cost
+    is all-token perplexity: every candidate with no change on every race window, then on every
+    evaluation document."""
+    return candidates * plan.cfg.race_windows, candidates * plan.cfg.n_docs
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+def _rate(seconds: float) -> str:
+    return f"{seconds:.0f}" if seconds >= 10 else f"{seconds:.2g}"  # 160 s, not 1.6e+02 s
+
+
 def cost_line(plan: AdvisePlan, candidates: int, count: Counter) -> str:
-    """What the race and the confirmation may cost here, said before they run: rows at N, seconds a
-    row (the diagnosis's rows at N, just measured or read from the store), the total, and how
-    ``--budget`` and ``--workers`` shorten it."""
-    cfg = plan.cfg
+    """What the race and the confirmation may cost here, said before they run: rows at N and at
+    each length below L0, seconds a row at each (the diagnosis's rows, just measured or read from
+    the store: no change's at N, and its cost rows below L0), the total, and how ``--budget`` and
+    ``--workers`` shorten it."""
+    cfg, shorts = plan.cfg, plan.short_lengths
     race_rows, confirm_rows = planned_rows(plan, candidates)
-    each = count.seconds_per_row(cfg.length)
+    race_short, confirm_short = planned_short_rows(plan, candidates)
     said = f"plan: at most {race_rows} race rows and {confirm_rows} confirmation rows at {cfg.length} tokens" + (
         f" (the race's {cfg.objective} on its retrieval haystacks, facts left out: --shared-prefill)"
         if cfg.shared_prefill
         else ""
     )
+    if shorts:
+        said += f", {race_short} and {confirm_short} at each of {', '.join(map(str, shorts))} (the cost below L0)"
+    each = count.seconds_per_row(cfg.length)
     if each is None:
         return said + " (no row at that length timed yet)"
-    total = (race_rows + confirm_rows) * each / max(1, cfg.workers)
-    took = f"{total / 3600:.1f} h" if total >= 3600 else f"{total / 60:.0f} min" if total >= 60 else f"{total:.0f} s"
-    rate = f"{each:.0f}" if each >= 10 else f"{each:.2g}"  # 160 s, not 1.6e+02 s
+    below = {n: count.seconds_per_row(n, SHORT_TASK) for n in shorts}
+    total = (race_rows + confirm_rows) * each + sum((race_short + confirm_short) * t for t in below.values() if t)
+    rates = [f"{_rate(each)} s a row at {cfg.length}"] + [f"{_rate(t)} s at {n}" for n, t in below.items() if t]
+    untimed = [str(n) for n, t in below.items() if t is None]
     return (
-        f"{said}, {rate} s a row here (the diagnosis's), at most {took}"
+        f"{said}; {', '.join(rates)} here (the diagnosis's)"
+        + (f", none timed at {', '.join(untimed)} (left out of the total)" if untimed else "")
+        + f"; at most {_duration(total / max(1, cfg.workers))}"
         + (f" on {cfg.workers} workers" if cfg.workers > 1 else "")
         + "; the race usually stops far sooner; --budget ROWS caps the race, --workers K shares the rows out"
     )
