@@ -13,6 +13,7 @@ Memory is O(B * H * block * L): the block size is picked to fit ``budget_bytes``
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
@@ -183,18 +184,10 @@ def last_query_stacked(
     return torch.stack([ent, norm, sink / big_z, recent / big_z])  # [4, B, H]
 
 
-def last_query_stats(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    multiplier: torch.Tensor | None = None,
-    scale: float | None = None,
-    sink_tokens: int = 4,
-    recent_tokens: int = 64,
-) -> dict[str, torch.Tensor]:
-    """:func:`last_query_stacked` by name: ``entropy``, ``norm_entropy``, ``sink_mass`` and
-    ``recent_mass`` ``[B, H]``."""
-    stacked = last_query_stacked(q, k, multiplier, scale, sink_tokens, recent_tokens)  # [4, B, H]
-    return dict(zip(LAST_QUERY_STATS, stacked, strict=True))
+def last_query_stats(q: torch.Tensor, k: torch.Tensor, *args: Any, **kwargs: Any) -> dict[str, torch.Tensor]:
+    """:func:`last_query_stacked` (the same arguments) by name: ``entropy``, ``norm_entropy``,
+    ``sink_mass`` and ``recent_mass`` ``[B, H]``."""
+    return dict(zip(LAST_QUERY_STATS, last_query_stacked(q, k, *args, **kwargs), strict=True))
 
 
 def block_size(b: int, h: int, lk: int, budget_bytes: int = 64 * 2**20, temporaries: int = 4) -> int:
