@@ -85,7 +85,7 @@ def stacked_stats(groups: list[RowGroup], sink_tokens: int, recent_tokens: int) 
     q, k = cat([x.q for x in groups]), cat([x.k for x in groups])  # [sum b, H, 1, D], [sum b, Hkv, n, D]
     m = None if g.m is None else cat([x.m for x in groups if x.m is not None])  # [sum b, H, 1]
     sink = max(0, sink_tokens - g.first)  # the sink is the sequence's first keys, not the window's
-    if g.softcap is None:  # the usual case: the single-query kernel, a third of the operations
+    if g.softcap is None:  # the single-query kernel: half the operations
         return last_query_stacked(q, k, m, g.scaling, sink, recent_tokens)  # [S, sum b, H]
     st = block_stats(q, k, k.shape[2] - 1, m, g.scaling, g.softcap, None, sink, recent_tokens)
     return torch.stack([st[n][..., 0] for n in STEP_STATS])  # [S, sum b, H]
