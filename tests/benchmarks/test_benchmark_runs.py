@@ -90,6 +90,15 @@ def exp_rate(values: list[dict]) -> None:
     assert 0 <= row["u20_max_rel_error"] < 1e-5  # exp_u20 is exp: 20 ULP at most, not another function
 
 
+def omp_wait_policy(values: list[dict]) -> None:
+    (row,) = values
+    assert (row["benchmark"], row["model"], row["length"], row["batch"]) == ("omp_wait_policy", "tiny", 64, 1)
+    for cond in ("idle", "shared"):  # both policies timed in both conditions, paired
+        assert all(_positive(row["seconds_per_forward"][cond][p]["median"]) for p in ("spin", "passive"))
+        ratio = row["passive_over_spin"][cond]
+        assert _positive(ratio["median"]) and ratio["low"] <= ratio["median"] <= ratio["high"]
+
+
 def cli_help(values: list[dict]) -> None:
     (out,) = values
     (res,) = out["results"]
@@ -173,6 +182,10 @@ SMALLEST: dict[str, tuple[list[str], Callable[[list[Any]], None]]] = {
     "benchmarks/attention_rate.py": (["--quick"], attention_rate),
     "benchmarks/cli_help.py": (["--commands", "top", "--repeats", "1"], cli_help),
     "benchmarks/exp_rate.py": (["--repeats", "1", "--calls", "2"], exp_rate),
+    "benchmarks/omp_wait_policy.py": (
+        ["--model", "tiny", "--length", "64", "--batch", "1", "--forwards", "1", "--repeats", "1", "--threads", "1"],
+        omp_wait_policy,
+    ),
     "benchmarks/huge_pages.py": (
         ["--model", "tiny", "--length", "512", "--dtype", "float32", "--repeats", "1", "--threads", "1"],
         huge_pages,
