@@ -67,11 +67,10 @@ def child(cfg: WaitPolicyBench) -> None:
 def run_child(cfg: WaitPolicyBench, policy: str | None, shared: bool) -> float:
     argv = [sys.executable, __file__, "--child", "--model", cfg.model, "--length", str(cfg.length)]
     argv += ["--batch", str(cfg.batch), "--forwards", str(cfg.forwards), "--threads", str(cfg.threads)]
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"} | {"PYTHONWARNINGS": "ignore"}
-    env |= {"OMP_WAIT_POLICY": policy} if policy else {}
+    bare = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}  # the policy left unset: spin
+    env = bare | {"PYTHONWARNINGS": "ignore"} | ({"OMP_WAIT_POLICY": policy} if policy else {})
     rival = None
     if shared:  # the other job, on the same cores, spinning by default
-        bare = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
         rival = subprocess.Popen([sys.executable, "-c", COMPETITOR, str(cfg.threads)], env=bare)
     try:
         out = subprocess.run(argv, capture_output=True, text=True, env=env, check=True).stdout

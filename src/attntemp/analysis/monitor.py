@@ -291,13 +291,13 @@ class Monitor:
         cached key were kept as they came: when they are all the layers, alike, one stacked kernel
         call for them all (:func:`whole_stats`: the per-call overhead outweighs the copy of the keys);
         otherwise they are grouped like the rest, which were done as they came."""
-        seen = [self._seen[i] for i in self._layers if i in self._seen]
+        kept = [i for i in self._layers if i in self._seen]
+        seen = [self._seen[i] for i in kept]
         if len(seen) == len(self._layers) and len({x.stack_key() for x in seen}) == 1:
             st = whole_stats(seen, *self._sizes)  # [S, L*B, H]: the usual step
             st = st.reshape(len(STEP_STATS), len(self._layers), -1, st.shape[-1]).transpose(1, 2)  # [S, B, L, H]
             return st.float().cpu().numpy()
-        kept = [i for i in self._layers if i in self._seen]
-        groups = [self._seen[i].groups(self._positions) for i in kept]  # one group each: whole rows
+        groups = [x.groups(self._positions) for x in seen]  # one group each: whole rows
         stats = {**self._done, **dict(zip(kept, group_stats([g[0] for g in groups], *self._sizes), strict=True))}
         per_name = [torch.stack([stats[i][n] for i in self._layers], 1) for n in STEP_STATS]  # [B, layers, H] each
         return torch.stack(per_name).float().cpu().numpy()
